@@ -1,0 +1,40 @@
+"""The `rlpipe` console script: a typer app whose commands live in sibling modules."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+import typer
+
+from rlpipe.errors import RlpipeError
+
+app = typer.Typer(
+    name="rlpipe",
+    help="Offline-RL and imitation-learning data pipeline: collect, store, train, evaluate.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+
+def _register_commands() -> None:
+    # Each module adds its commands to `app` on import.
+    from rlpipe.cli import collect, datasets  # noqa: F401
+
+
+def main() -> None:
+    """Entry point: run the app; RlpipeError and usage errors become one line and exit 2."""
+    _register_commands()
+    try:
+        code = app(standalone_mode=False)
+    except RlpipeError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except (KeyboardInterrupt, click.exceptions.Abort):
+        click.echo("error: interrupted", err=True)
+        sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)

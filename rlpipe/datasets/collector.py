@@ -1,0 +1,282 @@
+"""Collecting datasets from gymnasium vector envs with any batched policy.
+
+The hot loop does one vector-env step and a handful of array copies per step: rows go into
+a staging buffer in time-major order, and completed episodes are sorted out of it in bulk
+(one lexsort per flush), so there is no per-step or per-env Python bookkeeping.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+import gymnasium as gym
+import numpy as np
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from rlpipe.datasets.schema import Columnar, map_columnar
+from rlpipe.errors import RlpipeError
+
+RowSink = Callable[[dict[str, Columnar]], None]
+
+
+class Policy(Protocol):
+    """Anything mapping a batch of observations (one row per env) to a batch of env actions."""
+
+    def __call__(self, obs: Columnar) -> np.ndarray: ...
+
+
+class RandomPolicy:
+    """Uniform random actions for a batch of envs, from its own seeded generator."""
+
+    def __init__(self, action_space: gym.Space, num_envs: int, seed: int = 0) -> None:
+        self.space = action_space
+        self.num_envs = num_envs
+        self.rng = np.random.default_rng(seed)
+
+    def __call__(self, obs: Columnar) -> np.ndarray:
+        space, n = self.space, self.num_envs
+        if isinstance(space, gym.spaces.Discrete):
+            return space.start + self.rng.integers(space.n, size=n)
+        if isinstance(space, gym.spaces.Box):
+            low = np.where(np.isfinite(space.low), space.low, -1.0)
+            high = np.where(np.isfinite(space.high), space.high, 1.0)
+            return self.rng.uniform(low, high, size=(n,) + space.shape).astype(space.dtype)
+        if isinstance(space, gym.spaces.MultiDiscrete):
+            return space.start + (self.rng.random((n,) + space.shape) * space.nvec).astype(np.int64)
+        if isinstance(space, gym.spaces.MultiBinary):
+            return self.rng.integers(2, size=(n,) + tuple(space.shape), dtype=np.int8)
+        raise RlpipeError(f"random policy does not support action space {space!r}")
+
+
+def make_vector_env(env_id: str, num_envs: int) -> gym.vector.VectorEnv:
+    """gymnasium.make_vec with a one-line error for unknown ids (uses native vector envs where they exist)."""
+    if num_envs < 1:
+        raise RlpipeError(f"--num-envs must be at least 1, got {num_envs}")
+    try:
+        return gym.make_vec(env_id, num_envs=num_envs)
+    except gym.error.Error as exc:
+        raise RlpipeError(f"unknown environment {env_id!r}: {exc}") from None
+
+
+class EpisodeAssembler:
+    """Turns batched env steps into rows of whole episodes, sorted by (episode_id, step).
+
+    Episode ids are given in order of completion (ties by env index), so they are
+    deterministic and increase through the output. Rows of unfinished episodes wait in the
+    staging buffer; they are dropped at `close`. At most `max_episodes` episodes are emitted.
+
+    Args:
+        num_envs: batch size of every `add_step` call.
+        sink: receives each flushed block of rows (e.g. `DatasetWriter.write`).
+        max_episodes: stop assigning ids after this many episodes.
+        capacity: initial staging rows; doubled when unfinished episodes fill half of it.
+    """
+
+    def __init__(self, num_envs: int, sink: RowSink, max_episodes: int | None = None, capacity: int = 1 << 16) -> None:
+        self.num_envs = num_envs
+        self.sink = sink
+        self.max_episodes = max_episodes
+        self.capacity = max(capacity, 4 * num_envs)
+        self.episodes_done = 0
+        self.steps_done = 0
+        self.recent_returns: deque[float] = deque(maxlen=100)
+        self._buffers: dict[str, Columnar] | None = None
+        self._size = 0
+        self._env_key = np.arange(num_envs, dtype=np.int64)
+        self._next_key = num_envs
+        self._env_step = np.zeros(num_envs, dtype=np.int32)
+        self._env_return = np.zeros(num_envs, dtype=np.float64)
+        self._done_keys: list[np.ndarray] = []
+
+    def add_step(
+        self,
+        obs: Columnar,
+        action: np.ndarray,
+        reward: np.ndarray,
+        next_obs: Columnar,
+        terminated: np.ndarray,
+        truncated: np.ndarray,
+        valid: np.ndarray | None = None,
+    ) -> None:
+        """Record one vector-env step; rows where `valid` is False (autoreset steps) are skipped."""
+        rows = slice(None) if valid is None or valid.all() else np.flatnonzero(valid)
+        step = {
+            "key": self._env_key[rows],
+            "step": self._env_step[rows],
+            "obs": map_columnar(obs, lambda a: a[rows]),
+            "action": np.asarray(action)[rows],
+            "reward": np.asarray(reward)[rows],
+            "next_obs": map_columnar(next_obs, lambda a: a[rows]),
+            "terminated": np.asarray(terminated)[rows],
+            "truncated": np.asarray(truncated)[rows],
+        }
+        count = len(step["key"])
+        if self._buffers is None:
+            self._buffers = {k: map_columnar(v, lambda a: np.empty((self.capacity,) + a.shape[1:], a.dtype)) for k, v in step.items()}
+        if self._size + count > self.capacity:
+            self.flush()
+        self._store(step, self._size)
+        self._size += count
+
+        live = np.ones(self.num_envs, dtype=bool) if valid is None else np.asarray(valid, dtype=bool)
+        self._env_step[live] += 1
+        self._env_return[live] += np.asarray(reward, dtype=np.float64)[live]
+        done = np.flatnonzero(live & (np.asarray(terminated) | np.asarray(truncated)))
+        if len(done):
+            if self.max_episodes is not None:
+                done = done[: max(self.max_episodes - self.episodes_done, 0)]
+            self._done_keys.append(self._env_key[done].copy())
+            self.episodes_done += len(done)
+            self.steps_done += int(self._env_step[done].sum())
+            self.recent_returns.extend(self._env_return[done].tolist())
+            finished = np.flatnonzero(live & (np.asarray(terminated) | np.asarray(truncated)))
+            self._env_key[finished] = self._next_key + np.arange(len(finished))
+            self._next_key += len(finished)
+            self._env_step[finished] = 0
+            self._env_return[finished] = 0.0
+
+    def _store(self, values: dict[str, Columnar], at: int) -> None:
+        def put(buffer: Columnar, value: Columnar) -> None:
+            if isinstance(buffer, dict):
+                for key in buffer:
+                    put(buffer[key], value[key])
+            else:
+                buffer[at : at + len(value)] = value
+
+        for name, value in values.items():
+            put(self._buffers[name], value)
+
+    def flush(self) -> None:
+        """Emit the rows of every completed episode; keep unfinished ones (growing if needed)."""
+        if self._buffers is None or self._size == 0:
+            return
+        size, buffers = self._size, self._buffers
+        keys = buffers["key"][:size]
+        if self._done_keys:
+            done_keys = np.concatenate(self._done_keys)
+            first_id = self.episodes_done - len(done_keys)
+            sorter = np.argsort(done_keys, kind="stable")
+            position = np.searchsorted(done_keys, keys, sorter=sorter)
+            position = np.minimum(position, len(done_keys) - 1)
+            complete = done_keys[sorter[position]] == keys
+            rows = np.flatnonzero(complete)
+            episode_id = first_id + sorter[position[rows]]
+            order = np.lexsort((buffers["step"][rows], episode_id))
+            rows, episode_id = rows[order], episode_id[order]
+            self._done_keys = []
+            out = {name: map_columnar(buffers[name], lambda a: a[rows]) for name in buffers if name != "key"}
+            out["episode_id"] = episode_id
+            self.sink(out)
+            keep = np.flatnonzero(~complete)
+        else:
+            keep = np.arange(size)
+        kept = {name: map_columnar(buffers[name], lambda a: a[keep]) for name in buffers}
+        if len(keep) > self.capacity // 2:
+            self.capacity *= 2
+            self._buffers = {k: map_columnar(v, lambda a: np.empty((self.capacity,) + a.shape[1:], a.dtype)) for k, v in buffers.items()}
+        self._store(kept, 0)
+        self._size = len(keep)
+
+    def close(self) -> None:
+        """Flush completed episodes and drop the rows of unfinished ones."""
+        self.flush()
+        self._size = 0
+
+
+@dataclass
+class CollectStats:
+    """What a collection run produced."""
+
+    episodes: int
+    steps: int
+    env_steps: int
+    seconds: float
+    mean_return: float
+
+
+def collect(
+    env_id: str,
+    make_policy: Callable[[gym.vector.VectorEnv], Policy],
+    sink: RowSink,
+    *,
+    episodes: int | None = None,
+    steps: int | None = None,
+    num_envs: int = 8,
+    seed: int = 0,
+    show_progress: bool = True,
+) -> CollectStats:
+    """Run a policy in `num_envs` vector envs until `episodes` whole episodes (or at least
+    `steps` transitions in whole episodes) are done, sending rows to `sink`.
+
+    `make_policy` receives the vector env (for its spaces) and returns the batched policy.
+    Truncation and termination stay apart, and `next_obs` of a truncated step is the real
+    final observation: with gymnasium's next-step autoreset the step after an episode's end
+    is a reset step, which is skipped.
+    """
+    if (episodes is None) == (steps is None):
+        raise RlpipeError("give exactly one of --episodes and --steps")
+    if (episodes if episodes is not None else steps) < 1:
+        raise RlpipeError("--episodes/--steps must be at least 1")
+    envs = make_vector_env(env_id, num_envs)
+    try:
+        policy = make_policy(envs)
+        assembler = EpisodeAssembler(num_envs, sink, max_episodes=episodes)
+        obs, _ = envs.reset(seed=seed)
+        valid = np.ones(num_envs, dtype=bool)
+        env_steps = 0
+        start = time.perf_counter()
+        total = episodes if episodes is not None else steps
+        with _progress(show_progress) as progress:
+            task = progress.add_task(f"collect {env_id}", total=total, rate="", ret="")
+            next_update = start
+            while (assembler.episodes_done if episodes is not None else assembler.steps_done) < total:
+                action = policy(obs)
+                next_obs, reward, terminated, truncated, _ = envs.step(action)
+                assembler.add_step(obs, action, reward, next_obs, terminated, truncated, valid)
+                env_steps += num_envs
+                valid = ~(terminated | truncated)
+                obs = next_obs
+                now = time.perf_counter()
+                if now >= next_update:
+                    next_update = now + 0.25
+                    done = assembler.episodes_done if episodes is not None else assembler.steps_done
+                    progress.update(
+                        task,
+                        completed=min(done, total),
+                        rate=f"{env_steps / max(now - start, 1e-9):,.0f} steps/s",
+                        ret=_mean_return_text(assembler),
+                    )
+            assembler.close()
+            progress.update(task, completed=total, ret=_mean_return_text(assembler))
+    finally:
+        envs.close()
+    returns = list(assembler.recent_returns)
+    return CollectStats(
+        episodes=assembler.episodes_done,
+        steps=assembler.steps_done,
+        env_steps=env_steps,
+        seconds=time.perf_counter() - start,
+        mean_return=float(np.mean(returns)) if returns else float("nan"),
+    )
+
+
+def _mean_return_text(assembler: EpisodeAssembler) -> str:
+    if not assembler.recent_returns:
+        return ""
+    return f"{assembler.episodes_done} episodes, return {np.mean(assembler.recent_returns):.1f}"
+
+
+def _progress(enabled: bool) -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TextColumn("{task.fields[rate]}"),
+        TextColumn("{task.fields[ret]}"),
+        TimeElapsedColumn(),
+        disable=not enabled,
+        transient=False,
+    )

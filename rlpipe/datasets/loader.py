@@ -1,0 +1,145 @@
+"""Loading a dataset for training: memory-mapped Arrow shards into contiguous numpy arrays,
+and a batch sampler that yields torch tensors from data kept on the training device."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+import gymnasium as gym
+import numpy as np
+import pyarrow as pa
+import torch
+
+from rlpipe.datasets.schema import Columnar, concat_columnar, from_arrow, map_columnar, scalar_from_arrow
+from rlpipe.datasets.store import DatasetInfo, open_dataset
+from rlpipe.errors import RlpipeError
+
+
+@dataclass
+class TransitionArrays:
+    """A whole dataset as contiguous arrays, one row per transition (Dict observations as dicts)."""
+
+    obs: Columnar
+    action: Columnar
+    reward: np.ndarray
+    next_obs: Columnar
+    terminated: np.ndarray
+    truncated: np.ndarray
+    episode_id: np.ndarray
+    step: np.ndarray
+    agent: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.reward)
+
+    def episode_starts(self) -> np.ndarray:
+        """Row index where each episode begins (rows are sorted by episode_id, step)."""
+        ids = self.episode_id
+        return np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
+
+    def episode_returns(self) -> np.ndarray:
+        """The undiscounted return of each episode, in episode order."""
+        return np.add.reduceat(self.reward.astype(np.float64), self.episode_starts())
+
+
+def _read_shard(path: Path) -> pa.RecordBatch:
+    try:
+        reader = pa.ipc.open_file(pa.memory_map(str(path), "r"))
+        if reader.num_record_batches == 1:
+            return reader.get_batch(0)
+        # Shards written by other tools may hold several batches: merge them (one copy).
+        return reader.read_all().combine_chunks().to_batches()[0]
+    except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
+        raise RlpipeError(f"corrupted shard {path}: {exc} (run `rlpipe datasets validate`)") from None
+
+
+def read_shard(path: Path, observation_space: gym.Space, action_space: gym.Space) -> dict[str, Columnar]:
+    """One shard's columns as numpy arrays (zero-copy views of the memory map where possible)."""
+    batch = _read_shard(path)
+    columns = {
+        "obs": from_arrow(batch.column("obs"), observation_space),
+        "action": from_arrow(batch.column("action"), action_space),
+        "next_obs": from_arrow(batch.column("next_obs"), observation_space),
+    }
+    for name in ("reward", "terminated", "truncated", "episode_id", "step"):
+        columns[name] = scalar_from_arrow(batch.column(name))
+    if "agent" in batch.schema.names:
+        columns["agent"] = batch.column("agent").to_numpy(zero_copy_only=False)
+    return columns
+
+
+def load_shards(info: DatasetInfo) -> TransitionArrays:
+    """Load all shards of a dataset into TransitionArrays.
+
+    A single shard is returned zero-copy (read-only views of the memory map) except for
+    boolean columns, which Arrow bit-packs; several shards are concatenated once.
+    """
+    obs_space, act_space = info.observation_space, info.action_space
+    expected = info.metadata["files"]
+    parts = []
+    for path in info.shard_paths:
+        rel = path.relative_to(info.path).as_posix()
+        if not path.is_file():
+            raise RlpipeError(f"dataset {info.name!r} is missing {rel} (run `rlpipe datasets validate`)")
+        if path.stat().st_size != expected[rel]["bytes"]:
+            raise RlpipeError(f"corrupted shard {path}: size differs from metadata (truncated or modified)")
+        parts.append(read_shard(path, obs_space, act_space))
+    if not parts:
+        raise RlpipeError(f"dataset {info.name!r} has no step shards")
+    merged = {key: concat_columnar([part[key] for part in parts]) for key in parts[0]}
+    return TransitionArrays(**merged)
+
+
+def load_dataset(name: str, store: str | os.PathLike | None = None) -> TransitionArrays:
+    """Load dataset `name` from the store into contiguous arrays (memory-mapped, see load_shards)."""
+    return load_shards(open_dataset(name, store))
+
+
+class Batch(NamedTuple):
+    """A minibatch of transitions as tensors on the training device."""
+
+    obs: torch.Tensor | dict[str, torch.Tensor]
+    action: torch.Tensor | dict[str, torch.Tensor]
+    reward: torch.Tensor
+    next_obs: torch.Tensor | dict[str, torch.Tensor]
+    terminated: torch.Tensor
+    truncated: torch.Tensor
+
+
+def _to_tensor(array: np.ndarray, device: torch.device) -> torch.Tensor:
+    if array.dtype == np.float64:
+        array = array.astype(np.float32)
+    with warnings.catch_warnings():
+        # Memory-mapped views are read-only; tensors built on them are never written to.
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.from_numpy(array).to(device)
+
+
+class TransitionSampler:
+    """Uniform minibatch sampler over a dataset held as tensors on `device`.
+
+    The data is moved to the device once; each `sample` is one random index draw and a
+    gather per column, with no Python loop over rows.
+    """
+
+    def __init__(self, data: TransitionArrays, device: str | torch.device = "cpu", seed: int = 0) -> None:
+        self.device = torch.device(device)
+        self.size = len(data)
+        if self.size == 0:
+            raise RlpipeError("cannot sample from an empty dataset")
+        self._columns = {
+            name: map_columnar(getattr(data, name), lambda a: _to_tensor(np.asarray(a), self.device))
+            for name in Batch._fields
+        }
+        self._columns["terminated"] = self._columns["terminated"].float()
+        self._columns["truncated"] = self._columns["truncated"].float()
+        self._generator = torch.Generator(device=self.device).manual_seed(seed)
+
+    def sample(self, batch_size: int) -> Batch:
+        """A batch of `batch_size` transitions drawn uniformly with replacement."""
+        index = torch.randint(self.size, (batch_size,), device=self.device, generator=self._generator)
+        return Batch(**{name: map_columnar(column, lambda t: t[index]) for name, column in self._columns.items()})

@@ -1,0 +1,123 @@
+"""The step-table schema: how gymnasium spaces map to Arrow columns and back to numpy.
+
+One row per transition. A Box space becomes a fixed-size list column (flattened; the shape
+lives in the serialized space in metadata.json), Discrete an int64 column, MultiDiscrete and
+MultiBinary fixed-size integer lists, and a Dict space a struct column with one child per key
+(so polars sees `obs.observation`, `obs.achieved_goal`, ...).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Union
+
+import gymnasium as gym
+import numpy as np
+import pyarrow as pa
+
+from rlpipe.errors import RlpipeError
+
+FORMAT_NAME = "rlpipe-dataset"
+FORMAT_VERSION = 1
+
+# A column's values: an array with the row axis first, or a dict of those for Dict spaces.
+Columnar = Union[np.ndarray, dict[str, "Columnar"]]
+
+SPACE_COLUMNS = ("obs", "action", "next_obs")
+SCALAR_COLUMNS: dict[str, pa.DataType] = {
+    "episode_id": pa.int64(),
+    "step": pa.int32(),
+    "reward": pa.float32(),
+    "terminated": pa.bool_(),
+    "truncated": pa.bool_(),
+}
+
+
+def leaf_dtype(space: gym.Space) -> np.dtype:
+    """The numpy dtype one element of a (non-Dict) space is stored as."""
+    if isinstance(space, gym.spaces.Box):
+        return np.dtype(space.dtype)
+    if isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
+        return np.dtype(np.int64)
+    if isinstance(space, gym.spaces.MultiBinary):
+        return np.dtype(np.int8)
+    raise RlpipeError(f"unsupported space {space!r}: datasets store Box, Discrete, MultiDiscrete, MultiBinary and Dict")
+
+
+def leaf_shape(space: gym.Space) -> tuple[int, ...]:
+    """The per-row shape of a (non-Dict) space's values."""
+    return () if isinstance(space, gym.spaces.Discrete) else tuple(space.shape)
+
+
+def arrow_type(space: gym.Space) -> pa.DataType:
+    """The Arrow type of a column holding values of `space`."""
+    if isinstance(space, gym.spaces.Dict):
+        return pa.struct([pa.field(key, arrow_type(sub), nullable=False) for key, sub in space.spaces.items()])
+    value_type = pa.from_numpy_dtype(leaf_dtype(space))
+    shape = leaf_shape(space)
+    return value_type if shape == () else pa.list_(value_type, int(np.prod(shape)))
+
+
+def step_schema(observation_space: gym.Space, action_space: gym.Space, multi_agent: bool = False) -> pa.Schema:
+    """The Arrow schema of a dataset's step table."""
+    fields = [
+        pa.field("episode_id", SCALAR_COLUMNS["episode_id"], nullable=False),
+        pa.field("step", SCALAR_COLUMNS["step"], nullable=False),
+    ]
+    if multi_agent:
+        fields.append(pa.field("agent", pa.string(), nullable=False))
+    fields += [
+        pa.field("obs", arrow_type(observation_space), nullable=False),
+        pa.field("action", arrow_type(action_space), nullable=False),
+        pa.field("reward", SCALAR_COLUMNS["reward"], nullable=False),
+        pa.field("next_obs", arrow_type(observation_space), nullable=False),
+        pa.field("terminated", SCALAR_COLUMNS["terminated"], nullable=False),
+        pa.field("truncated", SCALAR_COLUMNS["truncated"], nullable=False),
+    ]
+    return pa.schema(fields)
+
+
+def to_arrow(values: Columnar, space: gym.Space) -> pa.Array:
+    """Turn a column's numpy values into an Arrow array (zero-copy for contiguous numeric data)."""
+    if isinstance(space, gym.spaces.Dict):
+        children = [to_arrow(values[key], sub) for key, sub in space.spaces.items()]
+        return pa.StructArray.from_arrays(children, names=list(space.spaces.keys()))
+    array = np.ascontiguousarray(values, dtype=leaf_dtype(space))
+    shape = leaf_shape(space)
+    if shape == ():
+        return pa.array(array.reshape(-1))
+    return pa.FixedSizeListArray.from_arrays(pa.array(array.reshape(-1)), int(np.prod(shape)))
+
+
+def from_arrow(column: pa.Array, space: gym.Space) -> Columnar:
+    """Turn one Arrow array (a single chunk) back into numpy, zero-copy where the dtype allows."""
+    if isinstance(space, gym.spaces.Dict):
+        return {key: from_arrow(column.field(key), sub) for key, sub in space.spaces.items()}
+    shape = leaf_shape(space)
+    flat = column if shape == () else column.flatten()
+    return flat.to_numpy(zero_copy_only=False).reshape((len(column),) + shape)
+
+
+def scalar_from_arrow(column: pa.Array) -> np.ndarray:
+    """A scalar column as numpy: zero-copy for numbers, one unpacking pass for bit-packed booleans."""
+    return column.to_numpy(zero_copy_only=False)
+
+
+def num_rows(values: Columnar) -> int:
+    """The row count of a column's values."""
+    while isinstance(values, dict):
+        values = next(iter(values.values()))
+    return len(values)
+
+
+def map_columnar(values: Columnar, fn: Any) -> Columnar:
+    """Apply `fn` to every leaf array of a (possibly nested) column."""
+    if isinstance(values, dict):
+        return {key: map_columnar(sub, fn) for key, sub in values.items()}
+    return fn(values)
+
+
+def concat_columnar(parts: list[Columnar]) -> Columnar:
+    """Concatenate column values along the row axis, leaf by leaf."""
+    if isinstance(parts[0], dict):
+        return {key: concat_columnar([part[key] for part in parts]) for key in parts[0]}
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)

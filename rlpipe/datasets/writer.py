@@ -1,0 +1,255 @@
+"""Streaming, atomic dataset writer.
+
+Rows arrive in batches of whole episodes, sorted by (episode_id, step). They are buffered up
+to `shard_bytes` and written as one Arrow record batch per shard, so memory stays bounded and
+each shard memory-maps into contiguous arrays. Everything is written into a hidden temporary
+directory that is renamed into place only after metadata.json (with the content hash) is
+complete: a killed or failed run never leaves a dataset that looks complete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any, Iterable
+
+import gymnasium as gym
+import numpy as np
+import pyarrow as pa
+from minari.serialization import serialize_space
+
+import rlpipe
+from rlpipe.datasets import hdf5
+from rlpipe.datasets.schema import (
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    SCALAR_COLUMNS,
+    Columnar,
+    concat_columnar,
+    num_rows,
+    step_schema,
+    to_arrow,
+)
+from rlpipe.datasets.store import (
+    METADATA_FILE,
+    STEPS_DIR,
+    TEMP_PREFIX,
+    check_name,
+    hash_files,
+    store_root,
+)
+from rlpipe.errors import RlpipeError
+
+FORMATS = ("arrow", "hdf5", "both")
+DEFAULT_SHARD_BYTES = 256 << 20
+
+
+def formats_for(fmt: str) -> tuple[str, ...]:
+    """Expand a `--format` value into the formats to write."""
+    if fmt not in FORMATS:
+        raise RlpipeError(f"unknown format {fmt!r}: choose one of {', '.join(FORMATS)}")
+    return ("arrow", "hdf5") if fmt == "both" else (fmt,)
+
+
+def _nbytes(values: Columnar) -> int:
+    return sum(_nbytes(v) for v in values.values()) if isinstance(values, dict) else np.asarray(values).nbytes
+
+
+class DatasetWriter:
+    """Write a dataset `name` into the store; use as a context manager so failures clean up.
+
+    Args:
+        name: dataset name (directory under the store).
+        observation_space, action_space: the env's single-agent spaces.
+        env_id: gymnasium id of the env that produced the data (None for synthetic data).
+        store: store directory (see `store_root`).
+        fmt: "arrow", "hdf5" or "both". Arrow shards are always written (they are the
+            source of truth); "hdf5" adds Minari's HDF5 layout.
+        force: replace an existing dataset of the same name on success.
+        multi_agent: add an `agent` column (Arrow only; Minari has no multi-agent layout).
+        shard_bytes: approximate size of one Arrow shard.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        *,
+        env_id: str | None,
+        store: str | os.PathLike | None = None,
+        fmt: str = "both",
+        force: bool = False,
+        multi_agent: bool = False,
+        shard_bytes: int = DEFAULT_SHARD_BYTES,
+    ) -> None:
+        self.name = check_name(name)
+        self.formats = formats_for(fmt)
+        if multi_agent and "hdf5" in self.formats:
+            raise RlpipeError("multi-agent datasets are Arrow-only (Minari has no multi-agent layout): use --format arrow")
+        self.root = store_root(store)
+        self.final_path = self.root / self.name
+        if self.final_path.exists() and not force:
+            raise RlpipeError(f"dataset {self.name!r} already exists in {self.root} (use --force to replace it)")
+        self.observation_space = observation_space
+        self.action_space = action_space
+        self.env_id = env_id
+        self.multi_agent = multi_agent
+        self.schema = step_schema(observation_space, action_space, multi_agent)
+        self.shard_bytes = shard_bytes
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.temp_path = self.root / f"{TEMP_PREFIX}{self.name}-{uuid.uuid4().hex[:8]}"
+        (self.temp_path / STEPS_DIR).mkdir(parents=True)
+        self._pending: list[dict[str, Columnar]] = []
+        self._pending_bytes = 0
+        self._shards: list[str] = []
+        self._episode_returns: list[np.ndarray] = []
+        self._episode_lengths: list[np.ndarray] = []
+        self.total_steps = 0
+        self._last_episode = -1
+        self._closed = False
+
+    def __enter__(self) -> "DatasetWriter":
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if not self._closed:
+            self.abort()
+
+    def write(self, rows: dict[str, Columnar]) -> None:
+        """Append rows of whole episodes, sorted by (episode_id, step), with ids above earlier ones."""
+        count = num_rows(rows["reward"])
+        if count == 0:
+            return
+        episode_id = np.asarray(rows["episode_id"])
+        if episode_id[0] <= self._last_episode or np.any(np.diff(episode_id) < 0):
+            raise ValueError("rows must arrive as whole episodes sorted by increasing episode_id")
+        self._last_episode = int(episode_id[-1])
+        starts = np.flatnonzero(np.r_[True, episode_id[1:] != episode_id[:-1]])
+        self._episode_returns.append(np.add.reduceat(np.asarray(rows["reward"], dtype=np.float64), starts))
+        self._episode_lengths.append(np.diff(np.r_[starts, count]))
+        self._pending.append(rows)
+        self._pending_bytes += sum(_nbytes(v) for v in rows.values())
+        self.total_steps += count
+        if self._pending_bytes >= self.shard_bytes:
+            self._flush_shard()
+
+    def _flush_shard(self) -> None:
+        if not self._pending:
+            return
+        rows = {key: concat_columnar([part[key] for part in self._pending]) for key in self._pending[0]}
+        self._pending, self._pending_bytes = [], 0
+        arrays = []
+        for field in self.schema:
+            if field.name in ("obs", "next_obs"):
+                arrays.append(to_arrow(rows[field.name], self.observation_space))
+            elif field.name == "action":
+                arrays.append(to_arrow(rows[field.name], self.action_space))
+            elif field.name == "agent":
+                arrays.append(pa.array(np.asarray(rows["agent"], dtype=str), type=pa.string()))
+            else:
+                dtype = SCALAR_COLUMNS[field.name].to_pandas_dtype()
+                arrays.append(pa.array(np.ascontiguousarray(rows[field.name], dtype=dtype)))
+        batch = pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+        rel = f"{STEPS_DIR}/shard-{len(self._shards):05d}.arrow"
+        with pa.OSFile(str(self.temp_path / rel), "wb") as sink, pa.ipc.new_file(sink, self.schema) as ipc:
+            ipc.write_batch(batch)
+        self._shards.append(rel)
+
+    def finalize(self, producer: dict[str, Any], extra: dict[str, Any] | None = None) -> Path:
+        """Write the last shard, the HDF5 copy and metadata.json, then move the dataset into place."""
+        if self.total_steps == 0:
+            raise RlpipeError(f"dataset {self.name!r} would be empty: no complete episode was collected")
+        self._flush_shard()
+        files = list(self._shards)
+        if "hdf5" in self.formats:
+            files += hdf5.write_minari_layout(self.temp_path, self._shards, self._minari_metadata())
+        file_hashes, content_hash = hash_files(self.temp_path, files)
+        returns = np.concatenate(self._episode_returns)
+        lengths = np.concatenate(self._episode_lengths)
+        metadata = {
+            "format": FORMAT_NAME,
+            "format_version": FORMAT_VERSION,
+            "rlpipe_version": rlpipe.__version__,
+            "name": self.name,
+            "env_id": self.env_id,
+            "env_spec": self._env_spec_json(),
+            "observation_space": serialize_space(self.observation_space),
+            "action_space": serialize_space(self.action_space),
+            "multi_agent": self.multi_agent,
+            "producer": producer,
+            "total_episodes": int(len(returns)),
+            "total_steps": int(self.total_steps),
+            "episode_return": _stats(returns),
+            "episode_length": _stats(lengths),
+            "formats": list(self.formats),
+            "files": file_hashes,
+            "content_hash": content_hash,
+            **(extra or {}),
+        }
+        (self.temp_path / METADATA_FILE).write_text(json.dumps(metadata, indent=2, sort_keys=True) + "\n")
+        self.metadata = metadata
+        self._move_into_place()
+        self._closed = True
+        return self.final_path
+
+    def abort(self) -> None:
+        """Delete everything written so far; the store is left as it was."""
+        shutil.rmtree(self.temp_path, ignore_errors=True)
+        self._closed = True
+
+    def _move_into_place(self) -> None:
+        if self.final_path.exists():
+            old = self.root / f"{TEMP_PREFIX}old-{self.name}-{uuid.uuid4().hex[:8]}"
+            self.final_path.rename(old)
+            self.temp_path.rename(self.final_path)
+            shutil.rmtree(old)
+        else:
+            self.temp_path.rename(self.final_path)
+
+    def _env_spec_json(self) -> str | None:
+        if self.env_id is None:
+            return None
+        try:
+            return gym.spec(self.env_id).to_json()
+        except (gym.error.Error, TypeError, ValueError):
+            return None
+
+    def _minari_metadata(self) -> dict[str, Any]:
+        return {
+            "dataset_id": self.name,
+            "observation_space": serialize_space(self.observation_space),
+            "action_space": serialize_space(self.action_space),
+            "env_spec": self._env_spec_json(),
+            "algorithm_name": "rlpipe",
+        }
+
+
+def _stats(values: np.ndarray) -> dict[str, float]:
+    return {
+        "mean": float(values.mean()),
+        "std": float(values.std()),
+        "min": float(values.min()),
+        "max": float(values.max()),
+    }
+
+
+def write_rows(
+    name: str,
+    batches: Iterable[dict[str, Columnar]],
+    observation_space: gym.Space,
+    action_space: gym.Space,
+    *,
+    env_id: str | None,
+    producer: dict[str, Any],
+    extra: dict[str, Any] | None = None,
+    **writer_options: Any,
+) -> Path:
+    """Write an iterable of row batches as a complete dataset (a convenience over DatasetWriter)."""
+    with DatasetWriter(name, observation_space, action_space, env_id=env_id, **writer_options) as writer:
+        for rows in batches:
+            writer.write(rows)
+        return writer.finalize(producer, extra)

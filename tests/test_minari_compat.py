@@ -1,0 +1,77 @@
+"""Minari compatibility with the real minari package: our HDF5 reads in Minari, and Minari
+datasets (both backends) import into our format with identical arrays."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gymnasium as gym
+import minari
+import numpy as np
+import pytest
+
+from rlpipe.datasets.loader import load_dataset
+from tests.test_collector import collect_dataset
+
+
+def minari_arrays(dataset) -> dict[str, np.ndarray]:
+    episodes = list(dataset.iterate_episodes())
+    return {
+        "obs": np.concatenate([e.observations[:-1] for e in episodes]),
+        "next_obs": np.concatenate([e.observations[1:] for e in episodes]),
+        "action": np.concatenate([e.actions for e in episodes]),
+        "reward": np.concatenate([e.rewards for e in episodes]),
+        "terminated": np.concatenate([e.terminations for e in episodes]),
+        "truncated": np.concatenate([e.truncations for e in episodes]),
+    }
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_arrow_and_hdf5_decode_to_identical_arrays(store: Path, monkeypatch: pytest.MonkeyPatch, env_id: str) -> None:
+    collect_dataset(store, env_id, "data", episodes=6, num_envs=3)
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(store))
+    from_minari = minari_arrays(minari.load_dataset("data"))
+    ours = load_dataset("data", store)
+    for name, values in from_minari.items():
+        np.testing.assert_array_equal(values, getattr(ours, name), err_msg=name)
+        assert values.dtype == getattr(ours, name).dtype, name
+    assert minari.load_dataset("data").recover_environment().spec.id == env_id
+
+
+def test_export_command(store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli) -> None:
+    collect_dataset(store, "CartPole-v1", "data", episodes=4, num_envs=2)
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
+    result = cli("datasets", "export", "data", "--to", "minari", "--id", "rlpipe/cartpole-v0", "--store", store)
+    assert result.code == 0, result.err
+    dataset = minari.load_dataset("rlpipe/cartpole-v0")
+    assert dataset.total_episodes == 4
+    np.testing.assert_array_equal(minari_arrays(dataset)["obs"], load_dataset("data", store).obs)
+    again = cli("datasets", "export", "data", "--id", "rlpipe/cartpole-v0", "--store", store)
+    assert again.code == 2 and "already exists" in again.err
+
+
+def make_minari_dataset(dataset_id: str, env_id: str, data_format: str, episodes: int) -> None:
+    env = minari.DataCollector(gym.make(env_id), data_format=data_format)
+    env.action_space.seed(0)
+    for episode in range(episodes):
+        env.reset(seed=episode)
+        while True:
+            _, _, terminated, truncated, _ = env.step(env.action_space.sample())
+            if terminated or truncated:
+                break
+    env.create_dataset(dataset_id, algorithm_name="random")
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("data_format", ["hdf5", "arrow"])
+def test_import_minari_dataset(store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli, data_format: str) -> None:
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
+    make_minari_dataset(f"test/pendulum-{data_format}-v0", "Pendulum-v1", data_format, episodes=3)
+    result = cli("datasets", "import", f"test/pendulum-{data_format}-v0", "--name", "imported", "--store", store)
+    assert result.code == 0, result.err
+    ours = load_dataset("imported", store)
+    for name, values in minari_arrays(minari.load_dataset(f"test/pendulum-{data_format}-v0")).items():
+        np.testing.assert_allclose(getattr(ours, name), values, rtol=1e-6, err_msg=name)
+    assert len(ours.episode_starts()) == 3
+    missing = cli("datasets", "import", "test/nothing-v0", "--store", store)
+    assert missing.code == 2 and "cannot open Minari dataset" in missing.err

@@ -1,0 +1,56 @@
+"""The DVC pipeline end to end: `dvc repro` with the smoke profile in a copy of the repo."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rlpipe.datasets.store import list_datasets
+from rlpipe.datasets.validate import validate_dataset
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def key_paths(tree: object, prefix: str = "") -> set[str]:
+    """Every key path of a nested mapping, e.g. {'collect_random.cartpole-random.env', ...}."""
+    if not isinstance(tree, dict):
+        return {prefix}
+    return set().union(*(key_paths(value, f"{prefix}.{key}" if prefix else str(key)) for key, value in tree.items()))
+
+
+def test_smoke_profile_mirrors_params() -> None:
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    smoke = yaml.safe_load((REPO / "tests" / "smoke_params.yaml").read_text())
+    assert key_paths(smoke) == key_paths(params)
+
+
+@pytest.mark.slow
+def test_dvc_repro_runs_every_stage(tmp_path: Path) -> None:
+    work = tmp_path / "repo"
+    work.mkdir()
+    shutil.copy(REPO / "dvc.yaml", work / "dvc.yaml")
+    shutil.copy(REPO / "tests" / "smoke_params.yaml", work / "params.yaml")
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("RLPIPE_DATASETS", None)
+    dvc = [sys.executable, "-m", "dvc"]
+    subprocess.run([*dvc, "init", "--no-scm", "-q"], cwd=work, env=env, check=True)
+    shutil.copy(REPO / ".dvc" / "config", work / ".dvc" / "config")
+    subprocess.run([*dvc, "config", "core.no_scm", "true"], cwd=work, env=env, check=True)
+    run = subprocess.run([*dvc, "repro"], cwd=work, env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+
+    status = subprocess.run([*dvc, "status", "--json"], cwd=work, env=env, capture_output=True, text=True, check=True)
+    assert json.loads(status.stdout) == {}, status.stdout  # every stage ran and is up to date
+
+    smoke = yaml.safe_load((REPO / "tests" / "smoke_params.yaml").read_text())
+    datasets = {info.name: info for info in list_datasets(work / "datasets")}
+    for name, settings in smoke["collect_random"].items():
+        assert datasets[name].metadata["total_episodes"] == settings["episodes"]
+        assert validate_dataset(datasets[name]) == []
