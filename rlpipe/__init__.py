@@ -1,2 +1,5 @@
 """rlpipe: offline-RL and imitation-learning data pipeline."""
+
 __version__ = "0.1.0"
+
+import rlpipe.envs  # noqa: E402,F401  (registers GoalWorld-v0 with gymnasium)

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from rlpipe.datasets.loader import TransitionSampler, load_dataset
+from rlpipe.datasets.schema import map_columnar
 from rlpipe.datasets.store import check_name, list_datasets, open_dataset, remove_dataset
 from rlpipe.datasets.validate import validate_dataset
 from rlpipe.datasets.writer import DatasetWriter, write_rows
@@ -28,9 +29,11 @@ GOAL_SPACE = gym.spaces.Dict(
 
 
 def synthetic_rows(lengths: list[int], obs_space: gym.Space, act_space: gym.Space, first_id: int = 0, seed: int = 0) -> dict:
-    """Whole episodes of random data with consistent obs/next_obs chaining."""
+    """Whole episodes of random data whose next_obs[t] is obs[t + 1] within an episode."""
     rng = np.random.default_rng(seed)
     total = sum(lengths)
+    # one extra state per episode: its final next_obs
+    state_index = np.arange(total) + np.repeat(np.arange(len(lengths)), lengths)
 
     def sample(space: gym.Space, n: int):
         if isinstance(space, gym.spaces.Dict):
@@ -39,13 +42,14 @@ def synthetic_rows(lengths: list[int], obs_space: gym.Space, act_space: gym.Spac
             return rng.integers(space.n, size=n)
         return rng.uniform(-1, 1, size=(n,) + space.shape).astype(space.dtype)
 
+    states = sample(obs_space, total + len(lengths))
     return {
         "episode_id": np.repeat(np.arange(first_id, first_id + len(lengths)), lengths),
         "step": np.concatenate([np.arange(n) for n in lengths]).astype(np.int32),
-        "obs": sample(obs_space, total),
+        "obs": map_columnar(states, lambda a: a[state_index]),
         "action": sample(act_space, total),
         "reward": rng.normal(size=total).astype(np.float32),
-        "next_obs": sample(obs_space, total),
+        "next_obs": map_columnar(states, lambda a: a[state_index + 1]),
         "terminated": np.concatenate([np.r_[np.zeros(n - 1, bool), True] for n in lengths]),
         "truncated": np.zeros(total, bool),
     }
@@ -151,6 +155,15 @@ def test_truncated_shard_is_detected(store: Path) -> None:
     with pytest.raises(RlpipeError, match="corrupted shard"):
         load_dataset("data", store)
     assert any("does not match" in problem for problem in validate_dataset(open_dataset("data", store)))
+
+
+def test_hdf5_refuses_rows_that_are_not_trajectories(store: Path) -> None:
+    act = gym.spaces.Discrete(2)
+    rows = synthetic_rows([5, 5], BOX, act)
+    rows["next_obs"] = rows["next_obs"][::-1].copy()
+    with pytest.raises(RlpipeError, match="use --format arrow"):
+        write_rows("data", [rows], BOX, act, env_id=None, producer={}, store=store, fmt="both")
+    assert list(store.iterdir()) == []
 
 
 def test_flipped_byte_fails_validation_only_by_hash(store: Path) -> None:

@@ -40,6 +40,15 @@ def _with_final_observations(obs: Columnar, next_obs: Columnar, starts: np.ndarr
     return merge((obs, next_obs))
 
 
+def _chained(obs: Columnar, next_obs: Columnar, starts: np.ndarray, count: int) -> bool:
+    """Whether next_obs[t] == obs[t + 1] inside every episode (what Minari's layout assumes)."""
+    inner = np.ones(count - 1, dtype=bool)
+    inner[starts[1:] - 1] = False
+    if isinstance(obs, dict):
+        return all(_chained(obs[key], next_obs[key], starts, count) for key in obs)
+    return bool(np.array_equal(next_obs[:-1][inner], obs[1:][inner]))
+
+
 def _write_leaves(group: h5py.Group, name: str, values: Columnar) -> None:
     if isinstance(values, dict):
         sub = group.create_group(name)
@@ -67,6 +76,8 @@ def write_minari_layout(dataset_dir: Path, shard_rels: list[str], minari_metadat
             starts = np.flatnonzero(np.r_[True, episode_id[1:] != episode_id[:-1]])
             if episode_id[0] != total_episodes or not np.array_equal(episode_id[starts], np.arange(len(starts)) + total_episodes):
                 raise RlpipeError("Minari's HDF5 layout needs episode ids 0, 1, 2, ... in order: use --format arrow")
+            if not _chained(rows["obs"], rows["next_obs"], starts, count):
+                raise RlpipeError("Minari's HDF5 layout stores trajectories, but next_obs differs from the next row's obs within an episode: use --format arrow")
             observations = _with_final_observations(rows["obs"], rows["next_obs"], starts, count)
             bounds = np.r_[starts, count]
             for index, (begin, end) in enumerate(zip(bounds[:-1], bounds[1:])):

@@ -1,0 +1,6 @@
+"""Environments the reference texts need that Gymnasium lacks, registered on import."""
+
+import gymnasium as gym
+
+if "GoalWorld-v0" not in gym.registry:
+    gym.register("GoalWorld-v0", entry_point="rlpipe.envs.goalworld:GoalWorldEnv", max_episode_steps=50)

@@ -1,0 +1,194 @@
+"""Hindsight experience replay (HER) relabelling, vectorised over a whole step table.
+
+`goal_rows` is the one piece shared with online HER replay buffers: given transition rows
+and their episode bounds it picks, per strategy, the row whose achieved goal becomes the
+new desired goal. `relabel_dataset` uses it to write a new dataset holding the original
+transitions plus k relabelled copies of each, with rewards and `terminated` recomputed by
+the env's own `compute_reward` / `compute_terminated`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import gymnasium as gym
+import numpy as np
+
+from rlpipe.datasets.loader import TransitionArrays, load_shards
+from rlpipe.datasets.schema import Columnar, map_columnar
+from rlpipe.datasets.store import DatasetInfo
+from rlpipe.datasets.writer import write_rows
+from rlpipe.errors import RlpipeError
+
+STRATEGIES = ("future", "final", "episode", "random")
+GOAL_KEYS = ("observation", "achieved_goal", "desired_goal")
+
+
+def goal_rows(
+    strategy: str,
+    rows: np.ndarray,
+    episode_start: np.ndarray,
+    episode_end: np.ndarray,
+    rng: np.random.Generator,
+    num_rows: int,
+) -> np.ndarray:
+    """Rows whose `next_obs.achieved_goal` becomes the relabelled goal of each row in `rows`.
+
+    `episode_start[i]` / `episode_end[i]` are the first / last row of the episode holding
+    `rows[i]`. future: a uniform row from `rows[i]` to the episode's end (goals the agent
+    reached at this step or later); final: the episode's last row; episode: any row of the
+    episode; random: any row of the whole table (`num_rows` rows).
+    """
+    if strategy == "future":
+        return rows + (rng.random(len(rows)) * (episode_end - rows + 1)).astype(np.int64)
+    if strategy == "final":
+        return episode_end.copy()
+    if strategy == "episode":
+        return episode_start + (rng.random(len(rows)) * (episode_end - episode_start + 1)).astype(np.int64)
+    if strategy == "random":
+        return rng.integers(num_rows, size=len(rows))
+    raise RlpipeError(f"unknown HER strategy {strategy!r}: choose one of {', '.join(STRATEGIES)}")
+
+
+def check_goal_space(space: gym.Space, name: str) -> None:
+    """Raise unless `space` is a Dict with observation, achieved_goal and desired_goal."""
+    if not isinstance(space, gym.spaces.Dict) or not set(GOAL_KEYS) <= set(space.spaces):
+        raise RlpipeError(
+            f"dataset {name!r} has no goal-conditioned observations (needs a Dict with {', '.join(GOAL_KEYS)}); HER cannot relabel it"
+        )
+
+
+def goal_functions(env_id: str | None) -> tuple[Callable[..., np.ndarray], Callable[..., np.ndarray]]:
+    """The env's vectorised `compute_reward` and `compute_terminated` (never terminated if absent)."""
+    try:
+        env = gym.make(env_id).unwrapped
+    except (gym.error.Error, TypeError) as exc:
+        raise RlpipeError(f"cannot rebuild env {env_id!r} to recompute rewards: {exc}") from None
+    if not hasattr(env, "compute_reward"):
+        raise RlpipeError(f"env {env_id!r} has no compute_reward(achieved_goal, desired_goal, info); HER needs it")
+
+    def never(achieved: np.ndarray, desired: np.ndarray, info: Any) -> np.ndarray:
+        return np.zeros(achieved.shape[:-1], dtype=bool)
+
+    return env.compute_reward, getattr(env, "compute_terminated", never)
+
+
+def _relabelled_rows(
+    data: TransitionArrays,
+    episode_bounds: np.ndarray,
+    episodes: slice,
+    strategy: str,
+    k: int,
+    rng: np.random.Generator,
+    compute_reward: Callable[..., np.ndarray],
+    compute_terminated: Callable[..., np.ndarray],
+) -> dict[str, Columnar]:
+    """k relabelled copies of each transition of `episodes`, each copy an episode of its own.
+
+    `episode_bounds` holds every episode's first row and, last, the row count. Copy j of
+    episode e gets id E + e*k + j (E episodes in `data`).
+    """
+    starts = episode_bounds[:-1][episodes]
+    ends = episode_bounds[1:][episodes] - 1
+    lengths = ends - starts + 1
+    copies = 1 if strategy == "final" else k
+    # Output order: episode, copy, step — so each (episode, copy) is a contiguous episode.
+    episode_index = np.repeat(np.arange(len(starts)), lengths * copies)
+    offset_in_block = np.arange(len(episode_index)) - np.repeat(np.cumsum(np.r_[0, lengths * copies])[:-1], lengths * copies)
+    copy_index = offset_in_block // lengths[episode_index]
+    rows = starts[episode_index] + offset_in_block % lengths[episode_index]
+    targets = goal_rows(strategy, rows, starts[episode_index], ends[episode_index], rng, len(data))
+    goal = data.next_obs["achieved_goal"][targets]
+    achieved = data.next_obs["achieved_goal"][rows]
+    terminated = compute_terminated(achieved, goal, None).astype(bool)
+
+    def with_goal(obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        out = {key: values[rows] for key, values in obs.items()}
+        out["desired_goal"] = goal
+        return out
+
+    return {
+        "episode_id": len(episode_bounds) - 1 + (episodes.start + episode_index) * copies + copy_index,
+        "step": data.step[rows],
+        "obs": with_goal(data.obs),
+        "action": map_columnar(data.action, lambda a: a[rows]),
+        "reward": np.asarray(compute_reward(achieved, goal, None), dtype=np.float32),
+        "next_obs": with_goal(data.next_obs),
+        "terminated": terminated,
+        "truncated": data.truncated[rows] & ~terminated,
+    }
+
+
+def _chunks(num_episodes: int, per_chunk: int) -> Iterator[slice]:
+    for begin in range(0, num_episodes, per_chunk):
+        yield slice(begin, min(begin + per_chunk, num_episodes))
+
+
+def relabel_dataset(
+    info: DatasetInfo,
+    name: str,
+    *,
+    strategy: str = "future",
+    k: int = 4,
+    seed: int = 0,
+    store: str | os.PathLike | None = None,
+    force: bool = False,
+    episodes_per_chunk: int = 20_000,
+) -> Path:
+    """Write dataset `name`: the transitions of `info` (episode ids 0..E-1) followed by k
+    relabelled copies of every transition (episode id E + e*k + j for copy j of episode e).
+
+    The copies are transition tables, not replayable trajectories (each row may carry its
+    own goal), so the result is Arrow-only. Memory is bounded by `episodes_per_chunk`.
+    """
+    if strategy not in STRATEGIES:
+        raise RlpipeError(f"unknown HER strategy {strategy!r}: choose one of {', '.join(STRATEGIES)}")
+    if k < 1:
+        raise RlpipeError(f"--k must be at least 1, got {k}")
+    check_goal_space(info.observation_space, info.name)
+    compute_reward, compute_terminated = goal_functions(info.env_id)
+    data = load_shards(info)
+    rng = np.random.default_rng(seed)
+
+    bounds = np.r_[data.episode_starts(), len(data)]
+    num_episodes = len(bounds) - 1
+
+    def batches() -> Iterator[dict[str, Columnar]]:
+        for chunk in _chunks(num_episodes, episodes_per_chunk):
+            rows = slice(int(bounds[chunk.start]), int(bounds[chunk.stop]))
+            yield {
+                "episode_id": data.episode_id[rows],
+                "step": data.step[rows],
+                "obs": map_columnar(data.obs, lambda a: a[rows]),
+                "action": map_columnar(data.action, lambda a: a[rows]),
+                "reward": data.reward[rows],
+                "next_obs": map_columnar(data.next_obs, lambda a: a[rows]),
+                "terminated": data.terminated[rows],
+                "truncated": data.truncated[rows],
+            }
+        for chunk in _chunks(num_episodes, episodes_per_chunk):
+            yield _relabelled_rows(data, bounds, chunk, strategy, k, rng, compute_reward, compute_terminated)
+
+    provenance = {
+        "transform": "her",
+        "source_dataset": info.name,
+        "source_content_hash": info.metadata["content_hash"],
+        "strategy": strategy,
+        "k": 1 if strategy == "final" else k,
+        "seed": seed,
+        "original_episodes": num_episodes,
+    }
+    return write_rows(
+        name,
+        batches(),
+        info.observation_space,
+        info.action_space,
+        env_id=info.env_id,
+        producer={**info.metadata["producer"], "relabelled_by": "her"},
+        extra={"provenance": provenance},
+        store=store,
+        fmt="arrow",
+        force=force,
+    )
