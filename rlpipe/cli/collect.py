@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
@@ -17,8 +17,15 @@ from rlpipe.errors import RlpipeError
 @app.command("collect")
 def collect_command(
     env: str = typer.Option(..., "--env", help="Gymnasium environment id, e.g. CartPole-v1."),
-    name: Optional[str] = typer.Option(None, "--name", help="Dataset name (default: <env>-<policy>, lower case)."),
-    policy: str = typer.Option("random", "--policy", help="Behaviour policy: 'random'."),
+    name: Optional[str] = typer.Option(None, "--name", help="Dataset name (default: <env>-random, <env>-expert or <env>-mixed)."),
+    policy: str = typer.Option("random", "--policy", help="Behaviour policy when no --expert is given: 'random'."),
+    expert: Optional[str] = typer.Option(None, "--expert", help="Collect with a trained expert: ppo or sac (trained first if missing)."),
+    expert_run: Optional[Path] = typer.Option(None, "--expert-run", help="Expert run directory (default: models/<expert>-<env>)."),
+    expert_steps: Optional[int] = typer.Option(None, "--expert-steps", help="Env steps for training the expert (default: the tuned budget)."),
+    from_training: bool = typer.Option(
+        False, "--from-training", help="Store every transition the expert saw while training from scratch (mixed quality)."
+    ),
+    stochastic: bool = typer.Option(False, "--stochastic", help="Sample expert actions instead of taking the mode."),
     episodes: Optional[int] = typer.Option(None, "--episodes", help="Number of whole episodes to store."),
     steps: Optional[int] = typer.Option(None, "--steps", help="Store whole episodes until at least this many transitions."),
     seed: int = typer.Option(0, "--seed", help="Seed for the envs and the policy; same seed, same bytes."),
@@ -29,27 +36,49 @@ def collect_command(
     metrics: Optional[Path] = typer.Option(None, "--metrics", help="Also write collection statistics to this JSON file."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
 ) -> None:
-    """Collect trajectories from ENV with a policy into a versioned dataset (Arrow shards + metadata)."""
-    if policy != "random":
-        raise RlpipeError(f"unknown policy {policy!r}: use --policy random (experts: --expert ppo|sac)")
-    dataset_name = name or f"{env.split('/')[-1].split('-v')[0].lower()}-{policy}"
+    """Collect trajectories from ENV into a versioned dataset (Arrow shards + metadata, Minari HDF5)."""
+    from rlpipe.pipeline import experts
 
-    def make_policy(envs):
-        return RandomPolicy(envs.single_action_space, envs.num_envs, seed=seed)
-
+    if expert is None and policy != "random":
+        raise RlpipeError(f"unknown policy {policy!r}: use --policy random, or --expert ppo|sac")
+    if from_training and expert is None:
+        raise RlpipeError("--from-training needs --expert (the algorithm to train)")
+    if from_training and (episodes is not None or steps is not None):
+        raise RlpipeError("--from-training stores the whole training run: use --expert-steps, not --episodes/--steps")
+    if expert is not None:
+        experts.check_expert(expert)
+    kind = "mixed" if from_training else ("expert" if expert else policy)
+    dataset_name = name or f"{experts.env_slug(env)}-{kind}"
     probe = make_vector_env(env, 1)  # validates the id and gives the spaces before any file is made
     obs_space, act_space = probe.single_observation_space, probe.single_action_space
     probe.close()
+    run_dir = expert_run or (experts.default_run_dir(expert, env) if expert else None)
+    overrides: dict[str, Any] = {"env_steps": expert_steps, "seed": seed}
+
     with DatasetWriter(dataset_name, obs_space, act_space, env_id=env, store=store, fmt=fmt, force=force) as writer:
-        stats = collect(env, make_policy, writer.write, episodes=episodes, steps=steps, num_envs=num_envs, seed=seed, show_progress=not quiet)
-        producer = {"algorithm": policy, "checkpoint_sha256": None, "seed": seed, "num_envs": num_envs,
-                    "params": {"episodes": episodes, "steps": steps}}
+        if from_training:
+            training = experts.collect_training_transitions(expert, env, writer, run_dir, overrides, progress=not quiet)
+            producer = {"algorithm": expert, "mode": "training-replay", "checkpoint_sha256": training["checkpoint_sha256"],
+                        "run_dir": str(run_dir), "seed": seed, "params": {"expert_steps": expert_steps},
+                        "final_eval_return_mean": training.get("eval_return_mean")}
+        else:
+            if expert is not None:
+                loaded, _ = experts.ensure_expert(expert, env, run_dir, overrides, deterministic=not stochastic, progress=not quiet)
+                make_policy: Any = lambda envs: loaded  # noqa: E731
+                producer = {"algorithm": expert, "checkpoint_sha256": loaded.checkpoint_sha256, "run_dir": str(run_dir),
+                            "deterministic": not stochastic}
+            else:
+                make_policy = lambda envs: RandomPolicy(envs.single_action_space, envs.num_envs, seed=seed)  # noqa: E731
+                producer = {"algorithm": "random", "checkpoint_sha256": None}
+            collect(env, make_policy, writer.write, episodes=episodes, steps=steps, num_envs=num_envs, seed=seed,
+                            show_progress=not quiet)
+            producer.update({"seed": seed, "num_envs": num_envs, "params": {"episodes": episodes, "steps": steps}})
         path = writer.finalize(producer)
-    returns = writer.metadata["episode_return"]
-    summary = {"dataset": dataset_name, "episodes": stats.episodes, "steps": stats.steps,
-               "return_mean": returns["mean"], "return_std": returns["std"],
-               "steps_per_second": stats.env_steps / max(stats.seconds, 1e-9)}
+    meta = writer.metadata
+    returns = meta["episode_return"]
+    summary = {"dataset": dataset_name, "episodes": meta["total_episodes"], "steps": meta["total_steps"],
+               "return_mean": returns["mean"], "return_std": returns["std"]}
     if metrics is not None:
         metrics.parent.mkdir(parents=True, exist_ok=True)
         metrics.write_text(json.dumps(summary, indent=2) + "\n")
-    typer.echo(f"wrote {path}: {stats.episodes} episodes, {stats.steps} steps, mean return {returns['mean']:.2f}")
+    typer.echo(f"wrote {path}: {summary['episodes']} episodes, {summary['steps']} steps, mean return {returns['mean']:.2f}")

@@ -19,7 +19,7 @@ from minari.serialization import deserialize_space
 
 from rlpipe.datasets.loader import read_shard
 from rlpipe.datasets.schema import Columnar, map_columnar
-from rlpipe.datasets.store import MINARI_DIR, MINARI_HDF5_FILE
+from rlpipe.datasets.store import MINARI_DIR, MINARI_HDF5_FILE, MINARI_METADATA_FILE
 from rlpipe.errors import RlpipeError
 
 
@@ -102,6 +102,6 @@ def write_minari_layout(dataset_dir: Path, shard_rels: list[str], minari_metadat
     }
     if metadata.get("env_spec") is None:
         metadata.pop("env_spec", None)
-    (data_dir / "metadata.json").write_text(json.dumps(metadata, sort_keys=True))
-    return [f"{MINARI_DIR}/{MINARI_HDF5_FILE}", f"{MINARI_DIR}/metadata.json"]
+    (dataset_dir / MINARI_METADATA_FILE).write_text(json.dumps(metadata, sort_keys=True))
+    return [f"{MINARI_DIR}/{MINARI_HDF5_FILE}", MINARI_METADATA_FILE]
 

@@ -27,6 +27,7 @@ METADATA_FILE = "metadata.json"
 STEPS_DIR = "steps"
 MINARI_DIR = "data"
 MINARI_HDF5_FILE = "main_data.hdf5"
+MINARI_METADATA_FILE = f"{MINARI_DIR}/metadata.json"
 TEMP_PREFIX = ".tmp-"
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _HASH_CHUNK = 1 << 22
@@ -59,9 +60,14 @@ def file_sha256(path: Path) -> str:
 
 
 def hash_files(directory: Path, relative_paths: list[str]) -> tuple[dict[str, dict[str, Any]], str]:
-    """Per-file sha256 and size, and one content hash over all of them (order-independent)."""
+    """Per-file sha256 and size, and the content hash: one digest over the data files.
+
+    Minari's metadata.json names the dataset, so it is left out of the content hash: the
+    same data under another name has the same content hash.
+    """
     files = {rel: {"sha256": file_sha256(directory / rel), "bytes": (directory / rel).stat().st_size} for rel in sorted(relative_paths)}
-    combined = hashlib.sha256("".join(f"{rel}:{info['sha256']}\n" for rel, info in files.items()).encode())
+    data_files = [rel for rel in files if rel != MINARI_METADATA_FILE]
+    combined = hashlib.sha256("".join(f"{rel}:{files[rel]['sha256']}\n" for rel in data_files).encode())
     return files, combined.hexdigest()
 
 

@@ -1,0 +1,93 @@
+"""Expert datasets: find (or train) an expert run, then collect with it.
+
+An expert lives in `models/<algo>-<env>` (the run directory `rlpipe train` and the
+`train_online` DVC stage write). It is reused when its saved config equals the config the
+current parameters produce; otherwise it is trained first. Datasets record the expert's
+checkpoint hash in their metadata.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from rlpipe.algos import LoadedPolicy, get_algo, load_policy
+from rlpipe.datasets.collector import EpisodeAssembler
+from rlpipe.datasets.writer import DatasetWriter
+from rlpipe.errors import RlpipeError
+from rlpipe.models.checkpoint import read_meta
+
+EXPERTS = ("ppo", "sac")
+
+
+def env_slug(env_id: str) -> str:
+    """`CartPole-v1` -> `cartpole`: the short env name used in run and dataset names."""
+    return env_id.split("/")[-1].split("-v")[0].lower()
+
+
+def default_run_dir(algo: str, env_id: str, models_root: str | Path = "models") -> Path:
+    """Where the expert `algo` for `env_id` is kept, e.g. models/ppo-cartpole."""
+    return Path(models_root) / f"{algo}-{env_slug(env_id)}"
+
+
+def check_expert(algo: str) -> None:
+    """Raise unless `algo` can serve as an expert."""
+    if algo not in EXPERTS:
+        raise RlpipeError(f"unknown expert {algo!r}: choose one of {', '.join(EXPERTS)}")
+
+
+def _saved_config_matches(run_dir: Path, config: Any) -> bool:
+    try:
+        saved = read_meta(run_dir).get("config")
+    except (RlpipeError, FileNotFoundError, OSError):
+        return False
+    return saved == json.loads(json.dumps(asdict(config)))
+
+
+def ensure_expert(
+    algo: str,
+    env_id: str,
+    run_dir: Path,
+    overrides: dict[str, Any],
+    *,
+    deterministic: bool = True,
+    progress: bool = True,
+) -> tuple[LoadedPolicy, bool]:
+    """Load the expert in `run_dir` if it matches `env_id` and the params, else train it there.
+
+    Returns the policy and whether it was trained now.
+    """
+    check_expert(algo)
+    module = get_algo(algo)
+    config = module.make_config(env_id, **overrides)
+    trained = not _saved_config_matches(run_dir, config)
+    if trained:
+        module.train(config, run_dir, progress=progress)
+    return load_policy(run_dir, deterministic=deterministic), trained
+
+
+def collect_training_transitions(
+    algo: str,
+    env_id: str,
+    writer: DatasetWriter,
+    run_dir: Path,
+    overrides: dict[str, Any],
+    *,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Train `algo` from scratch and store every transition it saw (a mixed-quality dataset).
+
+    The run's checkpoint is saved to `run_dir`; returns the training metrics.
+    """
+    check_expert(algo)
+    module = get_algo(algo)
+    if "step_sink" not in inspect.signature(module.train).parameters:
+        raise RlpipeError(f"{algo} cannot report its training transitions; use --expert sac")
+    config = module.make_config(env_id, **overrides)
+    assembler = EpisodeAssembler(config.num_envs, writer.write)
+    result = module.train(config, run_dir, progress=progress, step_sink=assembler.add_step)
+    assembler.close()
+    return {**result.metrics, "checkpoint_sha256": result.checkpoint_sha256}

@@ -1,0 +1,56 @@
+"""Expert datasets: `collect --expert` trains or reuses an expert, `--from-training` stores a
+whole training run. Tiny budgets: these test the plumbing, the learning tests test learning."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from rlpipe.algos import load_policy
+from rlpipe.datasets.loader import load_dataset
+from rlpipe.datasets.store import open_dataset
+from tests.test_collector import assert_episodes_well_formed
+
+
+def test_expert_is_trained_once_then_reused(store: Path, tmp_path: Path, cli) -> None:
+    run = tmp_path / "ppo-run"
+    args = ["collect", "--expert", "ppo", "--env", "CartPole-v1", "--expert-run", run, "--expert-steps", "2048",
+            "--episodes", "3", "--num-envs", "2", "--store", store, "--quiet"]
+    first = cli(*args)
+    assert first.code == 0, first.err
+    meta = open_dataset("cartpole-expert", store).metadata
+    assert meta["producer"]["algorithm"] == "ppo"
+    assert meta["producer"]["checkpoint_sha256"] == load_policy(run).checkpoint_sha256
+    weights = sorted(p for p in run.rglob("*") if p.is_file() and p.suffix in (".safetensors", ".pt"))
+    stamps = [p.stat().st_mtime_ns for p in weights]
+    assert weights
+    again = cli(*args, "--name", "again")
+    assert again.code == 0, again.err
+    assert [p.stat().st_mtime_ns for p in weights] == stamps  # reused, not retrained
+    assert open_dataset("again", store).metadata["content_hash"] == meta["content_hash"]  # deterministic expert
+    assert_episodes_well_formed(load_dataset("cartpole-expert", store))
+
+
+def test_from_training_stores_every_transition(store: Path, tmp_path: Path, cli) -> None:
+    result = cli("collect", "--expert", "sac", "--from-training", "--env", "Pendulum-v1", "--expert-steps", "600",
+                 "--expert-run", tmp_path / "sac-run", "--store", store, "--quiet")
+    assert result.code == 0, result.err
+    data = load_dataset("pendulum-mixed", store)
+    assert len(data) == 600 and len(data.episode_starts()) == 3
+    assert_episodes_well_formed(data)
+    assert np.all(data.truncated[data.step == 199])
+    meta = open_dataset("pendulum-mixed", store).metadata
+    assert meta["producer"]["mode"] == "training-replay"
+    assert meta["producer"]["checkpoint_sha256"] == load_policy(tmp_path / "sac-run").checkpoint_sha256
+
+
+def test_expert_bad_input(store: Path, cli) -> None:
+    for args, message in [
+        (["--expert", "dqn"], "unknown expert 'dqn'"),
+        (["--expert", "sac", "--from-training", "--episodes", "1"], "--from-training stores the whole training run"),
+        (["--from-training"], "--from-training needs --expert"),
+    ]:
+        result = cli("collect", "--env", "Pendulum-v1", *args, "--store", store, "--quiet")
+        assert result.code == 2 and message in result.err, result.err
+    assert list(store.iterdir()) == []
