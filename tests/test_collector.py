@@ -25,6 +25,11 @@ def collect_dataset(store: Path, env_id: str, name: str, fmt: str = "both", **kw
         return writer.finalize({"algorithm": "random"})
 
 
+def leaf_pairs(a, b) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Matching leaf arrays of two columns (Dict observations are dicts of arrays)."""
+    return [(a[key], b[key]) for key in a] if isinstance(a, dict) else [(a, b)]
+
+
 def assert_episodes_well_formed(data) -> None:
     starts = data.episode_starts()
     assert np.array_equal(data.episode_id[starts], np.arange(len(starts)))  # ids 0..E-1, contiguous
@@ -32,7 +37,8 @@ def assert_episodes_well_formed(data) -> None:
     for begin, end in zip(starts, ends):
         np.testing.assert_array_equal(data.step[begin : end + 1], np.arange(end - begin + 1))
         # within an episode the next observation is the following row's observation
-        np.testing.assert_array_equal(data.next_obs[begin:end], data.obs[begin + 1 : end + 1])
+        for next_obs, obs in leaf_pairs(data.next_obs, data.obs):
+            np.testing.assert_array_equal(next_obs[begin:end], obs[begin + 1 : end + 1])
         assert not (data.terminated[begin:end] | data.truncated[begin:end]).any()
         assert data.terminated[end] != data.truncated[end]
 

@@ -12,7 +12,7 @@ from rlpipe.datasets.her import goal_rows, relabel_dataset
 from rlpipe.datasets.loader import load_dataset
 from rlpipe.datasets.store import open_dataset
 from rlpipe.errors import RlpipeError
-from tests.test_collector import collect_dataset
+from tests.test_collector import assert_episodes_well_formed, collect_dataset
 
 
 def test_goalworld_dynamics_and_goal_api() -> None:
@@ -113,3 +113,24 @@ def test_relabel_cli_and_bad_input(store: Path, cli) -> None:
         result = cli("relabel", "her", *args, "--name", "out", "--store", store)
         assert result.code == 2 and message in result.err, result.err
         assert not (store / "out").exists()
+
+
+def test_vector_goalworld_matches_the_rules(store: Path) -> None:
+    """The numpy-batched GoalWorld (used by make_vec) obeys the same rules as the single env."""
+    envs = gym.make_vec("GoalWorld-v0", num_envs=4)
+    assert type(envs.unwrapped).__name__ == "GoalWorldVectorEnv"
+    envs.close()
+    collect_dataset(store, "GoalWorld-v0", "goals", fmt="both", episodes=40, num_envs=4)
+    data = load_dataset("goals", store)
+    assert_episodes_well_formed(data)
+    moved = np.clip(data.obs["observation"] + np.clip(data.action, -1, 1), 0, 5)
+    np.testing.assert_allclose(data.next_obs["observation"], moved, atol=1e-6)
+    np.testing.assert_array_equal(data.next_obs["achieved_goal"], data.next_obs["observation"])
+    distance = np.linalg.norm(data.next_obs["achieved_goal"] - data.next_obs["desired_goal"], axis=-1)
+    np.testing.assert_array_equal(data.reward, np.where(distance <= 0.15, 0.0, -1.0))
+    np.testing.assert_array_equal(data.terminated, distance <= 0.15)
+    np.testing.assert_array_equal(data.truncated, (data.step == 49) & ~data.terminated)
+    starts = data.episode_starts()
+    np.testing.assert_array_equal(data.obs["observation"][starts], 0.0)
+    goals = data.obs["desired_goal"][starts]
+    assert np.all((goals >= 3.5) & (goals <= 4.5)) and len(np.unique(goals[:, 0])) == len(starts)

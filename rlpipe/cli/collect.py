@@ -9,9 +9,10 @@ from typing import Any, Optional
 import typer
 
 from rlpipe.cli.main import app
-from rlpipe.datasets.collector import RandomPolicy, collect, make_vector_env
+from rlpipe.datasets.collector import RandomPolicy, collect
 from rlpipe.datasets.writer import DatasetWriter
 from rlpipe.errors import RlpipeError
+from rlpipe.training.env import env_spaces
 
 
 @app.command("collect")
@@ -49,9 +50,7 @@ def collect_command(
         experts.check_expert(expert)
     kind = "mixed" if from_training else ("expert" if expert else policy)
     dataset_name = name or f"{experts.env_slug(env)}-{kind}"
-    probe = make_vector_env(env, 1)  # validates the id and gives the spaces before any file is made
-    obs_space, act_space = probe.single_observation_space, probe.single_action_space
-    probe.close()
+    obs_space, act_space = env_spaces(env)  # validates the id before any file is made
     run_dir = expert_run or (experts.default_run_dir(expert, env) if expert else None)
     overrides: dict[str, Any] = {"env_steps": expert_steps, "seed": seed}
 

@@ -18,6 +18,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from rlpipe.datasets.schema import Columnar, map_columnar
 from rlpipe.errors import RlpipeError
+from rlpipe.training.env import make_vec_env
 
 RowSink = Callable[[dict[str, Columnar]], None]
 
@@ -49,16 +50,6 @@ class RandomPolicy:
         if isinstance(space, gym.spaces.MultiBinary):
             return self.rng.integers(2, size=(n,) + tuple(space.shape), dtype=np.int8)
         raise RlpipeError(f"random policy does not support action space {space!r}")
-
-
-def make_vector_env(env_id: str, num_envs: int) -> gym.vector.VectorEnv:
-    """gymnasium.make_vec with a one-line error for unknown ids (uses native vector envs where they exist)."""
-    if num_envs < 1:
-        raise RlpipeError(f"--num-envs must be at least 1, got {num_envs}")
-    try:
-        return gym.make_vec(env_id, num_envs=num_envs)
-    except gym.error.Error as exc:
-        raise RlpipeError(f"unknown environment {env_id!r}: {exc}") from None
 
 
 class EpisodeAssembler:
@@ -220,7 +211,7 @@ def collect(
         raise RlpipeError("give exactly one of --episodes and --steps")
     if (episodes if episodes is not None else steps) < 1:
         raise RlpipeError("--episodes/--steps must be at least 1")
-    envs = make_vector_env(env_id, num_envs)
+    envs = make_vec_env(env_id, num_envs)
     try:
         policy = make_policy(envs)
         assembler = EpisodeAssembler(num_envs, sink, max_episodes=episodes)

@@ -3,4 +3,9 @@
 import gymnasium as gym
 
 if "GoalWorld-v0" not in gym.registry:
-    gym.register("GoalWorld-v0", entry_point="rlpipe.envs.goalworld:GoalWorldEnv", max_episode_steps=50)
+    gym.register(
+        "GoalWorld-v0",
+        entry_point="rlpipe.envs.goalworld:GoalWorldEnv",
+        vector_entry_point="rlpipe.envs.goalworld:GoalWorldVectorEnv",
+        max_episode_steps=50,
+    )

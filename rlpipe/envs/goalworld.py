@@ -12,23 +12,51 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from gymnasium.vector import AutoresetMode, VectorEnv
 
 DISTANCE_THRESHOLD = 0.15
 GOAL_LOW, GOAL_HIGH = 3.5, 4.5
 PLANE_LOW, PLANE_HIGH = 0.0, 5.0
 
 
-class GoalWorldEnv(gym.Env):
+def goal_distance(achieved_goal: np.ndarray, desired_goal: np.ndarray) -> np.ndarray:
+    """Euclidean distance over the last axis (batches welcome)."""
+    return np.linalg.norm(np.asarray(achieved_goal) - np.asarray(desired_goal), axis=-1)
+
+
+def _spaces() -> tuple[gym.spaces.Dict, gym.spaces.Box]:
+    plane = gym.spaces.Box(PLANE_LOW, PLANE_HIGH, (2,), np.float32)
+    # Relabelled goals can be any reachable position, so desired_goal spans the plane.
+    observation = gym.spaces.Dict({"observation": plane, "achieved_goal": plane, "desired_goal": plane})
+    return observation, gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+
+
+class _GoalAPI:
+    """compute_reward / compute_terminated / compute_truncated, vectorised over leading axes."""
+
+    distance_threshold: float
+
+    def compute_reward(self, achieved_goal: np.ndarray, desired_goal: np.ndarray, info: Any) -> np.ndarray:
+        """-1 where the goal is not reached, 0 where it is."""
+        return -(goal_distance(achieved_goal, desired_goal) > self.distance_threshold).astype(np.float32)
+
+    def compute_terminated(self, achieved_goal: np.ndarray, desired_goal: np.ndarray, info: Any) -> np.ndarray:
+        """Reaching the goal ends the episode."""
+        return goal_distance(achieved_goal, desired_goal) <= self.distance_threshold
+
+    def compute_truncated(self, achieved_goal: np.ndarray, desired_goal: np.ndarray, info: Any) -> np.ndarray:
+        """Truncation comes from the time limit only."""
+        return np.zeros(np.shape(achieved_goal)[:-1], dtype=bool)
+
+
+class GoalWorldEnv(_GoalAPI, gym.Env):
     """Dict observation (`observation`, `achieved_goal`, `desired_goal`), Box(-1, 1, (2,)) actions."""
 
     metadata = {"render_modes": []}
 
     def __init__(self, distance_threshold: float = DISTANCE_THRESHOLD) -> None:
         self.distance_threshold = distance_threshold
-        plane = gym.spaces.Box(PLANE_LOW, PLANE_HIGH, (2,), np.float32)
-        # Relabelled goals can be any reachable position, so desired_goal spans the plane.
-        self.observation_space = gym.spaces.Dict({"observation": plane, "achieved_goal": plane, "desired_goal": plane})
-        self.action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.observation_space, self.action_space = _spaces()
         self._position = np.zeros(2, np.float32)
         self._goal = np.zeros(2, np.float32)
 
@@ -49,17 +77,54 @@ class GoalWorldEnv(gym.Env):
         success = reward == 0.0
         return obs, reward, success, False, {"is_success": success}
 
-    def goal_distance(self, achieved_goal: np.ndarray, desired_goal: np.ndarray) -> np.ndarray:
-        return np.linalg.norm(np.asarray(achieved_goal) - np.asarray(desired_goal), axis=-1)
 
-    def compute_reward(self, achieved_goal: np.ndarray, desired_goal: np.ndarray, info: Any) -> np.ndarray:
-        """-1 where the goal is not reached, 0 where it is; works on batches (leading axes)."""
-        return -(self.goal_distance(achieved_goal, desired_goal) > self.distance_threshold).astype(np.float32)
+class GoalWorldVectorEnv(_GoalAPI, VectorEnv):
+    """`num_envs` GoalWorlds stepped as numpy arrays (next-step autoreset, like CartPoleVectorEnv).
 
-    def compute_terminated(self, achieved_goal: np.ndarray, desired_goal: np.ndarray, info: Any) -> np.ndarray:
-        """Reaching the goal ends the episode; works on batches."""
-        return self.goal_distance(achieved_goal, desired_goal) <= self.distance_threshold
+    After an episode ends, the next `step` resets those envs (their action is ignored,
+    reward 0) and returns the first observation of the new episode. `reset(seed=s)` seeds
+    one generator for all envs, so a run is exactly reproducible for a given num_envs.
+    """
 
-    def compute_truncated(self, achieved_goal: np.ndarray, desired_goal: np.ndarray, info: Any) -> np.ndarray:
-        """Truncation comes from the time limit only."""
-        return np.zeros(np.shape(achieved_goal)[:-1], dtype=bool)
+    metadata = {"render_modes": [], "autoreset_mode": AutoresetMode.NEXT_STEP}
+
+    def __init__(self, num_envs: int = 1, max_episode_steps: int = 50, distance_threshold: float = DISTANCE_THRESHOLD) -> None:
+        self.num_envs = num_envs
+        self.max_episode_steps = max_episode_steps
+        self.distance_threshold = distance_threshold
+        self.single_observation_space, self.single_action_space = _spaces()
+        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, num_envs)
+        self.action_space = gym.vector.utils.batch_space(self.single_action_space, num_envs)
+        self._position = np.zeros((num_envs, 2), np.float32)
+        self._goal = np.zeros((num_envs, 2), np.float32)
+        self._steps = np.zeros(num_envs, np.int32)
+        self._prev_done = np.zeros(num_envs, bool)
+
+    def _observation(self) -> dict[str, np.ndarray]:
+        return {"observation": self._position.copy(), "achieved_goal": self._position.copy(), "desired_goal": self._goal.copy()}
+
+    def _new_goals(self, count: int) -> np.ndarray:
+        return self.np_random.uniform(GOAL_LOW, GOAL_HIGH, size=(count, 2)).astype(np.float32)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[dict[str, np.ndarray], dict]:
+        super().reset(seed=seed)
+        self._position[:] = 0.0
+        self._goal = self._new_goals(self.num_envs)
+        self._steps[:] = 0
+        self._prev_done[:] = False
+        return self._observation(), {}
+
+    def step(self, actions: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray, dict]:
+        move = np.clip(np.asarray(actions, np.float32).reshape(self.num_envs, 2), -1.0, 1.0)
+        self._position = np.clip(self._position + move, PLANE_LOW, PLANE_HIGH).astype(np.float32)
+        self._steps += 1
+        reset = self._prev_done
+        if reset.any():
+            self._position[reset] = 0.0
+            self._goal[reset] = self._new_goals(int(reset.sum()))
+            self._steps[reset] = 0
+        success = self.compute_terminated(self._position, self._goal, None) & ~reset
+        reward = np.where(reset, 0.0, self.compute_reward(self._position, self._goal, None)).astype(np.float32)
+        truncated = (self._steps >= self.max_episode_steps) & ~success & ~reset
+        self._prev_done = success | truncated
+        return self._observation(), reward, success, truncated, {"is_success": success, "_is_success": ~reset}
