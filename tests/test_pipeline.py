@@ -53,4 +53,7 @@ def test_dvc_repro_runs_every_stage(tmp_path: Path) -> None:
     datasets = {info.name: info for info in list_datasets(work / "datasets")}
     for name, settings in smoke["collect_random"].items():
         assert datasets[name].metadata["total_episodes"] == settings["episodes"]
-        assert validate_dataset(datasets[name]) == []
+    for name, settings in smoke["relabel_her"].items():
+        assert datasets[name].metadata["provenance"]["source_dataset"] == settings["dataset"]
+    for info in datasets.values():
+        assert validate_dataset(info) == []
