@@ -54,3 +54,18 @@ def test_expert_bad_input(store: Path, cli) -> None:
         result = cli("collect", "--env", "Pendulum-v1", *args, "--store", store, "--quiet")
         assert result.code == 2 and message in result.err, result.err
     assert list(store.iterdir()) == []
+
+
+def test_default_expert_dir_is_retrained_when_params_change(store: Path, tmp_path: Path, cli, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    args = ["collect", "--expert", "ppo", "--env", "CartPole-v1", "--episodes", "2", "--num-envs", "2", "--store", store, "--quiet"]
+    assert cli(*args, "--expert-steps", "1024").code == 0
+    weights = next(p for p in (tmp_path / "models" / "ppo-cartpole").rglob("*.safetensors"))
+    before = weights.stat().st_mtime_ns
+    assert cli(*args, "--expert-steps", "1024", "--name", "same").code == 0
+    assert weights.stat().st_mtime_ns == before
+    assert cli(*args, "--expert-steps", "2048", "--name", "more").code == 0
+    assert weights.stat().st_mtime_ns != before
+    wrong = cli("collect", "--expert", "sac", "--env", "Pendulum-v1", "--expert-run", tmp_path / "models" / "ppo-cartpole",
+                "--episodes", "1", "--store", store, "--quiet")
+    assert wrong.code == 2 and "holds a ppo run on CartPole-v1" in wrong.err

@@ -21,7 +21,10 @@ def collect_command(
     name: Optional[str] = typer.Option(None, "--name", help="Dataset name (default: <env>-random, <env>-expert or <env>-mixed)."),
     policy: str = typer.Option("random", "--policy", help="Behaviour policy when no --expert is given: 'random'."),
     expert: Optional[str] = typer.Option(None, "--expert", help="Collect with a trained expert: ppo or sac (trained first if missing)."),
-    expert_run: Optional[Path] = typer.Option(None, "--expert-run", help="Expert run directory (default: models/<expert>-<env>)."),
+    expert_run: Optional[Path] = typer.Option(
+        None, "--expert-run", help="Use this expert run as it is (trained there if missing). Default: models/<expert>-<env>, "
+        "retrained when its params differ."
+    ),
     expert_steps: Optional[int] = typer.Option(None, "--expert-steps", help="Env steps for training the expert (default: the tuned budget)."),
     from_training: bool = typer.Option(
         False, "--from-training", help="Store every transition the expert saw while training from scratch (mixed quality)."
@@ -62,7 +65,8 @@ def collect_command(
                         "final_eval_return_mean": training.get("eval_return_mean")}
         else:
             if expert is not None:
-                loaded, _ = experts.ensure_expert(expert, env, run_dir, overrides, deterministic=not stochastic, progress=not quiet)
+                loaded, _ = experts.ensure_expert(expert, env, run_dir, overrides, match_params=expert_run is None,
+                                                  deterministic=not stochastic, progress=not quiet)
                 make_policy: Any = lambda envs: loaded  # noqa: E731
                 producer = {"algorithm": expert, "checkpoint_sha256": loaded.checkpoint_sha256, "run_dir": str(run_dir),
                             "deterministic": not stochastic}

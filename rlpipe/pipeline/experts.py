@@ -19,6 +19,7 @@ from rlpipe.datasets.collector import EpisodeAssembler
 from rlpipe.datasets.writer import DatasetWriter
 from rlpipe.errors import RlpipeError
 from rlpipe.models.checkpoint import read_meta
+from rlpipe.training.run import METRICS_FILE
 
 EXPERTS = ("ppo", "sac")
 
@@ -53,20 +54,29 @@ def ensure_expert(
     run_dir: Path,
     overrides: dict[str, Any],
     *,
+    match_params: bool = True,
     deterministic: bool = True,
     progress: bool = True,
 ) -> tuple[LoadedPolicy, bool]:
-    """Load the expert in `run_dir` if it matches `env_id` and the params, else train it there.
+    """Load the expert in `run_dir`, training it there first when it is missing — or, with
+    `match_params`, when its saved config differs from what `overrides` give.
 
-    Returns the policy and whether it was trained now.
+    Without `match_params` an existing run is used as it is (a run the pipeline trained),
+    provided it is an `algo` run on `env_id`. Returns the policy and whether it was trained now.
     """
     check_expert(algo)
     module = get_algo(algo)
     config = module.make_config(env_id, **overrides)
-    trained = not _saved_config_matches(run_dir, config)
+    if match_params:
+        trained = not _saved_config_matches(run_dir, config)
+    else:
+        trained = not (run_dir / METRICS_FILE).is_file()
     if trained:
         module.train(config, run_dir, progress=progress)
-    return load_policy(run_dir, deterministic=deterministic), trained
+    policy = load_policy(run_dir, deterministic=deterministic)
+    if (policy.algo, policy.env_id) != (algo, env_id):
+        raise RlpipeError(f"{run_dir} holds a {policy.algo} run on {policy.env_id}, not {algo} on {env_id}")
+    return policy, trained
 
 
 def collect_training_transitions(

@@ -1,0 +1,54 @@
+"""Peer side of bench/offline.py, run inside the d3rlpy virtualenv (d3rlpy pins gymnasium 1.0.0).
+
+Reads transitions from an .npz, trains d3rlpy's CQL or BC for a fixed number of gradient
+updates with 256x256 networks and prints one JSON line: {"algo", "updates", "seconds"}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+import torch
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("npz")
+    parser.add_argument("--algo", choices=["cql", "bc"], required=True)
+    parser.add_argument("--updates", type=int, default=200)
+    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--action-samples", type=int, default=10)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+
+    import d3rlpy
+
+    data = np.load(args.npz)
+    dataset = d3rlpy.dataset.MDPDataset(
+        observations=data["obs"], actions=data["action"], rewards=data["reward"],
+        terminals=data["terminated"].astype(np.float32), timeouts=data["truncated"].astype(np.float32),
+    )
+    encoder = d3rlpy.models.encoders.VectorEncoderFactory([args.hidden, args.hidden])
+    if args.algo == "cql":
+        config = d3rlpy.algos.CQLConfig(batch_size=args.batch_size, actor_encoder_factory=encoder,
+                                        critic_encoder_factory=encoder, n_action_samples=args.action_samples)
+    else:
+        config = d3rlpy.algos.BCConfig(batch_size=args.batch_size, encoder_factory=encoder)
+    algo = config.create(device="cpu:0")
+    algo.build_with_dataset(dataset)
+    # one warm-up update so lazy initialisation is not timed
+    algo.fit(dataset, n_steps=1, n_steps_per_epoch=1, show_progress=False, save_interval=10**9,
+             logger_adapter=d3rlpy.logging.NoopAdapterFactory())
+    start = time.perf_counter()
+    algo.fit(dataset, n_steps=args.updates, n_steps_per_epoch=args.updates, show_progress=False, save_interval=10**9,
+             logger_adapter=d3rlpy.logging.NoopAdapterFactory())
+    seconds = time.perf_counter() - start
+    print(json.dumps({"algo": args.algo, "updates": args.updates, "seconds": seconds, "d3rlpy": d3rlpy.__version__}))
+
+
+if __name__ == "__main__":
+    main()
