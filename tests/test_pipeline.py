@@ -37,6 +37,8 @@ def test_dvc_repro_runs_every_stage(tmp_path: Path) -> None:
     work.mkdir()
     shutil.copy(REPO / "dvc.yaml", work / "dvc.yaml")
     shutil.copy(REPO / "tests" / "smoke_params.yaml", work / "params.yaml")
+    # Stages depend on the code that produces their outputs.
+    shutil.copytree(REPO / "rlpipe", work / "rlpipe", ignore=shutil.ignore_patterns("__pycache__"))
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     env.pop("RLPIPE_DATASETS", None)
     dvc = [sys.executable, "-m", "dvc"]
@@ -51,8 +53,10 @@ def test_dvc_repro_runs_every_stage(tmp_path: Path) -> None:
 
     smoke = yaml.safe_load((REPO / "tests" / "smoke_params.yaml").read_text())
     datasets = {info.name: info for info in list_datasets(work / "datasets")}
-    for name, settings in smoke["collect_random"].items():
+    for name, settings in {**smoke["collect_random"], **smoke["collect_expert"]}.items():
         assert datasets[name].metadata["total_episodes"] == settings["episodes"]
+    for name, settings in smoke["collect_mixed"].items():
+        assert datasets[name].metadata["total_steps"] == settings["expert_steps"]
     for name, settings in smoke["relabel_her"].items():
         assert datasets[name].metadata["provenance"]["source_dataset"] == settings["dataset"]
     for info in datasets.values():

@@ -92,27 +92,29 @@ class EpisodeAssembler:
         truncated: np.ndarray,
         valid: np.ndarray | None = None,
     ) -> None:
-        """Record one vector-env step; rows where `valid` is False (autoreset steps) are skipped."""
-        rows = slice(None) if valid is None or valid.all() else np.flatnonzero(valid)
+        """Record one vector-env step; rows where `valid` is False (autoreset steps) are dropped.
+
+        All rows are copied as they come (slices, no fancy indexing); invalid rows get the
+        key -1, which never completes, so `flush` discards them in bulk.
+        """
+        live = np.ones(self.num_envs, dtype=bool) if valid is None else np.asarray(valid, dtype=bool)
         step = {
-            "key": self._env_key[rows],
-            "step": self._env_step[rows],
-            "obs": map_columnar(obs, lambda a: a[rows]),
-            "action": np.asarray(action)[rows],
-            "reward": np.asarray(reward)[rows],
-            "next_obs": map_columnar(next_obs, lambda a: a[rows]),
-            "terminated": np.asarray(terminated)[rows],
-            "truncated": np.asarray(truncated)[rows],
+            "key": np.where(live, self._env_key, -1),
+            "step": self._env_step,
+            "obs": obs,
+            "action": np.asarray(action),
+            "reward": np.asarray(reward),
+            "next_obs": next_obs,
+            "terminated": np.asarray(terminated),
+            "truncated": np.asarray(truncated),
         }
-        count = len(step["key"])
         if self._buffers is None:
             self._buffers = {k: map_columnar(v, lambda a: np.empty((self.capacity,) + a.shape[1:], a.dtype)) for k, v in step.items()}
-        if self._size + count > self.capacity:
+        if self._size + self.num_envs > self.capacity:
             self.flush()
         self._store(step, self._size)
-        self._size += count
+        self._size += self.num_envs
 
-        live = np.ones(self.num_envs, dtype=bool) if valid is None else np.asarray(valid, dtype=bool)
         self._env_step[live] += 1
         self._env_return[live] += np.asarray(reward, dtype=np.float64)[live]
         done = np.flatnonzero(live & (np.asarray(terminated) | np.asarray(truncated)))
@@ -161,9 +163,9 @@ class EpisodeAssembler:
             out = {name: map_columnar(buffers[name], lambda a: a[rows]) for name in buffers if name != "key"}
             out["episode_id"] = episode_id
             self.sink(out)
-            keep = np.flatnonzero(~complete)
+            keep = np.flatnonzero(~complete & (keys >= 0))
         else:
-            keep = np.arange(size)
+            keep = np.flatnonzero(keys >= 0)
         kept = {name: map_columnar(buffers[name], lambda a: a[keep]) for name in buffers}
         if len(keep) > self.capacity // 2:
             self.capacity *= 2

@@ -7,16 +7,18 @@ import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import gymnasium as gym
 import numpy as np
 import pyarrow as pa
-import torch
 
 from rlpipe.datasets.schema import Columnar, concat_columnar, from_arrow, map_columnar, scalar_from_arrow
 from rlpipe.datasets.store import DatasetInfo, open_dataset
 from rlpipe.errors import RlpipeError
+
+if TYPE_CHECKING:  # torch is imported only when a sampler is built: collection never pays for it
+    import torch
 
 
 @dataclass
@@ -102,15 +104,17 @@ def load_dataset(name: str, store: str | os.PathLike | None = None) -> Transitio
 class Batch(NamedTuple):
     """A minibatch of transitions as tensors on the training device."""
 
-    obs: torch.Tensor | dict[str, torch.Tensor]
-    action: torch.Tensor | dict[str, torch.Tensor]
-    reward: torch.Tensor
-    next_obs: torch.Tensor | dict[str, torch.Tensor]
-    terminated: torch.Tensor
-    truncated: torch.Tensor
+    obs: "torch.Tensor | dict[str, torch.Tensor]"
+    action: "torch.Tensor | dict[str, torch.Tensor]"
+    reward: "torch.Tensor"
+    next_obs: "torch.Tensor | dict[str, torch.Tensor]"
+    terminated: "torch.Tensor"
+    truncated: "torch.Tensor"
 
 
-def _to_tensor(array: np.ndarray, device: torch.device) -> torch.Tensor:
+def _to_tensor(array: np.ndarray, device: "torch.device") -> "torch.Tensor":
+    import torch
+
     if array.dtype == np.float64:
         array = array.astype(np.float32)
     with warnings.catch_warnings():
@@ -126,7 +130,9 @@ class TransitionSampler:
     gather per column, with no Python loop over rows.
     """
 
-    def __init__(self, data: TransitionArrays, device: str | torch.device = "cpu", seed: int = 0) -> None:
+    def __init__(self, data: TransitionArrays, device: "str | torch.device" = "cpu", seed: int = 0) -> None:
+        import torch
+
         self.device = torch.device(device)
         self.size = len(data)
         if self.size == 0:
@@ -141,5 +147,7 @@ class TransitionSampler:
 
     def sample(self, batch_size: int) -> Batch:
         """A batch of `batch_size` transitions drawn uniformly with replacement."""
+        import torch
+
         index = torch.randint(self.size, (batch_size,), device=self.device, generator=self._generator)
         return Batch(**{name: map_columnar(column, lambda t: t[index]) for name, column in self._columns.items()})
