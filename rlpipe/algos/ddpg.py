@@ -1,0 +1,109 @@
+"""DDPG: deterministic actor, one Q critic, target networks, Gaussian or OU exploration.
+
+Read top to bottom: config and tuned defaults, then ``train``: networks, the update
+(critic, then actor, then both targets, every step), and the shared off-policy loop.
+TD3 (``td3.py``) is this algorithm plus twin critics, delayed actor and target smoothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlpipe.models.networks import DeterministicActor, EnsembleQ
+from rlpipe.training import Batch, StepSink, TrainResult, config_for_env
+from rlpipe.training.env import BOX
+from rlpipe.training.noise import make_noise
+from rlpipe.training.offpolicy import noisy_explore, setup, train_off_policy
+from rlpipe.training.optim import adam, frozen, polyak_update, target_copy
+
+ACTION_SPACES = (BOX,)
+
+
+@dataclass
+class Config:
+    env_id: str = "Pendulum-v1"
+    env_steps: int = 20_000
+    seed: int = 0
+    num_envs: int = 1
+    buffer_size: int = 1_000_000
+    batch_size: int = 256
+    gamma: float = 0.99
+    tau: float = 0.005
+    actor_lr: float = 3e-4
+    critic_lr: float = 3e-4
+    hidden: tuple[int, ...] = (256, 256)
+    noise: str = "gaussian"  # exploration noise: "gaussian" or "ou" (Ornstein-Uhlenbeck)
+    noise_sigma: float = 0.1  # in units of the [-1, 1] action range
+    ou_theta: float = 0.15
+    ou_dt: float = 1e-2
+    learning_starts: int = 10_000  # uniform random actions before this many env steps
+    updates_per_step: float = 1.0
+    eval_every: int = 1_000
+    eval_episodes: int = 10
+    stop_at_return: float | None = None
+    device: str = "cpu"
+    torch_threads: int = 1
+
+
+TUNED: dict[str, dict[str, Any]] = {
+    "Pendulum-v1": dict(
+        env_steps=20_000, buffer_size=100_000, batch_size=128, actor_lr=1e-3, critic_lr=1e-3,
+        hidden=(64, 64), learning_starts=1_000,
+    ),
+}
+
+
+def make_config(env_id: str, **overrides: Any) -> Config:
+    """The tuned config for ``env_id`` with ``overrides`` (None values ignored) applied."""
+    return config_for_env(Config, TUNED, env_id, **overrides)
+
+
+def train(
+    config: Config,
+    out_dir: str | Path | None = None,
+    *,
+    progress: bool = True,
+    step_sink: StepSink | None = None,
+) -> TrainResult:
+    """Train DDPG; with ``out_dir`` also write checkpoint, ``metrics.json`` and DVCLive curve.
+
+    ``step_sink`` is called after every vector-env step, as in :func:`rlpipe.algos.sac.train`.
+    """
+    env = setup("ddpg", config)
+    obs_dim, act_dim, device = env.obs_dim, env.act_dim, env.device
+
+    actor = DeterministicActor(obs_dim, act_dim, config.hidden).to(device)
+    critic = EnsembleQ(obs_dim, act_dim, config.hidden, n=1).to(device)
+    actor_target, critic_target = target_copy(actor), target_copy(critic)
+    actor_opt = adam(actor.parameters(), config.actor_lr)
+    critic_opt = adam(critic.parameters(), config.critic_lr)
+    critic_params = list(critic.parameters())
+
+    def update(b: Batch, _: int) -> None:
+        # Critic: one-step TD target from the target actor and target critic.
+        with torch.no_grad():
+            next_q = critic_target(b.next_obs, actor_target(b.next_obs))[0]
+            target = b.rewards + config.gamma * (1.0 - b.terminated) * next_q
+        critic_loss = (critic(b.obs, b.actions)[0] - target).square().mean()
+        critic_opt.zero_grad(set_to_none=True)
+        critic_loss.backward()
+        critic_opt.step()
+
+        # Actor: follow the critic's action gradient (critic weights frozen).
+        with frozen(critic_params):
+            actor_loss = -critic(b.obs, actor(b.obs))[0].mean()
+            actor_opt.zero_grad(set_to_none=True)
+            actor_loss.backward()
+            actor_opt.step()
+        polyak_update(critic_target, critic, config.tau)
+        polyak_update(actor_target, actor, config.tau)
+
+    noise = make_noise(config.noise, (config.num_envs, act_dim), config.noise_sigma, env.rng, theta=config.ou_theta, dt=config.ou_dt)
+    explore = noisy_explore(actor, noise, device)
+
+    modules = {"policy": actor, "critic": critic, "policy_target": actor_target, "critic_target": critic_target}
+    return train_off_policy("ddpg", config, env, actor, modules, explore, update, out_dir, progress, step_sink)

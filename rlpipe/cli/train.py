@@ -1,0 +1,93 @@
+"""`rlpipe train` and `rlpipe eval`: thin wrappers around rlpipe.algos."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import fields
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+import yaml
+
+from rlpipe.cli.main import app
+from rlpipe.errors import RlpipeError
+
+
+def _parse_overrides(pairs: list[str], config_cls: type) -> dict[str, Any]:
+    """``KEY=VALUE`` strings -> config overrides (values parsed as YAML: 3e-4, [64, 64], null)."""
+    names = {f.name for f in fields(config_cls)}
+    overrides: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key:
+            raise RlpipeError(f"--set expects KEY=VALUE, got {pair!r}")
+        if key not in names:
+            raise RlpipeError(f"unknown option {key!r} for --set; known: {', '.join(sorted(names))}")
+        value = yaml.safe_load(raw)
+        overrides[key] = tuple(value) if isinstance(value, list) else value
+    return overrides
+
+
+@app.command()
+def train(
+    algo: str = typer.Argument(..., help="Algorithm: ppo, sac, ddpg or td3 (offline algorithms take --dataset)."),
+    env: Optional[str] = typer.Option(None, "--env", help="Gymnasium env id, e.g. CartPole-v1 or Pendulum-v1."),
+    env_steps: Optional[int] = typer.Option(None, "--env-steps", help="Environment steps to train for (default: tuned per env)."),
+    seed: int = typer.Option(0, "--seed", help="Random seed; the same seed gives the same metrics on CPU."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Run directory for checkpoint, metrics.json and dvclive/ (default: runs/ALGO-ENV)."),
+    num_envs: Optional[int] = typer.Option(None, "--num-envs", help="Parallel (vectorised) envs (default: tuned per env)."),
+    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
+    dataset: Optional[str] = typer.Option(None, "--dataset", help="Dataset name (offline algorithms only)."),
+    overrides: list[str] = typer.Option([], "--set", help="Override a config field, KEY=VALUE (repeatable), e.g. --set learning_rate=3e-4."),
+    stop_at_return: Optional[float] = typer.Option(None, "--stop-at-return", help="Stop early once the eval mean return reaches this."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar (steps/s, latest return) on stderr."),
+) -> None:
+    """Train ALGO on --env and save a safe checkpoint, metrics.json and a DVCLive curve."""
+    from rlpipe.algos import ONLINE, get_algo
+    from rlpipe.training.env import env_spaces, require_spaces
+
+    module = get_algo(algo)
+    if algo in ONLINE and dataset is not None:
+        raise RlpipeError(f"{algo} is an online algorithm and trains in the environment; --dataset is for offline algorithms")
+    if env is None:
+        raise RlpipeError(f"{algo} needs --env (a Gymnasium env id, e.g. CartPole-v1)")
+    obs_space, act_space = env_spaces(env)
+    require_spaces(algo, env, obs_space, act_space, module.ACTION_SPACES)
+    config = module.make_config(
+        env, env_steps=env_steps, seed=seed, num_envs=num_envs, device=device,
+        stop_at_return=stop_at_return, **_parse_overrides(overrides, module.Config),
+    )
+    run_dir = out if out is not None else Path("runs") / f"{algo}-{env}"
+    result = module.train(config, run_dir, progress=progress)
+    m = result.metrics
+    typer.echo(
+        f"{algo} {env}: eval return {m['eval_return_mean']:.1f} ± {m['eval_return_std']:.1f} after "
+        f"{m['env_steps']} env steps ({m['gradient_updates']} updates, {m['wall_seconds']:.1f} s) -> {run_dir}"
+    )
+
+
+@app.command("eval")
+def eval_(
+    run_dir: Path = typer.Argument(..., help="A run directory written by `rlpipe train`."),
+    episodes: int = typer.Option(10, "--episodes", min=1, help="Episodes to run."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the evaluation envs."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    stochastic: bool = typer.Option(False, "--stochastic", help="Sample actions instead of acting deterministically."),
+    device: str = typer.Option("cpu", "--device", help="auto, cpu or cuda."),
+) -> None:
+    """Evaluate a saved policy and print the mean ± std episode return."""
+    from rlpipe.algos import load_policy
+    from rlpipe.training.evaluation import evaluate
+
+    policy = load_policy(run_dir, device=device, deterministic=not stochastic)
+    res = evaluate(policy, policy.env_id, episodes, seed)
+    if as_json:
+        typer.echo(json.dumps({
+            "run_dir": str(run_dir), "algo": policy.algo, "env_id": policy.env_id, "episodes": episodes, "seed": seed,
+            "deterministic": not stochastic, "return_mean": res.mean, "return_std": res.std, "returns": res.returns,
+            "checkpoint_sha256": policy.checkpoint_sha256,
+        }))
+    else:
+        typer.echo(f"{policy.algo} {policy.env_id}: {res.mean:.2f} ± {res.std:.2f} over {episodes} episodes")

@@ -1,0 +1,111 @@
+"""Safe checkpoints: tensors in safetensors, everything else in JSON; nothing is unpickled.
+
+A run directory holds ``model.safetensors`` (every module's state, keys prefixed with the
+module name, e.g. ``policy.net.0.weight``) and ``checkpoint.json`` (algorithm, env id,
+action space, policy kind/spec, config and the sha256 of the weights file). The hash is
+what dataset metadata records as the producing expert's identity.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from rlpipe.errors import RlpipeError
+
+WEIGHTS_FILE = "model.safetensors"
+META_FILE = "checkpoint.json"
+FORMAT_VERSION = 1
+
+
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of a file's bytes."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def save_checkpoint(run_dir: str | Path, modules: dict[str, nn.Module], meta: dict[str, Any]) -> str:
+    """Write ``modules``' state dicts and ``meta`` (JSON-serialisable) to ``run_dir``.
+
+    Returns the sha256 of the weights file, also stored in ``checkpoint.json``. Files are
+    written to temporaries and renamed, so an interrupted save never leaves a half file.
+    """
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tensors = {
+        f"{name}.{key}": value.detach().to("cpu").contiguous().clone()
+        for name, module in modules.items()
+        for key, value in module.state_dict().items()
+    }
+    weights = run_dir / WEIGHTS_FILE
+    tmp = weights.with_name(weights.name + ".tmp")
+    save_file(tensors, str(tmp), metadata={"format": str(FORMAT_VERSION)})
+    os.replace(tmp, weights)
+    digest = sha256_file(weights)
+    record = {"format": FORMAT_VERSION, **meta, "weights_file": WEIGHTS_FILE, "sha256": digest}
+    _atomic_write_text(run_dir / META_FILE, json.dumps(record, indent=2, sort_keys=True) + "\n")
+    return digest
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A loaded checkpoint: its JSON record and its tensors (on the requested device)."""
+
+    meta: dict[str, Any]
+    tensors: dict[str, torch.Tensor]
+
+    @property
+    def sha256(self) -> str:
+        return self.meta["sha256"]
+
+    def state_dict(self, module_name: str) -> dict[str, torch.Tensor]:
+        """The state dict saved for ``module_name`` (prefix stripped)."""
+        prefix = module_name + "."
+        return {k[len(prefix):]: v for k, v in self.tensors.items() if k.startswith(prefix)}
+
+
+def read_meta(run_dir: str | Path) -> dict[str, Any]:
+    """Read ``checkpoint.json``; a missing or malformed file is an RlpipeError."""
+    path = Path(run_dir) / META_FILE
+    if not path.is_file():
+        raise RlpipeError(f"no checkpoint in {run_dir} (missing {META_FILE})")
+    try:
+        meta = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise RlpipeError(f"corrupted checkpoint metadata {path}: {exc}") from None
+    if meta.get("format") != FORMAT_VERSION:
+        raise RlpipeError(f"unsupported checkpoint format {meta.get('format')!r} in {path}")
+    return meta
+
+
+def load_checkpoint(run_dir: str | Path, device: str | torch.device = "cpu", verify: bool = True) -> Checkpoint:
+    """Load a checkpoint written by :func:`save_checkpoint`, checking the weights' sha256."""
+    meta = read_meta(run_dir)
+    weights = Path(run_dir) / meta["weights_file"]
+    if not weights.is_file():
+        raise RlpipeError(f"checkpoint weights missing: {weights}")
+    if verify and sha256_file(weights) != meta["sha256"]:
+        raise RlpipeError(f"checkpoint weights {weights} do not match their recorded sha256 (corrupted or replaced)")
+    try:
+        tensors = load_file(str(weights), device=str(device))
+    except (SafetensorError, OSError) as exc:
+        raise RlpipeError(f"cannot read checkpoint weights {weights}: {exc}") from None
+    return Checkpoint(meta=meta, tensors=tensors)

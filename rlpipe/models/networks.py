@@ -1,0 +1,342 @@
+"""Neural networks shared by every algorithm: MLPs, policies, value nets and fused Q ensembles.
+
+Every actor exposes ``act(obs, deterministic) -> action`` where continuous actions live in
+[-1, 1] (rescaled to the env's bounds in :mod:`rlpipe.training.env`) and discrete actions
+are integer indices. Actors are rebuilt from JSON with :func:`build_policy`, so a
+checkpoint never needs to pickle Python objects.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.distributions import Categorical, Normal
+
+_ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU}
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+
+
+def mlp(
+    in_dim: int,
+    out_dim: int,
+    hidden: Sequence[int] = (256, 256),
+    activation: str = "relu",
+    out_gain: float | None = None,
+    orthogonal: bool = False,
+) -> nn.Sequential:
+    """A plain MLP ``in_dim -> hidden... -> out_dim`` with no output activation.
+
+    ``orthogonal=True`` uses the PPO-style orthogonal init (gain sqrt(2) for hidden layers,
+    ``out_gain`` for the last one); otherwise PyTorch's default init is kept and
+    ``out_gain`` (if given) only scales the last layer.
+    """
+    if activation not in _ACTIVATIONS:
+        raise ValueError(f"unknown activation {activation!r}; choose from {sorted(_ACTIVATIONS)}")
+    dims = [in_dim, *hidden, out_dim]
+    layers: list[nn.Module] = []
+    for i, (d_in, d_out) in enumerate(zip(dims[:-1], dims[1:])):
+        layer = nn.Linear(d_in, d_out)
+        last = i == len(dims) - 2
+        if orthogonal:
+            nn.init.orthogonal_(layer.weight, out_gain if last and out_gain is not None else math.sqrt(2))
+            nn.init.zeros_(layer.bias)
+        elif last and out_gain is not None:
+            with torch.no_grad():
+                layer.weight.mul_(out_gain)
+                layer.bias.mul_(out_gain)
+        layers.append(layer)
+        if not last:
+            layers.append(_ACTIVATIONS[activation]())
+    return nn.Sequential(*layers)
+
+
+class ObsNormalizer(nn.Module):
+    """Running mean/variance of observations, stored as buffers so checkpoints carry them.
+
+    Identity until :meth:`update` is called (PPO's optional observation normalisation).
+    """
+
+    def __init__(self, obs_dim: int, clip: float = 10.0, eps: float = 1e-8) -> None:
+        super().__init__()
+        self.clip, self.eps = clip, eps
+        self.register_buffer("mean", torch.zeros(obs_dim))
+        self.register_buffer("var", torch.ones(obs_dim))
+        self.register_buffer("count", torch.zeros(()))
+
+    @torch.no_grad()
+    def update(self, batch: torch.Tensor) -> None:
+        """Merge a batch's moments into the running ones (parallel-variance formula)."""
+        b_mean, b_var, n = batch.mean(0), batch.var(0, unbiased=False), batch.shape[0]
+        if self.count == 0:
+            self.mean.copy_(b_mean)
+            self.var.copy_(b_var)
+            self.count.fill_(n)
+            return
+        total = self.count + n
+        delta = b_mean - self.mean
+        self.mean.add_(delta * n / total)
+        self.var.copy_((self.var * self.count + b_var * n + delta.square() * self.count * n / total) / total)
+        self.count.copy_(total)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        if self.count == 0:
+            return obs
+        return ((obs - self.mean) / torch.sqrt(self.var + self.eps)).clamp(-self.clip, self.clip)
+
+
+def tanh_log_det_jacobian(u: torch.Tensor) -> torch.Tensor:
+    """log |d tanh(u)/du| summed over the last axis, in the overflow-free form.
+
+    log(1 - tanh(u)^2) = 2 * (log 2 - u - softplus(-2u)); the naive form loses all precision
+    once |u| > ~9 (tanh saturates to 1 in float32) and returns -inf.
+    """
+    return (2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))).sum(-1)
+
+
+class TanhGaussianActor(nn.Module):
+    """SAC's policy: a = tanh(u), u ~ N(mu(s), sigma(s)); actions in (-1, 1)."""
+
+    kind = "tanh_gaussian"
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: Sequence[int] = (256, 256), normalize_obs: bool = False) -> None:
+        super().__init__()
+        self.spec = {"obs_dim": obs_dim, "act_dim": act_dim, "hidden": list(hidden), "normalize_obs": normalize_obs}
+        self.obs_norm = ObsNormalizer(obs_dim) if normalize_obs else nn.Identity()
+        self.net = mlp(obs_dim, 2 * act_dim, hidden)
+
+    def _mu_log_std(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mu, log_std = self.net(self.obs_norm(obs)).chunk(2, dim=-1)
+        return mu, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
+
+    def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Reparameterised sample and its log-probability (with the tanh correction)."""
+        mu, log_std = self._mu_log_std(obs)
+        u = mu + log_std.exp() * torch.randn_like(mu)
+        # Gaussian log-density written out: cheaper than building a Normal per update.
+        log_prob = (-0.5 * ((u - mu) / log_std.exp()).square() - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+        return torch.tanh(u), log_prob - tanh_log_det_jacobian(u)
+
+    def log_prob(self, obs: torch.Tensor, action: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        """log pi(a|s) of given actions in (-1, 1) (used by offline algorithms)."""
+        mu, log_std = self._mu_log_std(obs)
+        u = torch.atanh(action.clamp(-1 + eps, 1 - eps))
+        return Normal(mu, log_std.exp(), validate_args=False).log_prob(u).sum(-1) - tanh_log_det_jacobian(u)
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor, deterministic: bool = True) -> torch.Tensor:
+        if deterministic:
+            return torch.tanh(self._mu_log_std(obs)[0])
+        return self.sample(obs)[0]
+
+
+class DeterministicActor(nn.Module):
+    """DDPG/TD3's policy: a = tanh(f(s)) in (-1, 1); exploration noise is added by the caller."""
+
+    kind = "deterministic"
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: Sequence[int] = (256, 256), normalize_obs: bool = False) -> None:
+        super().__init__()
+        self.spec = {"obs_dim": obs_dim, "act_dim": act_dim, "hidden": list(hidden), "normalize_obs": normalize_obs}
+        self.obs_norm = ObsNormalizer(obs_dim) if normalize_obs else nn.Identity()
+        self.net = mlp(obs_dim, act_dim, hidden)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.net(self.obs_norm(obs)))
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor, deterministic: bool = True) -> torch.Tensor:
+        return self(obs)
+
+
+class CategoricalActor(nn.Module):
+    """PPO's discrete policy: logits over ``n_actions``."""
+
+    kind = "categorical"
+
+    def __init__(self, obs_dim: int, n_actions: int, hidden: Sequence[int] = (64, 64), activation: str = "tanh", normalize_obs: bool = False) -> None:
+        super().__init__()
+        self.spec = {"obs_dim": obs_dim, "n_actions": n_actions, "hidden": list(hidden), "activation": activation, "normalize_obs": normalize_obs}
+        self.obs_norm = ObsNormalizer(obs_dim) if normalize_obs else nn.Identity()
+        self.net = mlp(obs_dim, n_actions, hidden, activation, out_gain=0.01, orthogonal=True)
+
+    def dist(self, obs: torch.Tensor) -> Categorical:
+        return Categorical(logits=self.net(self.obs_norm(obs)), validate_args=False)
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor, deterministic: bool = True) -> torch.Tensor:
+        if deterministic:
+            return self.net(self.obs_norm(obs)).argmax(-1)
+        return self.dist(obs).sample()
+
+
+class GaussianActor(nn.Module):
+    """PPO's continuous policy: N(mu(s), exp(log_std)) with a state-independent log std.
+
+    Samples are unbounded; the env wrapper clips them to [-1, 1] before rescaling.
+    """
+
+    kind = "gaussian"
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: Sequence[int] = (64, 64), activation: str = "tanh", normalize_obs: bool = False, init_log_std: float = 0.0) -> None:
+        super().__init__()
+        self.spec = {"obs_dim": obs_dim, "act_dim": act_dim, "hidden": list(hidden), "activation": activation, "normalize_obs": normalize_obs}
+        self.obs_norm = ObsNormalizer(obs_dim) if normalize_obs else nn.Identity()
+        self.net = mlp(obs_dim, act_dim, hidden, activation, out_gain=0.01, orthogonal=True)
+        self.log_std = nn.Parameter(torch.full((act_dim,), float(init_log_std)))
+
+    def dist(self, obs: torch.Tensor) -> Normal:
+        mu = self.net(self.obs_norm(obs))
+        return Normal(mu, self.log_std.clamp(LOG_STD_MIN, LOG_STD_MAX).exp().expand_as(mu), validate_args=False)
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor, deterministic: bool = True) -> torch.Tensor:
+        if deterministic:
+            return self.net(self.obs_norm(obs))
+        return self.dist(obs).sample()
+
+
+class ValueNet(nn.Module):
+    """State-value function V(s) -> shape [B]."""
+
+    def __init__(self, obs_dim: int, hidden: Sequence[int] = (64, 64), activation: str = "tanh", obs_norm: nn.Module | None = None) -> None:
+        super().__init__()
+        # PPO shares the actor's normaliser (no separate statistics to keep in sync).
+        self.obs_norm = obs_norm if obs_norm is not None else nn.Identity()
+        self.net = mlp(obs_dim, 1, hidden, activation, out_gain=1.0, orthogonal=True)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.net(self.obs_norm(obs)).squeeze(-1)
+
+
+class EnsembleLinear(nn.Module):
+    """N independent linear layers evaluated with one batched matmul.
+
+    weight: [N, in, out], bias: [N, 1, out]; input [N, B, in] -> output [N, B, out].
+    Each member is initialised like ``nn.Linear`` (uniform in +-1/sqrt(in)).
+    """
+
+    def __init__(self, n: int, in_dim: int, out_dim: int) -> None:
+        super().__init__()
+        bound = 1.0 / math.sqrt(in_dim)
+        self.weight = nn.Parameter(torch.empty(n, in_dim, out_dim).uniform_(-bound, bound))
+        self.bias = nn.Parameter(torch.empty(n, 1, out_dim).uniform_(-bound, bound))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.baddbmm(self.bias, x, self.weight)
+
+
+class EnsembleMLP(nn.Module):
+    """N independent MLPs of the same shape, evaluated together: [B or N x B, in] -> [N, B, out].
+
+    One ``baddbmm`` per layer for all members. ``out_gains`` (one per member) selects the
+    PPO-style orthogonal init; without it each member is initialised like ``nn.Linear``.
+    """
+
+    def __init__(self, n: int, in_dim: int, out_dim: int, hidden: Sequence[int] = (256, 256), activation: str = "relu", out_gains: Sequence[float] | None = None) -> None:
+        super().__init__()
+        self.n = n
+        self.act = _ACTIVATIONS[activation]()
+        dims = [in_dim, *hidden, out_dim]
+        self.layers = nn.ModuleList(EnsembleLinear(n, a, b) for a, b in zip(dims[:-1], dims[1:]))
+        if out_gains is not None:
+            with torch.no_grad():
+                for j, layer in enumerate(self.layers):
+                    last = j == len(self.layers) - 1
+                    for i in range(n):
+                        # orthogonal_ on [out, in] like nn.Linear's weight; stored transposed.
+                        w = torch.empty(layer.weight.shape[2], layer.weight.shape[1])
+                        nn.init.orthogonal_(w, out_gains[i] if last else math.sqrt(2))
+                        layer.weight[i] = w.T
+                    layer.bias.zero_()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() == 2:  # the same batch for every member
+            x = x.unsqueeze(0).expand(self.n, -1, -1)
+        last = len(self.layers) - 1
+        for i, layer in enumerate(self.layers):
+            x = layer(x)
+            if i < last:
+                x = self.act(x)
+        return x
+
+
+class EnsembleQ(nn.Module):
+    """N Q-critics Q_i(s, a) fused into one module; returns [N, B].
+
+    Twin critics (SAC, TD3) are ``EnsembleQ(..., n=2)``; one forward pass runs all members
+    with ``torch.baddbmm`` instead of a Python loop over separate networks.
+    """
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: Sequence[int] = (256, 256), n: int = 2) -> None:
+        super().__init__()
+        self.n = n
+        self.net = EnsembleMLP(n, obs_dim + act_dim, 1, hidden, "relu")
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        return self.net(torch.cat([obs, action], dim=-1)).squeeze(-1)
+
+
+class ActorCritic(nn.Module):
+    """PPO's policy and value function: two separate MLPs fused as a 2-member ensemble.
+
+    Member 0 outputs the policy head (logits, or the Gaussian mean with a state-independent
+    log std), member 1 the value (its first output). Same maths as two networks, half the
+    kernel launches per forward/backward, which dominate at PPO's small sizes.
+    """
+
+    kind = "actor_critic"
+
+    def __init__(self, obs_dim: int, act_dim: int, discrete: bool, hidden: Sequence[int] = (64, 64), activation: str = "tanh", normalize_obs: bool = False, init_log_std: float = 0.0) -> None:
+        super().__init__()
+        self.spec = {"obs_dim": obs_dim, "act_dim": act_dim, "discrete": discrete, "hidden": list(hidden),
+                     "activation": activation, "normalize_obs": normalize_obs, "init_log_std": init_log_std}
+        self.discrete = discrete
+        self.obs_norm = ObsNormalizer(obs_dim) if normalize_obs else nn.Identity()
+        self.body = EnsembleMLP(2, obs_dim, act_dim, hidden, activation, out_gains=(0.01, 1.0))
+        if not discrete:
+            self.log_std = nn.Parameter(torch.full((act_dim,), float(init_log_std)))
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(policy head [B, act_dim], value [B])."""
+        out = self.body(self.obs_norm(obs))
+        return out[0], out[1, :, 0]
+
+    def sample(self, head: torch.Tensor) -> torch.Tensor:
+        if self.discrete:
+            return torch.multinomial(head.softmax(-1), 1).squeeze(-1)
+        return head + self.log_std.exp() * torch.randn_like(head)
+
+    def log_prob_entropy(self, head: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """log pi(a|s) and the policy entropy, both [B]."""
+        if self.discrete:
+            logp_all = head.log_softmax(-1)
+            logp = logp_all.gather(-1, action.unsqueeze(-1)).squeeze(-1)
+            return logp, -(logp_all.exp() * logp_all).sum(-1)
+        log_std = self.log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
+        logp = (-0.5 * ((action - head) / log_std.exp()).square() - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+        entropy = (0.5 + 0.5 * math.log(2 * math.pi) + log_std).sum().expand(head.shape[0])
+        return logp, entropy
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor, deterministic: bool = True) -> torch.Tensor:
+        head = self(obs)[0]
+        if deterministic:
+            return head.argmax(-1) if self.discrete else head
+        return self.sample(head)
+
+
+POLICY_CLASSES: dict[str, type[nn.Module]] = {
+    cls.kind: cls for cls in (TanhGaussianActor, DeterministicActor, CategoricalActor, GaussianActor, ActorCritic)
+}
+
+
+def build_policy(kind: str, spec: dict[str, Any]) -> nn.Module:
+    """Rebuild an actor from the JSON ``(kind, spec)`` pair stored in a checkpoint."""
+    if kind not in POLICY_CLASSES:
+        raise ValueError(f"unknown policy kind {kind!r}")
+    return POLICY_CLASSES[kind](**spec)

@@ -1,0 +1,61 @@
+"""A preallocated torch replay buffer that samples on its device."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+import torch
+
+
+class Batch(NamedTuple):
+    """A sampled minibatch; ``terminated`` is float (1.0 = no bootstrap)."""
+
+    obs: torch.Tensor
+    actions: torch.Tensor
+    rewards: torch.Tensor
+    next_obs: torch.Tensor
+    terminated: torch.Tensor
+
+
+class ReplayBuffer:
+    """Ring buffer of transitions stored as device tensors.
+
+    Actions are stored in the policy's space ([-1, 1] for continuous control). Truncated
+    transitions keep ``terminated = 0`` so the target still bootstraps from ``next_obs``
+    (which must be the real final observation, not the reset one).
+    """
+
+    def __init__(self, capacity: int, obs_dim: int, act_dim: int, device: torch.device | str = "cpu", seed: int = 0) -> None:
+        self.capacity, self.device = int(capacity), torch.device(device)
+        self.obs = torch.zeros(self.capacity, obs_dim, device=self.device)
+        self.next_obs = torch.zeros(self.capacity, obs_dim, device=self.device)
+        self.actions = torch.zeros(self.capacity, act_dim, device=self.device)
+        self.rewards = torch.zeros(self.capacity, device=self.device)
+        self.terminated = torch.zeros(self.capacity, device=self.device)
+        self.pos, self.size = 0, 0
+        self.generator = torch.Generator(device=self.device).manual_seed(seed)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def add(self, obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray, next_obs: np.ndarray, terminated: np.ndarray) -> None:
+        """Append a batch of transitions (leading axis = transitions), overwriting the oldest."""
+        n = len(rewards)
+        if n == 0:
+            return
+        idx = (self.pos + torch.arange(n)) % self.capacity
+        idx = idx.to(self.device)
+        as_t = lambda x: torch.as_tensor(np.asarray(x, np.float32), device=self.device)  # noqa: E731
+        self.obs[idx] = as_t(obs).reshape(n, -1)
+        self.next_obs[idx] = as_t(next_obs).reshape(n, -1)
+        self.actions[idx] = as_t(actions).reshape(n, -1)
+        self.rewards[idx] = as_t(rewards)
+        self.terminated[idx] = as_t(terminated)
+        self.pos = (self.pos + n) % self.capacity
+        self.size = min(self.size + n, self.capacity)
+
+    def sample(self, batch_size: int) -> Batch:
+        """Uniformly sample ``batch_size`` transitions (with replacement)."""
+        idx = torch.randint(0, self.size, (batch_size,), device=self.device, generator=self.generator)
+        return Batch(self.obs[idx], self.actions[idx], self.rewards[idx], self.next_obs[idx], self.terminated[idx])

@@ -1,0 +1,131 @@
+"""Environment construction, action-space checks, action rescaling and device choice.
+
+This is the ONE place where policy actions meet the env: continuous policies emit actions
+in [-1, 1] and :class:`ActionScaler` maps them to the env's ``[low, high]``; discrete
+policies emit indices that are offset by the space's ``start``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium import spaces
+
+from rlpipe.errors import RlpipeError
+
+BOX, DISCRETE = "box", "discrete"
+_KIND_WORDS = {BOX: "a continuous (Box)", DISCRETE: "a discrete (Discrete)"}
+
+
+def resolve_device(device: str) -> torch.device:
+    """``auto`` -> cuda when available else cpu; ``cuda`` without a GPU is an RlpipeError."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise RlpipeError(f"--device {device} requested but no CUDA device is available; use --device cpu")
+    if device != "cpu" and not device.startswith("cuda"):
+        raise RlpipeError(f"unknown device {device!r}; use auto, cpu or cuda")
+    return torch.device(device)
+
+
+def make_vec_env(env_id: str, num_envs: int = 1, **kwargs: Any) -> gym.vector.VectorEnv:
+    """``gymnasium.make_vec`` with unknown ids turned into one clear RlpipeError.
+
+    Uses the env's native vectorised implementation when it has one (e.g. CartPole),
+    otherwise a SyncVectorEnv; both use the NEXT_STEP autoreset mode.
+    """
+    if num_envs < 1:
+        raise RlpipeError(f"--num-envs must be >= 1, got {num_envs}")
+    try:
+        return gym.make_vec(env_id, num_envs=num_envs, **kwargs)
+    except gym.error.DependencyNotInstalled as exc:
+        raise RlpipeError(f"environment {env_id!r} needs an extra dependency: {exc}") from None
+    except gym.error.Error:
+        raise RlpipeError(f"unknown environment {env_id!r} (not registered with gymnasium)") from None
+
+
+def env_spaces(env_id: str) -> tuple[spaces.Space, spaces.Space]:
+    """(observation_space, action_space) of one ``env_id`` instance."""
+    envs = make_vec_env(env_id, 1)
+    try:
+        return envs.single_observation_space, envs.single_action_space
+    finally:
+        envs.close()
+
+
+def space_kind(space: spaces.Space) -> str:
+    if isinstance(space, spaces.Box):
+        return BOX
+    if isinstance(space, spaces.Discrete):
+        return DISCRETE
+    return type(space).__name__
+
+
+def require_spaces(algo: str, env_id: str, obs_space: spaces.Space, act_space: spaces.Space, kinds: tuple[str, ...]) -> None:
+    """Raise a one-line RlpipeError when ``algo`` cannot handle the env's spaces."""
+    if space_kind(act_space) not in kinds:
+        wanted = " or ".join(_KIND_WORDS[k] for k in kinds)
+        raise RlpipeError(f"{algo} needs {wanted} action space; {env_id} has {act_space}")
+    if not (isinstance(obs_space, spaces.Box) and len(obs_space.shape) == 1):
+        raise RlpipeError(f"{algo} needs a flat Box observation space; {env_id} has {obs_space}")
+    if isinstance(act_space, spaces.Box) and len(act_space.shape) != 1:
+        raise RlpipeError(f"{algo} needs a 1-D Box action space; {env_id} has {act_space}")
+
+
+def action_dim(space: spaces.Space) -> int:
+    """Policy output size: number of actions (Discrete) or action dimensions (Box)."""
+    return int(space.n) if isinstance(space, spaces.Discrete) else int(space.shape[0])
+
+
+class ActionScaler:
+    """Maps policy actions to env actions for one action space.
+
+    Box: clip to [-1, 1], then affine map to ``[low, high]`` (unbounded dims pass through).
+    Discrete: integer index plus ``start``.
+    """
+
+    def __init__(self, space: spaces.Space) -> None:
+        self.discrete = isinstance(space, spaces.Discrete)
+        if self.discrete:
+            self.start = int(space.start)
+            return
+        low, high = np.asarray(space.low, np.float64), np.asarray(space.high, np.float64)
+        self.bounded = np.isfinite(low) & np.isfinite(high)
+        self.low = np.where(self.bounded, low, -1.0)
+        self.high = np.where(self.bounded, high, 1.0)
+        self.dtype = space.dtype
+
+    def to_env(self, action: np.ndarray) -> np.ndarray:
+        """Policy action(s) -> env action(s); works on single actions and batches."""
+        if self.discrete:
+            return np.asarray(action, np.int64) + self.start
+        a = np.asarray(action, np.float64)
+        scaled = self.low + (np.clip(a, -1.0, 1.0) + 1.0) * 0.5 * (self.high - self.low)
+        return np.where(self.bounded, scaled, a).astype(self.dtype)
+
+    def from_env(self, action: np.ndarray) -> np.ndarray:
+        """Env action(s) -> policy space (e.g. dataset actions for offline training)."""
+        if self.discrete:
+            return np.asarray(action, np.int64) - self.start
+        a = np.asarray(action, np.float64)
+        unit = 2.0 * (a - self.low) / (self.high - self.low) - 1.0
+        return np.where(self.bounded, unit, a).astype(np.float32)
+
+
+def space_to_json(space: spaces.Space) -> dict[str, Any]:
+    """Minimal JSON description of an action space (enough to rebuild the scaler)."""
+    if isinstance(space, spaces.Discrete):
+        return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
+    if isinstance(space, spaces.Box):
+        return {"type": "Box", "low": space.low.tolist(), "high": space.high.tolist(), "dtype": str(space.dtype)}
+    raise TypeError(f"cannot serialise {space}")
+
+
+def space_from_json(data: dict[str, Any]) -> spaces.Space:
+    if data["type"] == "Discrete":
+        return spaces.Discrete(data["n"], start=data.get("start", 0))
+    dtype = np.dtype(data.get("dtype", "float32"))
+    return spaces.Box(np.array(data["low"], dtype), np.array(data["high"], dtype), dtype=dtype)

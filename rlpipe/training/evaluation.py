@@ -1,0 +1,67 @@
+"""Vectorised, deterministic policy evaluation."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from rlpipe.training.env import ActionScaler, make_vec_env
+
+PolicyFn = Callable[[np.ndarray], np.ndarray]
+"""A batch of observations -> a batch of env actions (already scaled to the env's bounds)."""
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    mean: float
+    std: float
+    returns: list[float]
+    lengths: list[int]
+
+
+def policy_fn(actor: nn.Module, scaler: ActionScaler, device: torch.device | str = "cpu", deterministic: bool = True) -> PolicyFn:
+    """Wrap an actor (``act(obs, deterministic)``) as a numpy batch -> env-action function."""
+    device = torch.device(device)
+
+    def act(obs: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            obs_t = torch.as_tensor(np.asarray(obs, np.float32), device=device)
+            return scaler.to_env(actor.act(obs_t, deterministic).cpu().numpy())
+
+    return act
+
+
+def evaluate(policy: PolicyFn, env_id: str, episodes: int = 10, seed: int = 0, max_envs: int = 32) -> EvalResult:
+    """Run ``episodes`` full episodes with ``policy`` on vectorised envs; returns statistics.
+
+    Sub-env ``i`` is seeded with ``seed + i`` and runs a fixed quota of episodes, so the
+    result depends only on (policy, env_id, episodes, seed).
+    """
+    n = max(1, min(episodes, max_envs))
+    quota = np.array([episodes // n + (i < episodes % n) for i in range(n)])
+    envs = make_vec_env(env_id, n)
+    returns: list[list[float]] = [[] for _ in range(n)]
+    lengths: list[list[int]] = [[] for _ in range(n)]
+    try:
+        obs, _ = envs.reset(seed=seed)
+        ep_ret, ep_len = np.zeros(n), np.zeros(n, np.int64)
+        valid = np.ones(n, bool)  # False on the NEXT_STEP autoreset step after an episode end
+        while any(len(r) < q for r, q in zip(returns, quota)):
+            obs, reward, term, trunc, _ = envs.step(policy(obs))
+            ep_ret += reward * valid
+            ep_len += valid
+            done = (term | trunc) & valid
+            for i in np.flatnonzero(done):
+                if len(returns[i]) < quota[i]:
+                    returns[i].append(float(ep_ret[i]))
+                    lengths[i].append(int(ep_len[i]))
+            ep_ret[done], ep_len[done] = 0.0, 0
+            valid = ~(term | trunc)
+    finally:
+        envs.close()
+    flat = [r for rs in returns for r in rs]
+    return EvalResult(float(np.mean(flat)), float(np.std(flat)), flat, [n for ns in lengths for n in ns])

@@ -1,0 +1,77 @@
+"""`rlpipe train` / `rlpipe eval`: bad input, outputs of a run, determinism."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rlpipe.algos import load_policy
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["train", "dqn", "--env", "CartPole-v1"], "unknown algorithm 'dqn'"),
+        (["train", "sac", "--env", "CartPole-v1"], "sac needs a continuous (Box) action space; CartPole-v1 has Discrete(2)"),
+        (["train", "ppo", "--env", "NoSuchEnv-v0"], "unknown environment 'NoSuchEnv-v0'"),
+        (["train", "ppo", "--env", "CartPole-v1", "--dataset", "cartpole-expert"], "ppo is an online algorithm"),
+        (["train", "td3"], "td3 needs --env"),
+        (["train", "ppo", "--env", "CartPole-v1", "--set", "lr=1"], "unknown option 'lr' for --set"),
+        (["eval", "no/such/run"], "no checkpoint in no/such/run"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(cli, tmp_path: Path, args: list[str], message: str) -> None:
+    result = cli(*args, *(["--out", tmp_path / "run"] if args[0] == "train" else []))
+    assert result.code == 2
+    assert result.err.strip().count("\n") == 0 and result.err.startswith("error: ") and message in result.err, result.err
+    assert not (tmp_path / "run").exists()  # nothing half-written
+
+
+def _train(cli, out: Path, *extra: str) -> dict:
+    result = cli("train", "ppo", "--env", "CartPole-v1", "--env-steps", "1024", "--seed", "3", "--out", out,
+                 "--device", "cpu", "--no-progress", "--set", "eval_every=512", *extra)
+    assert result.code == 0, result.err
+    return json.loads((out / "metrics.json").read_text())
+
+
+def test_train_writes_metrics_curve_checkpoint_and_eval_reads_it(cli, tmp_path: Path) -> None:
+    metrics = _train(cli, tmp_path / "run")
+    for key in ("eval_return_mean", "eval_return_std", "env_steps", "gradient_updates", "wall_seconds"):
+        assert key in metrics
+    assert metrics["env_steps"] >= 1024 and metrics["gradient_updates"] > 0
+    curve = (tmp_path / "run/dvclive/plots/metrics/eval/return_mean.tsv").read_text().splitlines()
+    assert curve[0] == "step\treturn_mean" and len(curve) == 3  # eval at 512 and at the end
+    policy = load_policy(tmp_path / "run")
+    assert policy.env_id == "CartPole-v1" and policy.checkpoint_sha256 == metrics["checkpoint_sha256"]
+    actions = policy(np.zeros((6, 4), np.float32))
+    assert actions.shape == (6,) and set(actions.tolist()) <= {0, 1}
+
+    result = cli("eval", tmp_path / "run", "--episodes", "4", "--seed", "1", "--json")
+    assert result.code == 0, result.err
+    report = json.loads(result.out)
+    assert report["episodes"] == 4 and len(report["returns"]) == 4 and report["env_id"] == "CartPole-v1"
+    assert report["return_mean"] == pytest.approx(np.mean(report["returns"]))
+    text = cli("eval", tmp_path / "run", "--episodes", "4", "--seed", "1")
+    assert text.code == 0 and f"{report['return_mean']:.2f} ± {report['return_std']:.2f}" in text.out
+
+
+def test_same_seed_gives_identical_metrics_and_weights(cli, tmp_path: Path) -> None:
+    a, b = _train(cli, tmp_path / "a"), _train(cli, tmp_path / "b")
+    a.pop("wall_seconds"), b.pop("wall_seconds")
+    assert a == b
+    c = _train(cli, tmp_path / "c", "--seed", "4")
+    assert c["checkpoint_sha256"] != a["checkpoint_sha256"]
+
+
+def test_off_policy_runs_are_deterministic(cli, tmp_path: Path) -> None:
+    runs = []
+    for name in ("a", "b"):
+        result = cli("train", "td3", "--env", "Pendulum-v1", "--env-steps", "300", "--out", tmp_path / name,
+                     "--no-progress", "--device", "cpu", "--set", "learning_starts=100", "--set", "eval_episodes=2")
+        assert result.code == 0, result.err
+        runs.append(json.loads((tmp_path / name / "metrics.json").read_text()))
+        runs[-1].pop("wall_seconds")
+    assert runs[0] == runs[1] and runs[0]["gradient_updates"] == 200

@@ -1,0 +1,126 @@
+"""Unit tests of the shared networks: tanh-Gaussian log-prob, fused critics, normaliser."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import nn
+
+from rlpipe.models.networks import (
+    ActorCritic,
+    EnsembleQ,
+    ObsNormalizer,
+    TanhGaussianActor,
+    build_policy,
+    mlp,
+    tanh_log_det_jacobian,
+)
+
+
+def test_tanh_log_det_is_stable_and_matches_naive_form() -> None:
+    u = torch.linspace(-5, 5, 101, dtype=torch.float64).unsqueeze(-1)
+    naive = torch.log(1 - torch.tanh(u) ** 2).squeeze(-1)
+    assert torch.allclose(tanh_log_det_jacobian(u), naive, atol=1e-9)
+    big = torch.tensor([[30.0], [-30.0]])  # tanh saturates: the naive form gives -inf
+    assert torch.isfinite(tanh_log_det_jacobian(big)).all()
+
+
+def test_tanh_gaussian_log_prob_matches_numerical_change_of_variables() -> None:
+    torch.manual_seed(0)
+    actor = TanhGaussianActor(obs_dim=3, act_dim=2, hidden=(16,)).double()
+    obs = torch.randn(64, 3, dtype=torch.float64)
+    action, logp = actor.sample(obs)
+    # Density of a = tanh(u): p_u(u) / prod |d tanh/du|, derivative by central differences.
+    mu, log_std = actor._mu_log_std(obs)
+    u = torch.atanh(action)
+    h = 1e-6
+    dtanh = (torch.tanh(u + h) - torch.tanh(u - h)) / (2 * h)
+    log_pu = torch.distributions.Normal(mu, log_std.exp()).log_prob(u).sum(-1)
+    numerical = log_pu - torch.log(dtanh).sum(-1)
+    assert torch.allclose(logp, numerical, atol=1e-5)
+    assert torch.allclose(actor.log_prob(obs, action), logp, atol=1e-4)
+
+
+def test_tanh_gaussian_density_integrates_to_one() -> None:
+    torch.manual_seed(1)
+    actor = TanhGaussianActor(obs_dim=1, act_dim=1, hidden=(8,)).double()
+    obs = torch.zeros(1, 1, dtype=torch.float64)
+    a = torch.linspace(-1 + 1e-7, 1 - 1e-7, 200_001, dtype=torch.float64).unsqueeze(-1)
+    density = actor.log_prob(obs.expand(len(a), 1), a, eps=0).exp()
+    assert abs(torch.trapezoid(density, a.squeeze(-1)).item() - 1.0) < 1e-3
+
+
+def test_fused_critics_equal_separate_critics() -> None:
+    torch.manual_seed(0)
+    n, obs_dim, act_dim, hidden = 3, 5, 2, (32, 16)
+    fused = EnsembleQ(obs_dim, act_dim, hidden, n=n)
+    separate = []
+    for i in range(n):
+        net = mlp(obs_dim + act_dim, 1, hidden)
+        linears = [m for m in net if isinstance(m, nn.Linear)]
+        with torch.no_grad():
+            for lin, ens in zip(linears, fused.net.layers):
+                lin.weight.copy_(ens.weight[i].T)
+                lin.bias.copy_(ens.bias[i, 0])
+        separate.append(net)
+    obs, act = torch.randn(10, obs_dim), torch.randn(10, act_dim)
+    expected = torch.stack([net(torch.cat([obs, act], -1)).squeeze(-1) for net in separate])
+    assert fused(obs, act).shape == (n, 10)
+    assert torch.allclose(fused(obs, act), expected, atol=1e-6)
+    # Members are independent: a loss on member 0 only moves member 0's weights.
+    fused(obs, act)[0].sum().backward()
+    assert fused.net.layers[0].weight.grad[1:].abs().sum() == 0
+
+
+def test_obs_normalizer_matches_numpy_moments() -> None:
+    rng = np.random.default_rng(0)
+    data = rng.normal(3.0, 2.0, size=(1000, 4)).astype(np.float32)
+    norm = ObsNormalizer(4)
+    for chunk in np.array_split(data, 7):
+        norm.update(torch.as_tensor(chunk))
+    assert np.allclose(norm.mean.numpy(), data.mean(0), atol=1e-4)
+    assert np.allclose(norm.var.numpy(), data.var(0), rtol=1e-3)
+
+
+def test_build_policy_rebuilds_every_actor_kind() -> None:
+    for kind, spec in [
+        ("tanh_gaussian", {"obs_dim": 3, "act_dim": 1, "hidden": [8], "normalize_obs": False}),
+        ("deterministic", {"obs_dim": 3, "act_dim": 2, "hidden": [8], "normalize_obs": False}),
+        ("categorical", {"obs_dim": 4, "n_actions": 2, "hidden": [8], "activation": "tanh", "normalize_obs": True}),
+        ("gaussian", {"obs_dim": 3, "act_dim": 1, "hidden": [8], "activation": "tanh", "normalize_obs": True}),
+        ("actor_critic", {"obs_dim": 4, "act_dim": 2, "discrete": True, "hidden": [8], "activation": "tanh",
+                          "normalize_obs": False, "init_log_std": 0.0}),
+    ]:
+        actor = build_policy(kind, spec)
+        assert actor.kind == kind and actor.spec == spec
+        out = actor.act(torch.zeros(5, spec["obs_dim"]), deterministic=True)
+        assert out.shape[0] == 5 and not math.isnan(float(out.float().sum()))
+
+
+def test_actor_critic_matches_torch_distributions() -> None:
+    torch.manual_seed(0)
+    obs = torch.randn(32, 4)
+    disc = ActorCritic(4, 3, discrete=True, hidden=(16, 16))
+    head, value = disc(obs)
+    assert head.shape == (32, 3) and value.shape == (32,)
+    a = disc.sample(head)
+    dist = torch.distributions.Categorical(logits=head)
+    logp, ent = disc.log_prob_entropy(head, a)
+    assert torch.allclose(logp, dist.log_prob(a), atol=1e-6) and torch.allclose(ent, dist.entropy(), atol=1e-6)
+
+    cont = ActorCritic(4, 2, discrete=False, hidden=(16, 16), init_log_std=-0.7)
+    head, _ = cont(obs)
+    a = cont.sample(head)
+    dist = torch.distributions.Normal(head, cont.log_std.exp())
+    logp, ent = cont.log_prob_entropy(head, a)
+    assert torch.allclose(logp, dist.log_prob(a).sum(-1), atol=1e-5)
+    assert torch.allclose(ent, dist.entropy().sum(-1), atol=1e-6)
+
+
+def test_actor_critic_members_are_separate_networks() -> None:
+    ac = ActorCritic(4, 2, discrete=True, hidden=(8,))
+    head, value = ac(torch.randn(5, 4))
+    value.sum().backward()  # the value loss must not move the policy member
+    assert all(layer.weight.grad[0].abs().sum() == 0 for layer in ac.body.layers)
