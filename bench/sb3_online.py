@@ -106,7 +106,7 @@ def run_rlpipe(task: Task, seed: int) -> Outcome:
     result = module.train(config, progress=False)
     seconds = time.perf_counter() - start
     point = result.first_reaching(task.threshold)
-    return Outcome(seconds, point.env_steps if point else None, result.history[-1].mean)
+    return Outcome(seconds, point.done if point else None, result.history[-1].mean)
 
 
 def main() -> None:

@@ -192,10 +192,11 @@ def test_sampler_yields_tensors_from_the_data(store: Path) -> None:
     sampler = TransitionSampler(load_dataset("data", store), seed=0)
     batch = sampler.sample(64)
     assert batch.obs.shape == (64, 3) and batch.obs.dtype == torch.float32
-    assert batch.terminated.dtype == torch.float32 and batch.reward.shape == (64,)
-    # every sampled row is a real row: its obs matches the stored row with the same reward
+    assert batch.terminated.dtype == torch.float32 and batch.rewards.shape == (64,)
+    # every sampled row is a real row: its obs and action match the stored row with the same reward
     index = {float(r): i for i, r in enumerate(rows["reward"])}
-    for obs, reward in zip(batch.obs.numpy(), batch.reward.numpy()):
+    for obs, action, reward in zip(batch.obs.numpy(), batch.actions.numpy(), batch.rewards.numpy()):
         np.testing.assert_array_equal(obs, rows["obs"][index[float(reward)]])
+        np.testing.assert_array_equal(action, rows["action"][index[float(reward)]])
     again = TransitionSampler(load_dataset("data", store), seed=0).sample(64)
     assert torch.equal(batch.obs, again.obs)

@@ -20,8 +20,8 @@ from gymnasium import spaces
 from rlpipe.errors import RlpipeError
 
 ONLINE = ("ppo", "sac", "ddpg", "td3")
-# Offline algorithms (bc, cql, ...) register here too; they read ``--dataset``.
-OFFLINE: tuple[str, ...] = ()
+# Offline algorithms read ``--dataset``; the env they are evaluated in comes from its metadata.
+OFFLINE: tuple[str, ...] = ("bc",)
 REGISTRY: dict[str, str] = {name: f"rlpipe.algos.{name}" for name in (*ONLINE, *OFFLINE)}
 
 

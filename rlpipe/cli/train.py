@@ -32,39 +32,55 @@ def _parse_overrides(pairs: list[str], config_cls: type) -> dict[str, Any]:
 
 @app.command()
 def train(
-    algo: str = typer.Argument(..., help="Algorithm: ppo, sac, ddpg or td3 (offline algorithms take --dataset)."),
-    env: Optional[str] = typer.Option(None, "--env", help="Gymnasium env id, e.g. CartPole-v1 or Pendulum-v1."),
+    algo: str = typer.Argument(..., help="Algorithm: online ppo, sac, ddpg, td3 (--env); offline bc, ... (--dataset)."),
+    env: Optional[str] = typer.Option(None, "--env", help="Gymnasium env id for online algorithms, e.g. CartPole-v1."),
+    dataset: Optional[str] = typer.Option(None, "--dataset", help="Dataset name for offline algorithms (the env comes from its metadata)."),
     env_steps: Optional[int] = typer.Option(None, "--env-steps", help="Environment steps to train for (default: tuned per env)."),
+    updates: Optional[int] = typer.Option(None, "--updates", help="Gradient updates for offline algorithms (default: tuned per env)."),
+    max_samples: Optional[int] = typer.Option(None, "--max-samples", help="Offline: train on this many transitions of the dataset."),
     seed: int = typer.Option(0, "--seed", help="Random seed; the same seed gives the same metrics on CPU."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Run directory for checkpoint, metrics.json and dvclive/ (default: runs/ALGO-ENV)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Run directory for checkpoint, metrics.json and dvclive/ (default: runs/ALGO-ENV or runs/ALGO-DATASET)."),
     num_envs: Optional[int] = typer.Option(None, "--num-envs", help="Parallel (vectorised) envs (default: tuned per env)."),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
-    dataset: Optional[str] = typer.Option(None, "--dataset", help="Dataset name (offline algorithms only)."),
+    store: Optional[Path] = typer.Option(None, "--store", help="Dataset store (default: $RLPIPE_DATASETS or ./datasets)."),
     overrides: list[str] = typer.Option([], "--set", help="Override a config field, KEY=VALUE (repeatable), e.g. --set learning_rate=3e-4."),
     stop_at_return: Optional[float] = typer.Option(None, "--stop-at-return", help="Stop early once the eval mean return reaches this."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar (steps/s, latest return) on stderr."),
 ) -> None:
-    """Train ALGO on --env and save a safe checkpoint, metrics.json and a DVCLive curve."""
+    """Train ALGO (online on --env, offline on --dataset) and save a safe checkpoint, metrics.json and a DVCLive curve."""
     from rlpipe.algos import ONLINE, get_algo
-    from rlpipe.training.env import env_spaces, require_spaces
 
     module = get_algo(algo)
-    if algo in ONLINE and dataset is not None:
-        raise RlpipeError(f"{algo} is an online algorithm and trains in the environment; --dataset is for offline algorithms")
-    if env is None:
-        raise RlpipeError(f"{algo} needs --env (a Gymnasium env id, e.g. CartPole-v1)")
-    obs_space, act_space = env_spaces(env)
-    require_spaces(algo, env, obs_space, act_space, module.ACTION_SPACES)
-    config = module.make_config(
-        env, env_steps=env_steps, seed=seed, num_envs=num_envs, device=device,
-        stop_at_return=stop_at_return, **_parse_overrides(overrides, module.Config),
-    )
-    run_dir = out if out is not None else Path("runs") / f"{algo}-{env}"
+    options: dict[str, Any] = dict(seed=seed, device=device, stop_at_return=stop_at_return, env_steps=env_steps,
+                                   num_envs=num_envs, updates=updates, max_samples=max_samples)
+    if algo in ONLINE:
+        from rlpipe.training.env import env_spaces, require_spaces
+
+        if dataset is not None:
+            raise RlpipeError(f"{algo} is an online algorithm and trains in the environment; --dataset is for offline algorithms")
+        if env is None:
+            raise RlpipeError(f"{algo} needs --env (a Gymnasium env id, e.g. CartPole-v1)")
+        obs_space, act_space = env_spaces(env)
+        require_spaces(algo, env, obs_space, act_space, module.ACTION_SPACES)
+        name = env
+    else:
+        from rlpipe.training.offline import dataset_env_id
+
+        if dataset is None:
+            raise RlpipeError(f"{algo} is an offline algorithm: give --dataset NAME (see `rlpipe datasets list`)")
+        if env is not None:
+            raise RlpipeError(f"{algo} evaluates in the env recorded in the dataset's metadata; drop --env")
+        env = dataset_env_id(dataset, store)
+        options.update(dataset=dataset, store=None if store is None else str(store))
+        name = dataset
+    config = module.make_config(env, **options, **_parse_overrides(overrides, module.Config))
+    run_dir = out if out is not None else Path("runs") / f"{algo}-{name}"
     result = module.train(config, run_dir, progress=progress)
     m = result.metrics
+    budget = f"{m['env_steps']} env steps, {m['gradient_updates']} updates" if algo in ONLINE else f"{m['gradient_updates']} updates on {dataset}"
     typer.echo(
         f"{algo} {env}: eval return {m['eval_return_mean']:.1f} ± {m['eval_return_std']:.1f} after "
-        f"{m['env_steps']} env steps ({m['gradient_updates']} updates, {m['wall_seconds']:.1f} s) -> {run_dir}"
+        f"{budget} ({m['wall_seconds']:.1f} s) -> {run_dir}"
     )
 
 

@@ -7,7 +7,7 @@ import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Callable
 
 import gymnasium as gym
 import numpy as np
@@ -19,6 +19,8 @@ from rlpipe.errors import RlpipeError
 
 if TYPE_CHECKING:  # torch is imported only when a sampler is built: collection never pays for it
     import torch
+
+    from rlpipe.training.buffer import Batch
 
 
 @dataclass
@@ -101,17 +103,6 @@ def load_dataset(name: str, store: str | os.PathLike | None = None) -> Transitio
     return load_shards(open_dataset(name, store))
 
 
-class Batch(NamedTuple):
-    """A minibatch of transitions as tensors on the training device."""
-
-    obs: "torch.Tensor | dict[str, torch.Tensor]"
-    action: "torch.Tensor | dict[str, torch.Tensor]"
-    reward: "torch.Tensor"
-    next_obs: "torch.Tensor | dict[str, torch.Tensor]"
-    terminated: "torch.Tensor"
-    truncated: "torch.Tensor"
-
-
 def _to_tensor(array: np.ndarray, device: "torch.device") -> "torch.Tensor":
     import torch
 
@@ -126,28 +117,41 @@ def _to_tensor(array: np.ndarray, device: "torch.device") -> "torch.Tensor":
 class TransitionSampler:
     """Uniform minibatch sampler over a dataset held as tensors on `device`.
 
-    The data is moved to the device once; each `sample` is one random index draw and a
-    gather per column, with no Python loop over rows.
+    Yields `rlpipe.training.buffer.Batch` (obs, actions, rewards, next_obs, terminated), the
+    type online replay buffers yield, so offline algorithms reuse the same update code.
+    The data is moved to the device once; each `sample` is one random index draw and one
+    gather per column, no Python loop over rows. `action_map` converts stored env actions
+    once (e.g. to the policy's [-1, 1] range).
     """
 
-    def __init__(self, data: TransitionArrays, device: "str | torch.device" = "cpu", seed: int = 0) -> None:
+    def __init__(
+        self,
+        data: TransitionArrays,
+        device: "str | torch.device" = "cpu",
+        seed: int = 0,
+        action_map: Callable[[np.ndarray], np.ndarray] | None = None,
+    ) -> None:
         import torch
 
         self.device = torch.device(device)
         self.size = len(data)
         if self.size == 0:
             raise RlpipeError("cannot sample from an empty dataset")
+        actions = np.asarray(data.action) if action_map is None else action_map(np.asarray(data.action))
         self._columns = {
-            name: map_columnar(getattr(data, name), lambda a: _to_tensor(np.asarray(a), self.device))
-            for name in Batch._fields
+            "obs": map_columnar(data.obs, lambda a: _to_tensor(np.asarray(a), self.device)),
+            "actions": _to_tensor(actions, self.device),
+            "rewards": _to_tensor(np.asarray(data.reward), self.device),
+            "next_obs": map_columnar(data.next_obs, lambda a: _to_tensor(np.asarray(a), self.device)),
+            "terminated": _to_tensor(np.asarray(data.terminated), self.device).float(),
         }
-        self._columns["terminated"] = self._columns["terminated"].float()
-        self._columns["truncated"] = self._columns["truncated"].float()
         self._generator = torch.Generator(device=self.device).manual_seed(seed)
 
-    def sample(self, batch_size: int) -> Batch:
+    def sample(self, batch_size: int) -> "Batch":
         """A batch of `batch_size` transitions drawn uniformly with replacement."""
         import torch
+
+        from rlpipe.training.buffer import Batch
 
         index = torch.randint(self.size, (batch_size,), device=self.device, generator=self._generator)
         return Batch(**{name: map_columnar(column, lambda t: t[index]) for name, column in self._columns.items()})

@@ -42,7 +42,7 @@ def config_for_env(cls: type[C], tuned: dict[str, dict[str, Any]], env_id: str, 
 
 @dataclass(frozen=True)
 class EvalPoint:
-    env_steps: int
+    done: int  # progress in the run's unit: env steps, or gradient updates offline
     wall_seconds: float
     mean: float
     std: float
@@ -82,12 +82,17 @@ def _make_live(out_dir: Path) -> Any:
 class Run:
     """Bookkeeping of one training run.
 
-    ``config`` must have ``env_id, env_steps, seed, eval_every, eval_episodes`` and
-    ``stop_at_return`` (None or a return at which training stops early).
+    ``config`` must have ``env_id, seed, eval_every, eval_episodes`` and ``stop_at_return``
+    (None or a return at which training stops early). Progress is counted in ``unit``
+    ("steps": env steps, budget ``config.env_steps``; "updates": gradient updates for
+    offline training, budget ``config.updates``); ``eval_every`` is in the same unit.
     """
 
-    def __init__(self, algo: str, config: Any, out_dir: str | Path | None = None, progress: bool = True) -> None:
-        self.algo, self.config = algo, config
+    def __init__(
+        self, algo: str, config: Any, out_dir: str | Path | None = None, progress: bool = True, unit: str = "steps"
+    ) -> None:
+        self.algo, self.config, self.unit = algo, config, unit
+        self.total = config.env_steps if unit == "steps" else config.updates
         self.out_dir = Path(out_dir) if out_dir is not None else None
         self.history: list[EvalPoint] = []
         self.next_eval = config.eval_every
@@ -101,13 +106,13 @@ class Run:
                 TextColumn(f"{algo} {config.env_id}"),
                 BarColumn(),
                 MofNCompleteColumn(),
-                TextColumn("{task.fields[sps]:>6.0f} steps/s"),
+                TextColumn("{task.fields[sps]:>6.0f} " + unit + "/s"),
                 TextColumn("return {task.fields[ret]}"),
                 TimeElapsedColumn(),
                 console=Console(stderr=True),
                 transient=False,
             )
-            self.task = self.progress.add_task("train", total=config.env_steps, sps=0.0, ret="-")
+            self.task = self.progress.add_task("train", total=self.total, sps=0.0, ret="-")
             self.progress.start()
         self.start = time.perf_counter()
         self._last_draw = 0.0
@@ -115,8 +120,8 @@ class Run:
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
 
-    def show(self, env_steps: int, train_return: float | None = None) -> None:
-        """Update the progress bar (throttled to ~10 Hz so it costs nothing per step)."""
+    def show(self, done: int, train_return: float | None = None) -> None:
+        """Update the progress bar with ``done`` units (throttled to ~10 Hz: free per step)."""
         if self.progress is None:
             return
         now = time.perf_counter()
@@ -126,34 +131,34 @@ class Run:
         latest = self.history[-1].mean if self.history else train_return
         self.progress.update(
             self.task,
-            completed=min(env_steps, self.config.env_steps),
-            sps=env_steps / max(now - self.start, 1e-9),
+            completed=min(done, self.total),
+            sps=done / max(now - self.start, 1e-9),
             ret="-" if latest is None else f"{latest:.1f}",
         )
 
-    def evaluate(self, policy: PolicyFn, env_steps: int) -> EvalPoint:
-        """Evaluate now, record the point in the history and the DVCLive curve."""
+    def evaluate(self, policy: PolicyFn, done: int) -> EvalPoint:
+        """Evaluate now, record the point in the history and the DVCLive curve (x = ``done`` units)."""
         res = evaluate(policy, self.config.env_id, self.config.eval_episodes, self.config.seed + EVAL_SEED_OFFSET)
-        point = EvalPoint(env_steps, self.elapsed(), res.mean, res.std)
+        point = EvalPoint(done, self.elapsed(), res.mean, res.std)
         self.history.append(point)
         if self.live is not None:
-            self.live.step = env_steps
+            self.live.step = done
             self.live.log_metric("eval/return_mean", res.mean)
             self.live.log_metric("eval/return_std", res.std)
             self.live.make_summary()
         self._last_draw = 0.0
-        self.show(env_steps)
+        self.show(done)
         return point
 
-    def maybe_evaluate(self, policy: PolicyFn, env_steps: int) -> bool:
-        """Evaluate when ``env_steps`` passed the next eval point; True means "stop now"."""
-        if env_steps < self.next_eval:
-            return env_steps >= self.config.env_steps
-        while self.next_eval <= env_steps:
+    def maybe_evaluate(self, policy: PolicyFn, done: int) -> bool:
+        """Evaluate when ``done`` units passed the next eval point; True means "stop now"."""
+        if done < self.next_eval:
+            return done >= self.total
+        while self.next_eval <= done:
             self.next_eval += self.config.eval_every
-        point = self.evaluate(policy, env_steps)
+        point = self.evaluate(policy, done)
         target = self.config.stop_at_return
-        return env_steps >= self.config.env_steps or (target is not None and point.mean >= target)
+        return done >= self.total or (target is not None and point.mean >= target)
 
     def finish(
         self,
@@ -169,8 +174,9 @@ class Run:
 
         ``modules`` must contain the actor under the key ``"policy"``.
         """
-        if not self.history or self.history[-1].env_steps != env_steps:
-            self.evaluate(policy, env_steps)
+        done = env_steps if self.unit == "steps" else gradient_updates
+        if not self.history or self.history[-1].done != done:
+            self.evaluate(policy, done)
         final = self.history[-1]
         wall = self.elapsed()
         metrics = {
@@ -205,7 +211,7 @@ class Run:
 
     def close(self) -> None:
         if self.progress is not None:
-            self.show(self.history[-1].env_steps if self.history else 0)
+            self.show(self.history[-1].done if self.history else 0)
             self.progress.stop()
             self.progress = None
         if self.live is not None:

@@ -1,0 +1,85 @@
+"""Behaviour cloning: supervised learning of the dataset's actions.
+
+Read top to bottom: config and tuned defaults, then ``train``: the policy for the
+dataset's action space (categorical for discrete actions with cross-entropy; for
+continuous actions a deterministic tanh policy with MSE, or a tanh-Gaussian with
+negative log-likelihood) and the shared offline loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlpipe.errors import RlpipeError
+from rlpipe.models.networks import CategoricalActor, DeterministicActor, TanhGaussianActor
+from rlpipe.training import Batch, TrainResult, config_for_env
+from rlpipe.training.env import BOX, DISCRETE
+from rlpipe.training.offline import load_offline, train_offline
+from rlpipe.training.optim import adam
+
+ACTION_SPACES = (DISCRETE, BOX)
+LOSSES = ("mse", "gaussian")
+
+
+@dataclass
+class Config:
+    env_id: str = ""  # filled from the dataset's metadata
+    dataset: str = "cartpole-expert"
+    store: str | None = None
+    updates: int = 2_000
+    batch_size: int = 64
+    learning_rate: float = 1e-3
+    hidden: tuple[int, ...] = (256, 256)
+    continuous_loss: str = "mse"  # continuous actions: "mse" or "gaussian" (likelihood)
+    max_samples: int | None = None  # train on a subset (the reference text: 30 pairs)
+    seed: int = 0
+    eval_every: int = 500
+    eval_episodes: int = 10
+    stop_at_return: float | None = None
+    device: str = "cpu"
+    torch_threads: int = 1
+
+
+TUNED: dict[str, dict[str, Any]] = {
+    "Pendulum-v1": dict(updates=5_000, batch_size=256, continuous_loss="mse", eval_every=1_000),
+}
+
+
+def make_config(env_id: str, **overrides: Any) -> Config:
+    """The tuned config for ``env_id`` with ``overrides`` (None values ignored) applied."""
+    config = config_for_env(Config, TUNED, env_id, **overrides)
+    if config.continuous_loss not in LOSSES:
+        raise RlpipeError(f"unknown continuous_loss {config.continuous_loss!r}: choose one of {', '.join(LOSSES)}")
+    return config
+
+
+def train(config: Config, out_dir: str | Path | None = None, *, progress: bool = True) -> TrainResult:
+    """Train BC on ``config.dataset``; with ``out_dir`` also write checkpoint, metrics and curve."""
+    data = load_offline("bc", config, ACTION_SPACES)
+    obs_dim, act_dim, device = data.obs_dim, data.act_dim, data.device
+    if data.discrete:
+        actor = CategoricalActor(obs_dim, act_dim, config.hidden, activation="relu").to(device)
+    elif config.continuous_loss == "gaussian":
+        actor = TanhGaussianActor(obs_dim, act_dim, config.hidden).to(device)
+    else:
+        actor = DeterministicActor(obs_dim, act_dim, config.hidden).to(device)
+    optimizer = adam(actor.parameters(), config.learning_rate)
+
+    def loss_of(b: Batch) -> torch.Tensor:
+        if data.discrete:
+            return -actor.dist(b.obs).log_prob(b.actions.long()).mean()
+        if config.continuous_loss == "gaussian":
+            return -actor.log_prob(b.obs, b.actions).mean()
+        return (actor(b.obs) - b.actions).square().mean()
+
+    def update(b: Batch, i: int) -> None:
+        loss = loss_of(b)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    return train_offline("bc", config, data, actor, {"policy": actor}, update, out_dir, progress)
