@@ -12,7 +12,7 @@ from rlpipe.cli.main import app
 from rlpipe.datasets.collector import RandomPolicy, collect
 from rlpipe.datasets.writer import DatasetWriter
 from rlpipe.errors import RlpipeError
-from rlpipe.training.env import env_spaces
+from rlpipe.envs import env_spaces
 
 
 @app.command("collect")

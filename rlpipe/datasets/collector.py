@@ -18,7 +18,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from rlpipe.datasets.schema import Columnar, map_columnar
 from rlpipe.errors import RlpipeError
-from rlpipe.training.env import make_vec_env
+from rlpipe.envs import make_vec_env
 
 RowSink = Callable[[dict[str, Columnar]], None]
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 import torch
 from gymnasium import spaces
 
+from rlpipe.envs import env_spaces, make_vec_env  # noqa: F401  (re-exported: env construction lives with the envs)
 from rlpipe.errors import RlpipeError
 
 BOX, DISCRETE = "box", "discrete"
@@ -29,31 +29,6 @@ def resolve_device(device: str) -> torch.device:
     if device != "cpu" and not device.startswith("cuda"):
         raise RlpipeError(f"unknown device {device!r}; use auto, cpu or cuda")
     return torch.device(device)
-
-
-def make_vec_env(env_id: str, num_envs: int = 1, **kwargs: Any) -> gym.vector.VectorEnv:
-    """``gymnasium.make_vec`` with unknown ids turned into one clear RlpipeError.
-
-    Uses the env's native vectorised implementation when it has one (e.g. CartPole),
-    otherwise a SyncVectorEnv; both use the NEXT_STEP autoreset mode.
-    """
-    if num_envs < 1:
-        raise RlpipeError(f"--num-envs must be >= 1, got {num_envs}")
-    try:
-        return gym.make_vec(env_id, num_envs=num_envs, **kwargs)
-    except gym.error.DependencyNotInstalled as exc:
-        raise RlpipeError(f"environment {env_id!r} needs an extra dependency: {exc}") from None
-    except gym.error.Error:
-        raise RlpipeError(f"unknown environment {env_id!r} (not registered with gymnasium)") from None
-
-
-def env_spaces(env_id: str) -> tuple[spaces.Space, spaces.Space]:
-    """(observation_space, action_space) of one ``env_id`` instance."""
-    envs = make_vec_env(env_id, 1)
-    try:
-        return envs.single_observation_space, envs.single_action_space
-    finally:
-        envs.close()
 
 
 def space_kind(space: spaces.Space) -> str:
