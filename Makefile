@@ -2,6 +2,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP_FLAGS := -c constraints.txt $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 STAMP := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.installed-bench
+# d3rlpy pins gymnasium 1.0.0, so the offline peer gets a virtualenv of its own.
+D3RLPY_VENV := .bench-venvs/d3rlpy
 
 .PHONY: install repro test bench clean
 
@@ -21,5 +24,16 @@ repro: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q
 
+# Peers for the side-by-side benchmarks (Minari's DataCollector needs jax, SB3, d3rlpy).
+$(BENCH_STAMP): $(STAMP)
+	$(PY) -m pip install -q $(PIP_FLAGS) -e '.[dev,bench]'
+	test -x $(D3RLPY_VENV)/bin/python || python3 -m venv $(D3RLPY_VENV)
+	$(D3RLPY_VENV)/bin/pip install -q $(PIP_FLAGS) d3rlpy==2.8.1
+	touch $(BENCH_STAMP)
+
+# Every benchmark in bench/; figures go to docs/benchmarks.md by hand, with the command.
+bench: $(BENCH_STAMP)
+	for script in bench/*.py; do case $$script in */_*) continue;; esac; echo "== $$script"; $(PY) $$script || exit 1; done
+
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .bench-venvs .pytest_cache
