@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import polars as pl
 import pytest
+
+from rlpipe.datasets.store import list_datasets
 
 
 def test_collect_then_registry_commands(store: Path, cli) -> None:
@@ -94,3 +100,24 @@ def test_help_texts(cli) -> None:
     for args in (["--help"], ["collect", "--help"], ["datasets", "--help"], ["datasets", "inspect", "--help"]):
         result = cli(*args)
         assert result.code == 0 and "Usage" in result.out
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_killed_collection_leaves_no_dataset(store: Path, sig: int) -> None:
+    """Kill a long collection mid-way: the store shows no dataset, only hidden work files."""
+    rlpipe = Path(sys.executable).with_name("rlpipe")
+    proc = subprocess.Popen(
+        [str(rlpipe), "collect", "--env", "CartPole-v1", "--steps", "50000000", "--num-envs", "64",
+         "--store", str(store), "--quiet", "--format", "arrow"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 60
+    while not any(store.glob(".tmp-*")) and time.monotonic() < deadline:
+        time.sleep(0.1)  # wait until the writer has started
+    time.sleep(1.0)  # ... and is collecting
+    assert proc.poll() is None
+    proc.send_signal(sig)
+    proc.wait(timeout=30)
+    assert not (store / "cartpole-random").exists()
+    assert list_datasets(store) == []
+    assert all(p.name.startswith(".") for p in store.iterdir())
