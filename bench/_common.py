@@ -140,6 +140,14 @@ def versions(*modules: str) -> str:
     return ", ".join(parts)
 
 
+def pinned_setup(core: int, *packages: str) -> str:
+    """Lines describing a side-by-side run: machine, package versions, the core both
+    contenders are pinned to (one torch thread each) and what else loads the cores."""
+    loads = ", ".join(f"{c}: {load:.0%}" for c, load in core_loads().items())
+    return (f"machine: {machine_description()}\nversions: {versions(*packages)}\n"
+            f"torch threads: 1 for both, pinned to core {core}; core loads before start: {loads}")
+
+
 def today() -> str:
     return _dt.date.today().isoformat()
 

@@ -117,10 +117,7 @@ def main() -> None:
     args = parser.parse_args()
     _common.limit_threads()
     core = _common.least_busy_core()
-    print(f"machine: {_common.machine_description()}")
-    print(f"versions: {_common.versions('torch', 'gymnasium', 'stable-baselines3', 'rlpipe')}")
-    print(f"torch threads: 1 for both, pinned to core {core}; core loads before start: "
-          + ", ".join(f"{c}: {load:.0%}" for c, load in _common.core_loads().items()))
+    print(_common.pinned_setup(core, "torch", "gymnasium", "stable-baselines3", "rlpipe"))
     runners: dict[str, Callable[[Task, int], Outcome]] = {"SB3": run_sb3, "rlpipe": run_rlpipe}
     rows, raw = [], []
     with _common.pinned([core]):

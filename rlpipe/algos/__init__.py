@@ -2,7 +2,9 @@
 
 Every algorithm module exposes ``Config`` (a dataclass), ``TUNED`` (per-env defaults),
 ``make_config(env_id, **overrides)``, ``ACTION_SPACES`` and
-``train(config, out_dir=None, *, progress=True, ...) -> TrainResult``.
+``train(config, out_dir=None, *, progress=True, ...) -> TrainResult``; optionally
+``OBSERVATION_SPACES`` (default: flat Box only). A module serving several names (her.py)
+has ``variant(name)``, which returns that contract for one name.
 """
 
 from __future__ import annotations
@@ -31,10 +33,12 @@ REGISTRY: dict[str, str] = {
 
 
 def get_algo(name: str) -> ModuleType:
-    """The algorithm module for ``name``; unknown names are an RlpipeError."""
+    """The algorithm module for ``name`` (its per-name view if it serves several names);
+    unknown names are an RlpipeError."""
     if name not in REGISTRY:
         raise RlpipeError(f"unknown algorithm {name!r}; choose from {', '.join(sorted(REGISTRY))}")
-    return importlib.import_module(REGISTRY[name])
+    module = importlib.import_module(REGISTRY[name])
+    return module.variant(name) if hasattr(module, "variant") else module
 
 
 @dataclass
@@ -57,7 +61,8 @@ class LoadedPolicy:
 def load_policy(run_dir: str | Path, device: str = "cpu", deterministic: bool = True) -> LoadedPolicy:
     """Load the policy of any saved run (``rlpipe train ... --out RUN_DIR``).
 
-    The result maps a batch of observations ``[B, obs_dim]`` to a batch of env actions
+    The result maps a batch of observations ``[B, obs_dim]`` (or a goal env's Dict of
+    batches, flattened as in training) to a batch of env actions
     (scaled to the env's bounds / Discrete indices); ``.env_id`` and
     ``.checkpoint_sha256`` identify it. Nothing is unpickled; the weights' hash is checked.
     """

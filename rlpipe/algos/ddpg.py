@@ -1,8 +1,9 @@
 """DDPG: deterministic actor, one Q critic, target networks, Gaussian or OU exploration.
 
-Read top to bottom: config and tuned defaults, then ``train``: networks, the update
-(critic, then actor, then both targets, every step), and the shared off-policy loop.
-TD3 (``td3.py``) is this algorithm plus twin critics, delayed actor and target smoothing.
+Read top to bottom: config and tuned defaults, ``make_agent``: networks, the update
+(critic, then actor, then both targets, every step) and exploration, then ``train``: the
+shared off-policy loop. TD3 (``td3.py``) is this algorithm plus twin critics, delayed
+actor and target smoothing; DDPG+HER (``her.py``) reuses ``make_agent``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from rlpipe.models.networks import DeterministicActor, EnsembleQ
 from rlpipe.training import Batch, StepSink, TrainResult, config_for_env
 from rlpipe.training.env import BOX
 from rlpipe.training.noise import make_noise
-from rlpipe.training.offpolicy import noisy_explore, setup, train_off_policy
+from rlpipe.training.offpolicy import Agent, OffPolicySetup, noisy_explore, setup, train_off_policy
 from rlpipe.training.optim import adam, frozen, polyak_update, target_copy
 
 ACTION_SPACES = (BOX,)
@@ -62,18 +63,8 @@ def make_config(env_id: str, **overrides: Any) -> Config:
     return config_for_env(Config, TUNED, env_id, **overrides)
 
 
-def train(
-    config: Config,
-    out_dir: str | Path | None = None,
-    *,
-    progress: bool = True,
-    step_sink: StepSink | None = None,
-) -> TrainResult:
-    """Train DDPG; with ``out_dir`` also write checkpoint, ``metrics.json`` and DVCLive curve.
-
-    ``step_sink`` is called after every vector-env step, as in :func:`rlpipe.algos.sac.train`.
-    """
-    env = setup("ddpg", config)
+def make_agent(config: Config, env: OffPolicySetup) -> Agent:
+    """DDPG's networks, update and noisy exploration for ``env``'s sizes and device."""
     obs_dim, act_dim, device = env.obs_dim, env.act_dim, env.device
 
     actor = DeterministicActor(obs_dim, act_dim, config.hidden).to(device)
@@ -103,7 +94,20 @@ def train(
         polyak_update(actor_target, actor, config.tau)
 
     noise = make_noise(config.noise, (config.num_envs, act_dim), config.noise_sigma, env.rng, theta=config.ou_theta, dt=config.ou_dt)
-    explore = noisy_explore(actor, noise, device)
-
     modules = {"policy": actor, "critic": critic, "policy_target": actor_target, "critic_target": critic_target}
-    return train_off_policy("ddpg", config, env, actor, modules, explore, update, out_dir, progress, step_sink)
+    return Agent(actor, modules, noisy_explore(actor, noise, device), update)
+
+
+def train(
+    config: Config,
+    out_dir: str | Path | None = None,
+    *,
+    progress: bool = True,
+    step_sink: StepSink | None = None,
+) -> TrainResult:
+    """Train DDPG; with ``out_dir`` also write checkpoint, ``metrics.json`` and DVCLive curve.
+
+    ``step_sink`` is called after every vector-env step, as in :func:`rlpipe.algos.sac.train`.
+    """
+    env = setup("ddpg", config)
+    return train_off_policy("ddpg", config, env, make_agent(config, env), out_dir, progress, step_sink)

@@ -3,11 +3,13 @@
 Policy and value are two MLPs fused into one ``ActorCritic`` (one batched matmul per layer).
 Read top to bottom: config and tuned defaults, GAE, then ``train``: collect a rollout of
 ``num_steps`` x ``num_envs`` transitions, compute advantages, run ``num_epochs`` epochs
-of minibatch updates, evaluate on schedule.
+of minibatch updates, evaluate on schedule. Imitation learning (GAIL) reuses ``train`` with a
+``reward_fn`` that replaces the env reward of each rollout.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,6 +79,12 @@ TUNED: dict[str, dict[str, Any]] = {
 }
 
 
+RewardFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+"""``reward_fn(obs [T, N, obs_dim], actions [T, N] or [T, N, act_dim], valid [T, N]) -> rewards [T, N]``:
+replaces the env reward of a rollout before GAE. Actions are in policy space (continuous ones
+not yet clipped); ``valid`` is False on reset steps. It may learn from the rollout first."""
+
+
 def make_config(env_id: str, **overrides: Any) -> Config:
     """The tuned config for ``env_id`` with ``overrides`` (None values ignored) applied."""
     return config_for_env(Config, TUNED, env_id, **overrides)
@@ -116,11 +124,18 @@ def train(
     *,
     progress: bool = True,
     step_sink: StepSink | None = None,
+    reward_fn: RewardFn | None = None,
+    algo: str = "ppo",
+    extra_metrics: Callable[[], dict[str, Any]] | None = None,
 ) -> TrainResult:
-    """Train PPO; with ``out_dir`` also write checkpoint, ``metrics.json`` and DVCLive curve."""
+    """Train PPO; with ``out_dir`` also write checkpoint, ``metrics.json`` and DVCLive curve.
+
+    ``reward_fn`` (see :data:`RewardFn`) trains on its rewards instead of the env's; ``algo``
+    names the run and ``extra_metrics()`` adds entries to its metrics (both for GAIL).
+    """
     envs = make_vec_env(config.env_id, config.num_envs)
     obs_space, act_space = envs.single_observation_space, envs.single_action_space
-    require_spaces("ppo", config.env_id, obs_space, act_space, ACTION_SPACES)
+    require_spaces(algo, config.env_id, obs_space, act_space, ACTION_SPACES)
     device = resolve_device(config.device)
     rng = seed_everything(config.seed, config.torch_threads)
     discrete = isinstance(act_space, spaces.Discrete)
@@ -133,7 +148,7 @@ def train(
     scaler = ActionScaler(act_space)
     stepper = VecStepper(envs, scaler, config.seed, step_sink)
     eval_policy = policy_fn(actor, scaler, device)
-    run = Run("ppo", config, out_dir, progress)
+    run = Run(algo, config, out_dir, progress)
 
     T, N = config.num_steps, config.num_envs
     obs_buf = torch.zeros(T, N, obs_dim, device=device)
@@ -164,7 +179,9 @@ def train(
                     trunc_buf[t] = torch.as_tensor(b.truncated, device=device)
                     valid_buf[t] = torch.as_tensor(b.valid, device=device)
                 next_value = actor(torch.as_tensor(stepper.obs, dtype=torch.float32, device=device))[1]
-                adv, ret = compute_gae(rew_buf, val_buf, next_value, term_buf, trunc_buf, valid_buf, config.gamma, config.gae_lambda)
+            rewards = rew_buf if reward_fn is None else reward_fn(obs_buf, act_buf, valid_buf).detach()
+            with torch.no_grad():
+                adv, ret = compute_gae(rewards, val_buf, next_value, term_buf, trunc_buf, valid_buf, config.gamma, config.gae_lambda)
 
             # 2. Minibatch epochs over the valid transitions only (reset steps are not data).
             keep = valid_buf.reshape(-1)
@@ -202,7 +219,7 @@ def train(
             if run.maybe_evaluate(eval_policy, stepper.env_steps):
                 break
         return run.finish(eval_policy, actor, {"policy": actor}, act_space, stepper.env_steps, updates,
-                          {"train_episodes": stepper.episodes})
+                          {"train_episodes": stepper.episodes, **(extra_metrics() if extra_metrics else {})})
     finally:
         run.close()
         envs.close()

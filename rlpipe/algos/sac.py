@@ -1,8 +1,9 @@
 """SAC: tanh-Gaussian actor, fused twin critics, automatic entropy tuning.
 
-Read top to bottom: config and tuned defaults, then ``train``: networks, the update
-(critic -> actor -> temperature -> target critics), and the shared off-policy loop that
-collects transitions (optionally streaming every one of them to ``step_sink``).
+Read top to bottom: config and tuned defaults, ``make_agent``: networks, the update
+(critic -> actor -> temperature -> target critics) and exploration, then ``train``: the
+shared off-policy loop that collects transitions (optionally streaming every one of them
+to ``step_sink``). SAC+HER (``her.py``) reuses ``make_agent``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import torch
 from rlpipe.models.networks import EnsembleQ, TanhGaussianActor
 from rlpipe.training import Batch, StepSink, TrainResult, config_for_env
 from rlpipe.training.env import BOX
-from rlpipe.training.offpolicy import setup, train_off_policy
+from rlpipe.training.offpolicy import Agent, OffPolicySetup, setup, train_off_policy
 from rlpipe.training.optim import adam, frozen, polyak_update, target_copy
 
 ACTION_SPACES = (BOX,)
@@ -62,21 +63,8 @@ def make_config(env_id: str, **overrides: Any) -> Config:
     return config_for_env(Config, TUNED, env_id, **overrides)
 
 
-def train(
-    config: Config,
-    out_dir: str | Path | None = None,
-    *,
-    progress: bool = True,
-    step_sink: StepSink | None = None,
-) -> TrainResult:
-    """Train SAC; with ``out_dir`` also write checkpoint, ``metrics.json`` and DVCLive curve.
-
-    ``step_sink(obs, env_actions, rewards, next_obs, terminated, truncated, valid)`` is
-    called after every vector-env step (numpy arrays, batch = ``num_envs``). ``next_obs``
-    is the real next observation even at episode ends; rows with ``valid`` False are
-    autoreset steps and are not transitions.
-    """
-    env = setup("sac", config)
+def make_agent(config: Config, env: OffPolicySetup) -> Agent:
+    """SAC's networks, update and sampling exploration for ``env``'s sizes and device."""
     obs_dim, act_dim, device = env.obs_dim, env.act_dim, env.device
 
     actor = TanhGaussianActor(obs_dim, act_dim, config.hidden).to(device)
@@ -121,5 +109,22 @@ def train(
             return actor.sample(torch.as_tensor(obs, dtype=torch.float32, device=device))[0].cpu().numpy()
 
     modules = {"policy": actor, "critic": critic, "critic_target": critic_target}
-    return train_off_policy("sac", config, env, actor, modules, explore, update, out_dir, progress, step_sink,
-                            lambda: {"alpha": float(log_alpha.detach().exp())})
+    return Agent(actor, modules, explore, update, lambda: {"alpha": float(log_alpha.detach().exp())})
+
+
+def train(
+    config: Config,
+    out_dir: str | Path | None = None,
+    *,
+    progress: bool = True,
+    step_sink: StepSink | None = None,
+) -> TrainResult:
+    """Train SAC; with ``out_dir`` also write checkpoint, ``metrics.json`` and DVCLive curve.
+
+    ``step_sink(obs, env_actions, rewards, next_obs, terminated, truncated, valid)`` is
+    called after every vector-env step (numpy arrays, batch = ``num_envs``). ``next_obs``
+    is the real next observation even at episode ends; rows with ``valid`` False are
+    autoreset steps and are not transitions.
+    """
+    env = setup("sac", config)
+    return train_off_policy("sac", config, env, make_agent(config, env), out_dir, progress, step_sink)

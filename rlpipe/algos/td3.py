@@ -1,23 +1,26 @@
 """TD3: clipped double Q (fused twin critics), delayed actor updates, target policy smoothing.
 
-Read top to bottom: config and tuned defaults, then ``train``: networks, the update
-(critic every step; actor and targets every ``policy_delay`` steps), and the shared
-off-policy loop with Gaussian (or Ornstein-Uhlenbeck) exploration noise.
+Read top to bottom: config and tuned defaults, ``td3_update`` (critic every step; actor
+and targets every ``policy_delay`` steps; TD3+BC reuses it offline with its own actor
+loss), ``make_agent``: networks and Gaussian (or Ornstein-Uhlenbeck) exploration noise
+(TD3+HER reuses it), then ``train``: the shared off-policy loop.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
 from rlpipe.models.networks import DeterministicActor, EnsembleQ
 from rlpipe.training import Batch, StepSink, TrainResult, config_for_env
 from rlpipe.training.env import BOX
 from rlpipe.training.noise import make_noise
-from rlpipe.training.offpolicy import noisy_explore, setup, train_off_policy
+from rlpipe.training.offpolicy import Agent, OffPolicySetup, Update, noisy_explore, setup, train_off_policy
 from rlpipe.training.optim import adam, frozen, polyak_update, target_copy
 
 ACTION_SPACES = (BOX,)
@@ -65,22 +68,26 @@ def make_config(env_id: str, **overrides: Any) -> Config:
     return config_for_env(Config, TUNED, env_id, **overrides)
 
 
-def train(
-    config: Config,
-    out_dir: str | Path | None = None,
-    *,
-    progress: bool = True,
-    step_sink: StepSink | None = None,
-) -> TrainResult:
-    """Train TD3; with ``out_dir`` also write checkpoint, ``metrics.json`` and DVCLive curve.
+ActorLoss = Callable[[Batch, torch.Tensor, torch.Tensor], torch.Tensor]
+"""``actor_loss(batch, pi, q) -> loss`` from the actor's actions ``pi = actor(batch.obs)``
+and the first critic's values ``q = Q1(batch.obs, pi)``."""
 
-    ``step_sink`` is called after every vector-env step, as in :func:`rlpipe.algos.sac.train`.
+
+def maximise_q(b: Batch, pi: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """TD3's actor loss: -Q1(s, pi(s))."""
+    return -q.mean()
+
+
+def td3_update(
+    actor: DeterministicActor, critic: EnsembleQ, config: Any, actor_loss: ActorLoss = maximise_q
+) -> tuple[Update, dict[str, nn.Module]]:
+    """TD3's update of ``actor`` and twin ``critic`` (TD3+BC reuses it with its own ``actor_loss``).
+
+    Makes the target networks and optimisers; ``config`` needs gamma, tau, actor_lr,
+    critic_lr, policy_delay, target_noise and target_noise_clip. Returns
+    ``update(batch, update_index)`` (critic every call; actor and targets every
+    ``policy_delay`` calls) and the modules to checkpoint.
     """
-    env = setup("td3", config)
-    obs_dim, act_dim, device = env.obs_dim, env.act_dim, env.device
-
-    actor = DeterministicActor(obs_dim, act_dim, config.hidden).to(device)
-    critic = EnsembleQ(obs_dim, act_dim, config.hidden, n=2).to(device)
     actor_target, critic_target = target_copy(actor), target_copy(critic)
     actor_opt = adam(actor.parameters(), config.actor_lr)
     critic_opt = adam(critic.parameters(), config.critic_lr)
@@ -100,17 +107,39 @@ def train(
         if i % config.policy_delay:
             return
 
-        # Delayed actor: maximise Q1 (critic weights frozen), then move the targets.
+        # Delayed actor: improve on Q1 (critic weights frozen), then move the targets.
         with frozen(critic_params):
-            actor_loss = -critic(b.obs, actor(b.obs))[0].mean()
+            pi = actor(b.obs)
+            loss = actor_loss(b, pi, critic(b.obs, pi)[0])
             actor_opt.zero_grad(set_to_none=True)
-            actor_loss.backward()
+            loss.backward()
             actor_opt.step()
         polyak_update(critic_target, critic, config.tau)
         polyak_update(actor_target, actor, config.tau)
 
-    noise = make_noise(config.noise, (config.num_envs, act_dim), config.noise_sigma, env.rng, theta=config.ou_theta, dt=config.ou_dt)
-    explore = noisy_explore(actor, noise, device)
+    return update, {"policy": actor, "critic": critic, "policy_target": actor_target, "critic_target": critic_target}
 
-    modules = {"policy": actor, "critic": critic, "policy_target": actor_target, "critic_target": critic_target}
-    return train_off_policy("td3", config, env, actor, modules, explore, update, out_dir, progress, step_sink)
+
+def make_agent(config: Config, env: OffPolicySetup) -> Agent:
+    """TD3's networks, update and noisy exploration for ``env``'s sizes and device."""
+    obs_dim, act_dim, device = env.obs_dim, env.act_dim, env.device
+    actor = DeterministicActor(obs_dim, act_dim, config.hidden).to(device)
+    critic = EnsembleQ(obs_dim, act_dim, config.hidden, n=2).to(device)
+    update, modules = td3_update(actor, critic, config)
+    noise = make_noise(config.noise, (config.num_envs, act_dim), config.noise_sigma, env.rng, theta=config.ou_theta, dt=config.ou_dt)
+    return Agent(actor, modules, noisy_explore(actor, noise, device), update)
+
+
+def train(
+    config: Config,
+    out_dir: str | Path | None = None,
+    *,
+    progress: bool = True,
+    step_sink: StepSink | None = None,
+) -> TrainResult:
+    """Train TD3; with ``out_dir`` also write checkpoint, ``metrics.json`` and DVCLive curve.
+
+    ``step_sink`` is called after every vector-env step, as in :func:`rlpipe.algos.sac.train`.
+    """
+    env = setup("td3", config)
+    return train_off_policy("td3", config, env, make_agent(config, env), out_dir, progress, step_sink)

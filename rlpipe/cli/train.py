@@ -54,14 +54,14 @@ def train(
     options: dict[str, Any] = dict(seed=seed, device=device, stop_at_return=stop_at_return, env_steps=env_steps,
                                    num_envs=num_envs, updates=updates, max_samples=max_samples)
     if algo in ONLINE:
-        from rlpipe.training.env import env_spaces, require_spaces
+        from rlpipe.training.env import BOX, env_spaces, require_spaces
 
         if dataset is not None:
             raise RlpipeError(f"{algo} is an online algorithm and trains in the environment; --dataset is for offline algorithms")
         if env is None:
             raise RlpipeError(f"{algo} needs --env (a Gymnasium env id, e.g. CartPole-v1)")
         obs_space, act_space = env_spaces(env)
-        require_spaces(algo, env, obs_space, act_space, module.ACTION_SPACES)
+        require_spaces(algo, env, obs_space, act_space, module.ACTION_SPACES, getattr(module, "OBSERVATION_SPACES", (BOX,)))
         name = env
     else:
         from rlpipe.training.offline import dataset_env_id
@@ -77,9 +77,10 @@ def train(
     run_dir = out if out is not None else Path("runs") / f"{algo}-{name}"
     result = module.train(config, run_dir, progress=progress)
     m = result.metrics
-    budget = f"{m['env_steps']} env steps, {m['gradient_updates']} updates" if algo in ONLINE else f"{m['gradient_updates']} updates on {dataset}"
+    budget = f"{m['env_steps']} env steps, {m['gradient_updates']} updates" if m["env_steps"] else f"{m['gradient_updates']} updates on {dataset}"
+    success = f", success rate {m['eval_success_rate']:.2f}" if "eval_success_rate" in m else ""
     typer.echo(
-        f"{algo} {env}: eval return {m['eval_return_mean']:.1f} ± {m['eval_return_std']:.1f} after "
+        f"{algo} {env}: eval return {m['eval_return_mean']:.1f} ± {m['eval_return_std']:.1f}{success} after "
         f"{budget} ({m['wall_seconds']:.1f} s) -> {run_dir}"
     )
 
@@ -103,7 +104,9 @@ def eval_(
         typer.echo(json.dumps({
             "run_dir": str(run_dir), "algo": policy.algo, "env_id": policy.env_id, "episodes": episodes, "seed": seed,
             "deterministic": not stochastic, "return_mean": res.mean, "return_std": res.std, "returns": res.returns,
+            **({} if res.success_rate is None else {"success_rate": res.success_rate}),
             "checkpoint_sha256": policy.checkpoint_sha256,
         }))
     else:
-        typer.echo(f"{policy.algo} {policy.env_id}: {res.mean:.2f} ± {res.std:.2f} over {episodes} episodes")
+        success = "" if res.success_rate is None else f", success rate {res.success_rate:.2f}"
+        typer.echo(f"{policy.algo} {policy.env_id}: {res.mean:.2f} ± {res.std:.2f}{success} over {episodes} episodes")

@@ -20,10 +20,10 @@ from rlpipe.datasets.loader import TransitionArrays, load_shards
 from rlpipe.datasets.schema import Columnar, map_columnar
 from rlpipe.datasets.store import DatasetInfo
 from rlpipe.datasets.writer import write_rows
+from rlpipe.envs.goals import GOAL_KEYS
 from rlpipe.errors import RlpipeError
 
 STRATEGIES = ("future", "final", "episode", "random")
-GOAL_KEYS = ("observation", "achieved_goal", "desired_goal")
 
 
 def goal_rows(

@@ -18,6 +18,7 @@ from torch import nn
 from torch.distributions import Categorical, Normal
 
 _ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU}
+_INPLACE_ACTIVATIONS = {"relu": torch.relu_, "tanh": torch.tanh_, "elu": F.elu_}
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
 
@@ -113,9 +114,14 @@ class TanhGaussianActor(nn.Module):
         mu, log_std = self.net(self.obs_norm(obs)).chunk(2, dim=-1)
         return mu, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
 
-    def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Reparameterised sample and its log-probability (with the tanh correction)."""
+    def sample(self, obs: torch.Tensor, n: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Reparameterised sample and its log-probability (with the tanh correction).
+
+        With ``n``: n samples per state, shapes [n, B, act_dim] and [n, B], from one network pass.
+        """
         mu, log_std = self._mu_log_std(obs)
+        if n is not None:
+            mu, log_std = mu.expand(n, *mu.shape), log_std.expand(n, *log_std.shape)
         u = mu + log_std.exp() * torch.randn_like(mu)
         # Gaussian log-density written out: cheaper than building a Normal per update.
         log_prob = (-0.5 * ((u - mu) / log_std.exp()).square() - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
@@ -240,7 +246,9 @@ class EnsembleMLP(nn.Module):
     def __init__(self, n: int, in_dim: int, out_dim: int, hidden: Sequence[int] = (256, 256), activation: str = "relu", out_gains: Sequence[float] | None = None) -> None:
         super().__init__()
         self.n = n
-        self.act = _ACTIVATIONS[activation]()
+        # In place: baddbmm's backward needs its inputs, not its output, so the activation may
+        # overwrite it (one large tensor less to allocate and write per layer).
+        self.act = _INPLACE_ACTIVATIONS[activation]
         dims = [in_dim, *hidden, out_dim]
         self.layers = nn.ModuleList(EnsembleLinear(n, a, b) for a, b in zip(dims[:-1], dims[1:]))
         if out_gains is not None:
@@ -272,13 +280,15 @@ class EnsembleQ(nn.Module):
     with ``torch.baddbmm`` instead of a Python loop over separate networks.
     """
 
-    def __init__(self, obs_dim: int, act_dim: int, hidden: Sequence[int] = (256, 256), n: int = 2) -> None:
+    def __init__(self, obs_dim: int, act_dim: int, hidden: Sequence[int] = (256, 256), n: int = 2, obs_norm: nn.Module | None = None) -> None:
         super().__init__()
         self.n = n
+        # Offline critics share the actor's dataset normaliser (as ValueNet does PPO's).
+        self.obs_norm = obs_norm if obs_norm is not None else nn.Identity()
         self.net = EnsembleMLP(n, obs_dim + act_dim, 1, hidden, "relu")
 
     def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        return self.net(torch.cat([obs, action], dim=-1)).squeeze(-1)
+        return self.net(torch.cat([self.obs_norm(obs), action], dim=-1)).squeeze(-1)
 
 
 class ActorCritic(nn.Module):
@@ -330,8 +340,85 @@ class ActorCritic(nn.Module):
         return self.sample(head)
 
 
+class GreedyQPolicy(nn.Module):
+    """A Q-network over discrete actions that acts greedily (discrete CQL's policy)."""
+
+    kind = "greedy_q"
+
+    def __init__(self, obs_dim: int, n_actions: int, hidden: Sequence[int] = (256, 256)) -> None:
+        super().__init__()
+        self.spec = {"obs_dim": obs_dim, "n_actions": n_actions, "hidden": list(hidden)}
+        self.net = mlp(obs_dim, n_actions, hidden)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """Q-values of every action, [B, n_actions]."""
+        return self.net(obs)
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor, deterministic: bool = True) -> torch.Tensor:
+        return self(obs).argmax(-1)  # greedy either way: the Q-values define no distribution
+
+
+class Perturbation(nn.Module):
+    """BCQ's perturbation model: a -> clip(a + max_shift * tanh(f(s, a)), -1, 1)."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: Sequence[int], max_shift: float) -> None:
+        super().__init__()
+        self.max_shift = max_shift
+        self.net = mlp(obs_dim + act_dim, act_dim, hidden)
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        shift = self.max_shift * torch.tanh(self.net(torch.cat([obs, action], dim=-1)))
+        return (action + shift).clamp(-1.0, 1.0)
+
+
+class BCQPolicy(nn.Module):
+    """BCQ's batch-constrained policy: ``n_candidates`` actions from the conditional VAE's
+    decoder, each nudged by the perturbation model; the one the first critic values most wins.
+
+    Holds everything acting needs (decoder, perturbation, twin critics); BCQ trains the
+    VAE's encoder alongside.
+    """
+
+    kind = "bcq"
+
+    def __init__(
+        self,
+        obs_dim: int,
+        act_dim: int,
+        hidden: Sequence[int] = (256, 256),
+        vae_hidden: Sequence[int] = (750, 750),
+        latent_dim: int = 2,
+        max_shift: float = 0.05,
+        n_candidates: int = 10,
+    ) -> None:
+        super().__init__()
+        self.spec = {"obs_dim": obs_dim, "act_dim": act_dim, "hidden": list(hidden), "vae_hidden": list(vae_hidden),
+                     "latent_dim": latent_dim, "max_shift": max_shift, "n_candidates": n_candidates}
+        self.latent_dim, self.n_candidates = latent_dim, n_candidates
+        self.decoder = mlp(obs_dim + latent_dim, act_dim, vae_hidden)
+        self.perturbation = Perturbation(obs_dim, act_dim, hidden, max_shift)
+        self.critic = EnsembleQ(obs_dim, act_dim, hidden, n=2)
+
+    def decode(self, obs: torch.Tensor, z: torch.Tensor | None = None) -> torch.Tensor:
+        """Actions in (-1, 1) for latents ``z``; by default z ~ N(0, 1) clipped to [-0.5, 0.5]
+        (the generator's likely region)."""
+        if z is None:
+            z = torch.randn(obs.shape[0], self.latent_dim, device=obs.device).clamp(-0.5, 0.5)
+        return torch.tanh(self.decoder(torch.cat([obs, z], dim=-1)))
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor, deterministic: bool = True) -> torch.Tensor:
+        batch, n = obs.shape[0], self.n_candidates
+        repeated = obs.repeat_interleave(n, dim=0)  # all candidates of all states in one batch
+        candidates = self.perturbation(repeated, self.decode(repeated))
+        best = self.critic(repeated, candidates)[0].view(batch, n).argmax(1)
+        return candidates.view(batch, n, -1)[torch.arange(batch, device=obs.device), best]
+
+
 POLICY_CLASSES: dict[str, type[nn.Module]] = {
-    cls.kind: cls for cls in (TanhGaussianActor, DeterministicActor, CategoricalActor, GaussianActor, ActorCritic)
+    cls.kind: cls
+    for cls in (TanhGaussianActor, DeterministicActor, CategoricalActor, GaussianActor, ActorCritic, GreedyQPolicy, BCQPolicy)
 }
 
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from rlpipe.training.rollout import StepBatch
 
 
 class Batch(NamedTuple):
@@ -54,6 +57,11 @@ class ReplayBuffer:
         self.terminated[idx] = as_t(terminated)
         self.pos = (self.pos + n) % self.capacity
         self.size = min(self.size + n, self.capacity)
+
+    def store(self, step: StepBatch) -> None:
+        """Add one vector-env step's transitions, skipping autoreset steps (``valid`` False)."""
+        v = step.valid
+        self.add(step.obs[v], step.actions[v], step.rewards[v], step.next_obs[v], step.terminated[v])
 
     def sample(self, batch_size: int) -> Batch:
         """Uniformly sample ``batch_size`` transitions (with replacement)."""

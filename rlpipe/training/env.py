@@ -14,10 +14,13 @@ import torch
 from gymnasium import spaces
 
 from rlpipe.envs import env_spaces, make_vec_env  # noqa: F401  (re-exported: env construction lives with the envs)
+from rlpipe.envs.goals import is_goal_space
 from rlpipe.errors import RlpipeError
 
 BOX, DISCRETE = "box", "discrete"
+GOAL = "goal"  # observation kind: a goal-conditioned Dict (flattened for the networks)
 _KIND_WORDS = {BOX: "a continuous (Box)", DISCRETE: "a discrete (Discrete)"}
+_OBS_WORDS = {BOX: "a flat Box", GOAL: "a goal-conditioned Dict (observation, achieved_goal, desired_goal)"}
 
 
 def resolve_device(device: str) -> torch.device:
@@ -39,13 +42,26 @@ def space_kind(space: spaces.Space) -> str:
     return type(space).__name__
 
 
-def require_spaces(algo: str, env_id: str, obs_space: spaces.Space, act_space: spaces.Space, kinds: tuple[str, ...]) -> None:
-    """Raise a one-line RlpipeError when ``algo`` cannot handle the env's spaces."""
+def require_spaces(
+    algo: str,
+    env_id: str,
+    obs_space: spaces.Space,
+    act_space: spaces.Space,
+    kinds: tuple[str, ...],
+    observations: tuple[str, ...] = (BOX,),
+) -> None:
+    """Raise a one-line RlpipeError when ``algo`` cannot handle the env's spaces.
+
+    ``kinds`` are the accepted action spaces (BOX, DISCRETE), ``observations`` the accepted
+    observation spaces: BOX (flat) and/or GOAL (a goal Dict, see rlpipe.envs.goals).
+    """
     if space_kind(act_space) not in kinds:
         wanted = " or ".join(_KIND_WORDS[k] for k in kinds)
         raise RlpipeError(f"{algo} needs {wanted} action space; {env_id} has {act_space}")
-    if not (isinstance(obs_space, spaces.Box) and len(obs_space.shape) == 1):
-        raise RlpipeError(f"{algo} needs a flat Box observation space; {env_id} has {obs_space}")
+    flat = isinstance(obs_space, spaces.Box) and len(obs_space.shape) == 1
+    if not ((BOX in observations and flat) or (GOAL in observations and is_goal_space(obs_space))):
+        wanted = " or ".join(_OBS_WORDS[k] for k in observations)
+        raise RlpipeError(f"{algo} needs {wanted} observation space; {env_id} has {obs_space}")
     if isinstance(act_space, spaces.Box) and len(act_space.shape) != 1:
         raise RlpipeError(f"{algo} needs a 1-D Box action space; {env_id} has {act_space}")
 

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from rlpipe.envs.goals import flatten_obs, is_goal_space
 from rlpipe.training.env import ActionScaler, make_vec_env
 
 PolicyFn = Callable[[np.ndarray], np.ndarray]
@@ -21,15 +22,19 @@ class EvalResult:
     std: float
     returns: list[float]
     lengths: list[int]
+    success_rate: float | None = None  # goal envs only: share of episodes that reached the goal
 
 
 def policy_fn(actor: nn.Module, scaler: ActionScaler, device: torch.device | str = "cpu", deterministic: bool = True) -> PolicyFn:
-    """Wrap an actor (``act(obs, deterministic)``) as a numpy batch -> env-action function."""
+    """Wrap an actor (``act(obs, deterministic)``) as a numpy batch -> env-action function.
+
+    Goal envs' Dict observations are flattened as the networks were trained on them.
+    """
     device = torch.device(device)
 
     def act(obs: np.ndarray) -> np.ndarray:
         with torch.no_grad():
-            obs_t = torch.as_tensor(np.asarray(obs, np.float32), device=device)
+            obs_t = torch.as_tensor(flatten_obs(obs).astype(np.float32, copy=False), device=device)
             return scaler.to_env(actor.act(obs_t, deterministic).cpu().numpy())
 
     return act
@@ -39,29 +44,35 @@ def evaluate(policy: PolicyFn, env_id: str, episodes: int = 10, seed: int = 0, m
     """Run ``episodes`` full episodes with ``policy`` on vectorised envs; returns statistics.
 
     Sub-env ``i`` is seeded with ``seed + i`` and runs a fixed quota of episodes, so the
-    result depends only on (policy, env_id, episodes, seed).
+    result depends only on (policy, env_id, episodes, seed). In goal envs an episode is a
+    success when its last step reports ``info["is_success"]`` (or, without it, terminates).
     """
     n = max(1, min(episodes, max_envs))
     quota = np.array([episodes // n + (i < episodes % n) for i in range(n)])
     envs = make_vec_env(env_id, n)
+    goal_env = is_goal_space(envs.single_observation_space)
     returns: list[list[float]] = [[] for _ in range(n)]
     lengths: list[list[int]] = [[] for _ in range(n)]
+    successes: list[list[bool]] = [[] for _ in range(n)]
     try:
         obs, _ = envs.reset(seed=seed)
         ep_ret, ep_len = np.zeros(n), np.zeros(n, np.int64)
         valid = np.ones(n, bool)  # False on the NEXT_STEP autoreset step after an episode end
         while any(len(r) < q for r, q in zip(returns, quota)):
-            obs, reward, term, trunc, _ = envs.step(policy(obs))
+            obs, reward, term, trunc, info = envs.step(policy(obs))
             ep_ret += reward * valid
             ep_len += valid
             done = (term | trunc) & valid
+            success = np.where(info.get("_is_success", False), info.get("is_success", False), term)
             for i in np.flatnonzero(done):
                 if len(returns[i]) < quota[i]:
                     returns[i].append(float(ep_ret[i]))
                     lengths[i].append(int(ep_len[i]))
+                    successes[i].append(bool(success[i]))
             ep_ret[done], ep_len[done] = 0.0, 0
             valid = ~(term | trunc)
     finally:
         envs.close()
     flat = [r for rs in returns for r in rs]
-    return EvalResult(float(np.mean(flat)), float(np.std(flat)), flat, [n for ns in lengths for n in ns])
+    success_rate = float(np.mean([s for ss in successes for s in ss])) if goal_env else None
+    return EvalResult(float(np.mean(flat)), float(np.std(flat)), flat, [n for ns in lengths for n in ns], success_rate)

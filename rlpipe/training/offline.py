@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +20,10 @@ from torch import nn
 
 from rlpipe.datasets.loader import TransitionArrays, TransitionSampler, load_shards
 from rlpipe.datasets.store import DatasetInfo, open_dataset
+from rlpipe.envs.goals import flat_observation_space, flatten_obs, is_goal_space
 from rlpipe.errors import RlpipeError
 from rlpipe.training.buffer import Batch
-from rlpipe.training.env import ActionScaler, action_dim, require_spaces, resolve_device
+from rlpipe.training.env import BOX, GOAL, ActionScaler, action_dim, require_spaces, resolve_device
 from rlpipe.training.evaluation import policy_fn
 from rlpipe.training.run import Run, TrainResult
 from rlpipe.training.seeding import seed_everything
@@ -63,7 +64,11 @@ def take_rows(data: TransitionArrays, rows: np.ndarray) -> TransitionArrays:
 
 @dataclass
 class OfflineData:
-    """A dataset opened for training: arrays, a device sampler, spaces and sizes."""
+    """A dataset opened for training: arrays, a device sampler, spaces and sizes.
+
+    For goal-conditioned datasets ``arrays`` and ``observation_space`` hold the flattened
+    observations the networks see (rlpipe.envs.goals); ``info`` keeps the stored Dict space.
+    """
 
     info: DatasetInfo
     arrays: TransitionArrays
@@ -83,21 +88,34 @@ def load_offline(algo: str, config: Any, action_kinds: tuple[str, ...]) -> Offli
     """Open `config.dataset`, check the spaces suit `algo`, seed, and build the sampler.
 
     `config` needs dataset, store, seed, device, torch_threads and may have max_samples.
-    Continuous actions are mapped to the policy's [-1, 1] range once, here.
+    Continuous actions are mapped to the policy's [-1, 1] range once, here; so are goal
+    Dict observations to ``concat(observation, desired_goal)``.
     """
     seed_everything(config.seed, config.torch_threads)
     info = open_dataset(config.dataset, config.store)
     obs_space, act_space = info.observation_space, info.action_space
-    require_spaces(algo, f"dataset {info.name!r}", obs_space, act_space, action_kinds)
+    require_spaces(algo, f"dataset {info.name!r}", obs_space, act_space, action_kinds, (BOX, GOAL))
     data = load_shards(info)
     if len(data) == 0:
         raise RlpipeError(f"dataset {info.name!r} is empty")
     if getattr(config, "max_samples", None) is not None:
         data = take_rows(data, subset_rows(data, config.max_samples, config.seed))
+    if is_goal_space(obs_space):
+        data = replace(data, obs=flatten_obs(data.obs), next_obs=flatten_obs(data.next_obs))
+        obs_space = flat_observation_space(obs_space)
     device = resolve_device(config.device)
     scaler = ActionScaler(act_space)
     sampler = TransitionSampler(data, device, seed=config.seed, action_map=scaler.from_env)
     return OfflineData(info, data, sampler, obs_space, act_space, int(obs_space.shape[0]), action_dim(act_space), device)
+
+
+def dataset_metrics(data: OfflineData) -> dict[str, Any]:
+    """What a run's metrics record about the dataset it learned from."""
+    return {
+        "dataset": data.info.name,
+        "dataset_content_hash": data.info.metadata["content_hash"],
+        "dataset_transitions": len(data.arrays),
+    }
 
 
 def train_offline(
@@ -125,12 +143,7 @@ def train_offline(
             run.show(updates)
             if run.maybe_evaluate(eval_policy, updates):
                 break
-        extra = {
-            "dataset": data.info.name,
-            "dataset_content_hash": data.info.metadata["content_hash"],
-            "dataset_transitions": len(data.arrays),
-            **(extra_metrics() if extra_metrics else {}),
-        }
+        extra = {**dataset_metrics(data), **(extra_metrics() if extra_metrics else {})}
         return run.finish(eval_policy, actor, modules, data.action_space, 0, updates, extra)
     finally:
         run.close()

@@ -1,6 +1,6 @@
-"""What the off-policy actor-critics (SAC, DDPG, TD3) share: env/device/seed setup and
-the collect-store-update-evaluate loop. Each algorithm supplies only its networks, how it
-explores and how it updates.
+"""What the off-policy actor-critics (SAC, DDPG, TD3, and HER on top of them) share:
+env/device/seed setup and the collect-store-update-evaluate loop. Each algorithm supplies
+only an :class:`Agent`: its networks, how it explores and how it updates.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import gymnasium as gym
 import numpy as np
@@ -16,10 +16,11 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
+from rlpipe.envs.goals import flat_observation_space, flatten_obs
 from rlpipe.training.buffer import Batch, ReplayBuffer
 from rlpipe.training.env import BOX, ActionScaler, make_vec_env, require_spaces, resolve_device
 from rlpipe.training.evaluation import policy_fn
-from rlpipe.training.rollout import StepSink, VecStepper
+from rlpipe.training.rollout import StepBatch, StepSink, VecStepper
 from rlpipe.training.run import Run, TrainResult
 from rlpipe.training.seeding import seed_everything
 
@@ -29,9 +30,33 @@ Update = Callable[[Batch, int], None]
 """``update(batch, update_index)``: one gradient update on a sampled minibatch."""
 
 
+class Replay(Protocol):
+    """A replay buffer the loop can fill and sample (ReplayBuffer, HER's episode buffer)."""
+
+    def __len__(self) -> int: ...
+
+    def store(self, step: StepBatch) -> None: ...
+
+    def sample(self, batch_size: int) -> Batch: ...
+
+
+@dataclass
+class Agent:
+    """What an off-policy algorithm brings to the loop (built by its ``make_agent``)."""
+
+    actor: nn.Module  # the policy that is evaluated and checkpointed as "policy"
+    modules: dict[str, nn.Module]  # everything checkpointed, including "policy"
+    explore: Explore
+    update: Update
+    extra_metrics: Callable[[], dict[str, Any]] | None = None
+
+
 @dataclass
 class OffPolicySetup:
-    """Vector envs checked for a continuous action space, device, seeded RNG, sizes."""
+    """Vector envs checked for a continuous action space, device, seeded RNG, sizes.
+
+    ``obs_dim`` is what the networks see (goal Dicts flattened, see rlpipe.envs.goals).
+    """
 
     envs: gym.vector.VectorEnv
     action_space: spaces.Box
@@ -52,44 +77,45 @@ def noisy_explore(actor: nn.Module, noise: Callable[[np.ndarray], np.ndarray], d
     return explore
 
 
-def setup(algo: str, config: Any) -> OffPolicySetup:
-    """Make ``config.num_envs`` envs, check spaces, resolve the device, seed everything."""
+def setup(algo: str, config: Any, observations: tuple[str, ...] = (BOX,)) -> OffPolicySetup:
+    """Make ``config.num_envs`` envs, check spaces (``observations``: accepted observation
+    kinds, see :func:`require_spaces`), resolve the device, seed everything."""
     envs = make_vec_env(config.env_id, config.num_envs)
     obs_space, act_space = envs.single_observation_space, envs.single_action_space
     try:
-        require_spaces(algo, config.env_id, obs_space, act_space, (BOX,))
+        require_spaces(algo, config.env_id, obs_space, act_space, (BOX,), observations)
         device = resolve_device(config.device)
     except Exception:
         envs.close()
         raise
     rng = seed_everything(config.seed, config.torch_threads)
-    return OffPolicySetup(envs, act_space, obs_space.shape[0], act_space.shape[0], device, rng)
+    return OffPolicySetup(envs, act_space, flat_observation_space(obs_space).shape[0], act_space.shape[0], device, rng)
 
 
 def train_off_policy(
     algo: str,
     config: Any,
     env: OffPolicySetup,
-    actor: nn.Module,
-    modules: dict[str, nn.Module],
-    explore: Explore,
-    update: Update,
+    agent: Agent,
     out_dir: str | Path | None,
     progress: bool,
     step_sink: StepSink | None,
-    extra_metrics: Callable[[], dict[str, Any]] | None = None,
+    buffer: Replay | None = None,
 ) -> TrainResult:
     """Collect, store, update and evaluate until ``config.env_steps``; save the run.
 
     Uniform random actions are used for the first ``config.learning_starts`` env steps;
-    after that ``explore`` acts and ``update`` runs ``config.updates_per_step`` times per
-    collected transition on ``config.batch_size`` samples. Reset steps of the NEXT_STEP
-    autoreset (``valid`` False) are never stored. ``modules`` must include ``"policy"``.
+    after that ``agent.explore`` acts and, once ``buffer`` can be sampled, ``agent.update``
+    runs ``config.updates_per_step`` times per collected transition on ``config.batch_size``
+    samples. ``buffer`` defaults to a plain :class:`ReplayBuffer`; reset steps of the
+    NEXT_STEP autoreset (``valid`` False) are never stored.
     """
     scaler = ActionScaler(env.action_space)
     stepper = VecStepper(env.envs, scaler, config.seed, step_sink)
-    buffer = ReplayBuffer(min(config.buffer_size, config.env_steps + config.num_envs), env.obs_dim, env.act_dim, env.device, seed=config.seed)
-    eval_policy = policy_fn(actor, scaler, env.device)
+    if buffer is None:
+        capacity = min(config.buffer_size, config.env_steps + config.num_envs)
+        buffer = ReplayBuffer(capacity, env.obs_dim, env.act_dim, env.device, seed=config.seed)
+    eval_policy = policy_fn(agent.actor, scaler, env.device)
     run = Run(algo, config, out_dir, progress)
     updates, credit = 0, 0.0
     try:
@@ -97,21 +123,22 @@ def train_off_policy(
             if stepper.env_steps < config.learning_starts:
                 actions = env.rng.uniform(-1.0, 1.0, (stepper.num_envs, env.act_dim))
             else:
-                actions = explore(stepper.obs, ~stepper.valid)
+                actions = agent.explore(flatten_obs(stepper.obs), ~stepper.valid)
             b = stepper.step(actions)
-            v = b.valid
-            buffer.add(b.obs[v], b.actions[v], b.rewards[v], b.next_obs[v], b.terminated[v])
-            if stepper.env_steps > config.learning_starts:  # credit only post-warm-up transitions
-                credit += min(int(v.sum()), stepper.env_steps - config.learning_starts) * config.updates_per_step
+            buffer.store(b)
+            # Credit only post-warm-up transitions, and only once the buffer can be sampled
+            # (HER's holds completed episodes only).
+            if stepper.env_steps > config.learning_starts and len(buffer):
+                credit += min(int(b.valid.sum()), stepper.env_steps - config.learning_starts) * config.updates_per_step
                 while credit >= 1.0:
-                    update(buffer.sample(config.batch_size), updates)
+                    agent.update(buffer.sample(config.batch_size), updates)
                     updates += 1
                     credit -= 1.0
             run.show(stepper.env_steps, stepper.last_return)
             if run.maybe_evaluate(eval_policy, stepper.env_steps):
                 break
-        extra = {"train_episodes": stepper.episodes, **(extra_metrics() if extra_metrics else {})}
-        return run.finish(eval_policy, actor, modules, env.action_space, stepper.env_steps, updates, extra)
+        extra = {"train_episodes": stepper.episodes, **(agent.extra_metrics() if agent.extra_metrics else {})}
+        return run.finish(eval_policy, agent.actor, agent.modules, env.action_space, stepper.env_steps, updates, extra)
     finally:
         run.close()
         env.envs.close()

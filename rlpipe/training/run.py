@@ -46,6 +46,7 @@ class EvalPoint:
     wall_seconds: float
     mean: float
     std: float
+    success_rate: float | None = None  # goal envs only
 
 
 @dataclass
@@ -139,12 +140,14 @@ class Run:
     def evaluate(self, policy: PolicyFn, done: int) -> EvalPoint:
         """Evaluate now, record the point in the history and the DVCLive curve (x = ``done`` units)."""
         res = evaluate(policy, self.config.env_id, self.config.eval_episodes, self.config.seed + EVAL_SEED_OFFSET)
-        point = EvalPoint(done, self.elapsed(), res.mean, res.std)
+        point = EvalPoint(done, self.elapsed(), res.mean, res.std, res.success_rate)
         self.history.append(point)
         if self.live is not None:
             self.live.step = done
             self.live.log_metric("eval/return_mean", res.mean)
             self.live.log_metric("eval/return_std", res.std)
+            if res.success_rate is not None:
+                self.live.log_metric("eval/success_rate", res.success_rate)
             self.live.make_summary()
         self._last_draw = 0.0
         self.show(done)
@@ -185,6 +188,7 @@ class Run:
             "seed": self.config.seed,
             "eval_return_mean": final.mean,
             "eval_return_std": final.std,
+            **({} if final.success_rate is None else {"eval_success_rate": final.success_rate}),
             "eval_episodes": self.config.eval_episodes,
             "env_steps": int(env_steps),
             "gradient_updates": int(gradient_updates),

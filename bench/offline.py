@@ -1,0 +1,175 @@
+"""Offline RL speed: gradient updates per second, rlpipe vs d3rlpy, for CQL and BC.
+
+Equal work on both sides: 256x256 networks (actor and both critics for CQL, the policy
+for BC), batch size 256, CQL with 10 sampled actions per state for each of its three
+proposals (uniform, policy at s, policy at s'; d3rlpy's default), one torch thread, the
+same transitions (a Pendulum-v1 dataset exported to .npz for d3rlpy). Each timed update
+includes sampling the minibatch, as in training.
+
+rlpipe's update is the one `rlpipe train` runs: `train` builds the networks and hands its
+update function to the shared offline loop, where this script catches it instead of
+starting the loop. d3rlpy pins gymnasium 1.0.0, so it runs in its own virtualenv
+(`.bench-venvs/d3rlpy`, created on first use with
+`python3 -m venv .bench-venvs/d3rlpy && .bench-venvs/d3rlpy/bin/pip install -c constraints.txt d3rlpy==2.8.1`)
+through `bench/peers/d3rlpy_offline.py`, which prints one JSON line. Both are pinned to
+the least busy core; rlpipe and d3rlpy alternate, median of the repeats.
+
+    .venv/bin/python bench/offline.py              # 3 repeats
+    .venv/bin/python bench/offline.py --quick      # a few updates, one repeat
+"""
+
+from __future__ import annotations
+
+import _common  # noqa: F401  (sets thread limits before numpy/torch are imported)
+
+import argparse
+import json
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+from unittest import mock
+
+import numpy as np
+
+from _common import core_loads, least_busy_core, limit_threads, machine_description, median, pinned, table, today, versions
+
+ROOT = Path(__file__).resolve().parent.parent
+PEER_VENV = ROOT / ".bench-venvs" / "d3rlpy"
+PEER_PYTHON = PEER_VENV / "bin" / "python"
+PEER_SCRIPT = ROOT / "bench" / "peers" / "d3rlpy_offline.py"
+ENV_ID, NAME = "Pendulum-v1", "pendulum-random"
+HIDDEN, BATCH, SAMPLED_ACTIONS = 256, 256, 10
+# rlpipe config overrides giving the same work as the peer's settings above.
+RLPIPE_CONFIGS: dict[str, dict[str, Any]] = {
+    "cql": dict(hidden=(HIDDEN, HIDDEN), batch_size=BATCH, num_sampled_actions=SAMPLED_ACTIONS),
+    "bc": dict(hidden=(HIDDEN, HIDDEN), batch_size=BATCH, continuous_loss="mse"),
+}
+
+
+def ensure_peer_venv() -> None:
+    """Create d3rlpy's virtualenv the documented way if it is missing."""
+    if PEER_PYTHON.exists():
+        return
+    print(f"creating {PEER_VENV} (d3rlpy 2.8.1) ...", flush=True)
+    subprocess.run(["python3", "-m", "venv", str(PEER_VENV)], check=True)
+    subprocess.run([str(PEER_VENV / "bin" / "pip"), "install", "-q", "-c", str(ROOT / "constraints.txt"), "d3rlpy==2.8.1"],
+                   check=True, cwd=ROOT)
+
+
+def build_dataset(store: Path, steps: int) -> Path:
+    """A random-policy Pendulum dataset in `store` and its .npz export for the peer."""
+    import gymnasium as gym
+
+    from rlpipe.datasets.collector import RandomPolicy, collect
+    from rlpipe.datasets.loader import load_dataset
+    from rlpipe.datasets.writer import DatasetWriter
+
+    probe = gym.make(ENV_ID)
+    with DatasetWriter(NAME, probe.observation_space, probe.action_space, env_id=ENV_ID, store=store) as writer:
+        collect(ENV_ID, lambda envs: RandomPolicy(envs.single_action_space, envs.num_envs, seed=0), writer.write,
+                steps=steps, num_envs=8, seed=0, show_progress=False)
+        writer.finalize({"algorithm": "random", "seed": 0})
+    data = load_dataset(NAME, store)
+    npz = store / f"{NAME}.npz"
+    np.savez(npz, obs=np.asarray(data.obs), action=np.asarray(data.action), reward=data.reward,
+             terminated=data.terminated, truncated=data.truncated)
+    return npz
+
+
+class _Caught(Exception):
+    """Raised by the stand-in training loop once it holds the update function."""
+
+
+def captured_update(algo: str, store: Path) -> tuple[Any, Any, int]:
+    """(sampler, update, batch_size) exactly as `rlpipe train ALGO` would run them."""
+    from rlpipe.algos import get_algo
+
+    module: ModuleType = get_algo(algo)
+    config = module.make_config(ENV_ID, dataset=NAME, store=str(store), device="cpu", **RLPIPE_CONFIGS[algo])
+    caught: dict[str, Any] = {}
+
+    def stand_in(_algo: str, _config: Any, data: Any, _actor: Any, _modules: Any, update: Any, *args: Any, **kwargs: Any) -> None:
+        caught.update(sampler=data.sampler, update=update)
+        raise _Caught
+
+    with mock.patch.object(module, "train_offline", stand_in):
+        try:
+            module.train(config, progress=False)
+        except _Caught:
+            pass
+    return caught["sampler"], caught["update"], config.batch_size
+
+
+def time_rlpipe(algo: str, store: Path, updates: int) -> float:
+    """Seconds for `updates` rlpipe updates (sampling included) after one untimed warm-up."""
+    sampler, update, batch_size = captured_update(algo, store)
+    update(sampler.sample(batch_size), 0)
+    start = time.perf_counter()
+    for i in range(updates):
+        update(sampler.sample(batch_size), i + 1)
+    return time.perf_counter() - start
+
+
+def time_d3rlpy(algo: str, npz: Path, updates: int) -> dict[str, Any]:
+    """Run the peer in its own virtualenv; its JSON line (seconds for `updates` updates)."""
+    cmd = [str(PEER_PYTHON), str(PEER_SCRIPT), str(npz), "--algo", algo, "--updates", str(updates),
+           "--batch-size", str(BATCH), "--hidden", str(HIDDEN), "--action-samples", str(SAMPLED_ACTIONS)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise SystemExit(f"d3rlpy peer failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
+    return json.loads(lines[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--cql-updates", type=int, default=50)
+    parser.add_argument("--bc-updates", type=int, default=1000)
+    parser.add_argument("--steps", type=int, default=20_000, help="transitions in the dataset")
+    parser.add_argument("--quick", action="store_true", help="5 CQL / 100 BC updates, one repeat")
+    parser.add_argument("--json", help="also write the raw results to this file")
+    args = parser.parse_args()
+    if args.quick:
+        args.repeats, args.cql_updates, args.bc_updates, args.steps = 1, 5, 100, 2_000
+    limit_threads()
+    ensure_peer_venv()
+    peer_versions = subprocess.run([str(PEER_PYTHON), "-c", "import d3rlpy, torch, gymnasium; "
+                                    "print(f'd3rlpy {d3rlpy.__version__}, torch {torch.__version__}, gymnasium {gymnasium.__version__}')"],
+                                   capture_output=True, text=True, check=True).stdout.strip()
+    updates = {"cql": args.cql_updates, "bc": args.bc_updates}
+    with tempfile.TemporaryDirectory(prefix="rlpipe-bench-offline-") as tmp:
+        store = Path(tmp)
+        npz = build_dataset(store, args.steps)
+        core = least_busy_core()
+        print(f"date: {today()}; machine: {machine_description()}")
+        print(f"rlpipe side: {versions('torch', 'gymnasium', 'rlpipe')}; peer side: {peer_versions}")
+        print(f"dataset: {NAME}, {args.steps} transitions; nets {HIDDEN}x{HIDDEN}, batch {BATCH}, "
+              f"CQL sampled actions {SAMPLED_ACTIONS} per proposal; torch threads 1 for both, pinned to core {core}; "
+              "core loads before start: " + ", ".join(f"{c}: {load:.0%}" for c, load in core_loads().items()), flush=True)
+        raw: dict[str, dict[str, list[float]]] = {algo: {"rlpipe": [], "d3rlpy": []} for algo in updates}
+        with pinned([core]):
+            for repeat in range(args.repeats):
+                for algo, n in updates.items():
+                    ours = n / time_rlpipe(algo, store, n)
+                    peer = time_d3rlpy(algo, npz, n)
+                    theirs = peer["updates"] / peer["seconds"]
+                    raw[algo]["rlpipe"].append(ours)
+                    raw[algo]["d3rlpy"].append(theirs)
+                    print(f"  repeat {repeat} {algo}: rlpipe {ours:.2f} updates/s, d3rlpy {theirs:.2f} updates/s", flush=True)
+    rows = []
+    for algo, n in updates.items():
+        ours, theirs = median(raw[algo]["rlpipe"]), median(raw[algo]["d3rlpy"])
+        rows.append([algo.upper(), n, f"{theirs:.2f}", f"{ours:.2f}", f"{ours / theirs:.2f}x"])
+    print()
+    print(table(["algorithm", "updates timed", "d3rlpy updates/s", "rlpipe updates/s", "rlpipe / d3rlpy"], rows))
+    print("\ncore loads after: " + ", ".join(f"{c}: {load:.0%}" for c, load in core_loads().items()))
+    if args.json:
+        Path(args.json).write_text(json.dumps(raw, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,133 @@
+"""Batch-constrained Q-learning (BCQ, continuous actions; Fujimoto et al. 2019).
+
+Act only like the dataset: a conditional VAE learns which actions the data takes in each
+state, a perturbation model may shift a generated action by at most ``max_shift`` (of the
+[-1, 1] range), and twin critics pick the best of ``n_candidates`` such actions.
+
+Read top to bottom: config and tuned defaults, then ``train``: the networks (the acting
+part, decoder + perturbation + critics, is one ``BCQPolicy`` that ``rlpipe eval`` loads),
+the update (VAE -> critics with the soft clipped double-Q target -> perturbation -> target
+networks) and the shared offline loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlpipe.errors import RlpipeError
+from rlpipe.models.networks import BCQPolicy, mlp
+from rlpipe.training import Batch, TrainResult, config_for_env
+from rlpipe.training.env import BOX
+from rlpipe.training.offline import load_offline, train_offline
+from rlpipe.training.optim import adam, frozen, polyak_update, target_copy
+
+ACTION_SPACES = (BOX,)
+LOG_STD_MIN, LOG_STD_MAX = -4.0, 15.0  # the encoder's log std range in the BCQ paper's code
+
+
+@dataclass
+class Config:
+    env_id: str = ""  # filled from the dataset's metadata
+    dataset: str = "pendulum-mixed"
+    store: str | None = None
+    updates: int = 20_000
+    batch_size: int = 256
+    gamma: float = 0.99
+    tau: float = 0.005
+    actor_lr: float = 1e-3  # the perturbation model
+    critic_lr: float = 1e-3
+    vae_lr: float = 1e-3
+    hidden: tuple[int, ...] = (256, 256)  # perturbation model and critics (paper: 400, 300)
+    vae_hidden: tuple[int, ...] = (750, 750)
+    latent_dim: int | None = None  # None: 2 * action_dim (the paper)
+    kl_weight: float = 0.5
+    max_shift: float = 0.05  # the paper's Phi
+    lmbda: float = 0.75  # target = lmbda * min + (1 - lmbda) * max of the twin critics
+    n_candidates: int = 10  # generated actions per state, for the target and for acting
+    seed: int = 0
+    eval_every: int = 1_000
+    eval_episodes: int = 10
+    stop_at_return: float | None = None
+    device: str = "cpu"
+    torch_threads: int = 1
+
+
+TUNED: dict[str, dict[str, Any]] = {
+    "Pendulum-v1": dict(),
+}
+
+
+def make_config(env_id: str, **overrides: Any) -> Config:
+    """The tuned config for ``env_id`` with ``overrides`` (None values ignored) applied."""
+    config = config_for_env(Config, TUNED, env_id, **overrides)
+    if config.n_candidates < 1:
+        raise RlpipeError(f"n_candidates must be at least 1, got {config.n_candidates}")
+    if not 0.0 <= config.lmbda <= 1.0:
+        raise RlpipeError(f"lmbda must lie in [0, 1], got {config.lmbda}")
+    return config
+
+
+def train(config: Config, out_dir: str | Path | None = None, *, progress: bool = True) -> TrainResult:
+    """Train BCQ on ``config.dataset``; with ``out_dir`` also write checkpoint, metrics and curve."""
+    data = load_offline("bcq", config, ACTION_SPACES)
+    obs_dim, act_dim, device = data.obs_dim, data.act_dim, data.device
+    latent_dim = config.latent_dim or 2 * act_dim
+    policy = BCQPolicy(obs_dim, act_dim, config.hidden, config.vae_hidden, latent_dim, config.max_shift,
+                       config.n_candidates).to(device)
+    encoder = mlp(obs_dim + act_dim, 2 * latent_dim, config.vae_hidden).to(device)  # q(z | s, a)
+    critic, perturbation = policy.critic, policy.perturbation
+    critic_target, perturbation_target = target_copy(critic), target_copy(perturbation)
+    vae_opt = adam([*encoder.parameters(), *policy.decoder.parameters()], config.vae_lr)
+    critic_opt = adam(critic.parameters(), config.critic_lr)
+    actor_opt = adam(perturbation.parameters(), config.actor_lr)
+    critic_params = list(critic.parameters())
+    n = config.n_candidates
+    stats: dict[str, torch.Tensor] = {}
+
+    def update(b: Batch, _: int) -> None:
+        # Generator: a conditional VAE reconstructing the dataset's actions.
+        mean, log_std = encoder(torch.cat([b.obs, b.actions], dim=-1)).chunk(2, dim=-1)
+        log_std = log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
+        z = mean + log_std.exp() * torch.randn_like(mean)
+        recon_loss = (policy.decode(b.obs, z) - b.actions).square().mean()
+        kl = -0.5 * (1.0 + 2.0 * log_std - mean.square() - (2.0 * log_std).exp()).mean()
+        vae_loss = recon_loss + config.kl_weight * kl
+        vae_opt.zero_grad(set_to_none=True)
+        vae_loss.backward()
+        vae_opt.step()
+
+        # Critics: best of n generated, perturbed next actions, valued by a soft clipped
+        # double-Q (mostly the min of the twins, a little of the max). All n*B in one batch.
+        with torch.no_grad():
+            batch = b.obs.shape[0]
+            next_obs = b.next_obs.repeat(n, 1)  # row j*B + i: candidate j for state i
+            q = critic_target(next_obs, perturbation_target(next_obs, policy.decode(next_obs)))
+            q = config.lmbda * q.min(0).values + (1.0 - config.lmbda) * q.max(0).values
+            target = b.rewards + config.gamma * (1.0 - b.terminated) * q.view(n, batch).max(0).values
+        critic_loss = (critic(b.obs, b.actions) - target).square().mean(-1).sum()
+        critic_opt.zero_grad(set_to_none=True)
+        critic_loss.backward()
+        critic_opt.step()
+
+        # Perturbation: shift generated actions towards higher Q (of the first critic).
+        with torch.no_grad():
+            generated = policy.decode(b.obs)
+        with frozen(critic_params):
+            actor_loss = -critic(b.obs, perturbation(b.obs, generated))[0].mean()
+            actor_opt.zero_grad(set_to_none=True)
+            actor_loss.backward()
+            actor_opt.step()
+
+        polyak_update(critic_target, critic, config.tau)
+        polyak_update(perturbation_target, perturbation, config.tau)
+        stats.update(vae_loss=vae_loss.detach(), critic_loss=critic_loss.detach())
+
+    def extra() -> dict[str, Any]:
+        return {name: float(value) for name, value in stats.items()}
+
+    modules = {"policy": policy, "encoder": encoder, "critic_target": critic_target, "perturbation_target": perturbation_target}
+    return train_offline("bcq", config, data, policy, modules, update, out_dir, progress, extra)

@@ -1,0 +1,197 @@
+"""Conservative Q-learning (CQL): Q-learning on a fixed dataset with a penalty that pushes
+Q down on actions the data does not support and up on the dataset's own actions.
+
+Read top to bottom: config and tuned defaults, then the two variants and ``train``:
+
+- continuous actions (Box): SAC (tanh-Gaussian actor, fused twin critics, automatic
+  entropy tuning) whose critic loss adds ``beta * (logsumexp_a Q(s, a) - Q(s, a_data))``.
+  The logsumexp over the action space is estimated by importance sampling, as in the
+  reference text: ``num_sampled_actions`` uniform actions and as many from the current
+  policy at s and at s', each Q minus the log-density of its proposal. All sampled actions
+  go through the critics in one batched call.
+- discrete actions (Discrete): DQN (a Q-network over actions and a target network) whose
+  TD loss adds ``beta * (logsumexp_a Q(s, a) - Q(s, a_data))``, exact over the actions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from rlpipe.errors import RlpipeError
+from rlpipe.models.networks import EnsembleQ, GreedyQPolicy, TanhGaussianActor
+from rlpipe.training import Batch, TrainResult, config_for_env
+from rlpipe.training.env import BOX, DISCRETE
+from rlpipe.training.offline import OfflineData, Update, load_offline, train_offline
+from rlpipe.training.optim import adam, frozen, polyak_update, target_copy
+
+ACTION_SPACES = (BOX, DISCRETE)
+TD_LOSSES = ("mse", "huber")
+
+
+@dataclass
+class Config:
+    env_id: str = ""  # filled from the dataset's metadata
+    dataset: str = "pendulum-mixed"
+    store: str | None = None
+    updates: int = 20_000
+    batch_size: int = 256
+    gamma: float = 0.99
+    tau: float = 0.005  # target network averaging (both variants)
+    actor_lr: float = 1e-4
+    critic_lr: float = 3e-4  # the Q-network's learning rate in the discrete variant
+    alpha_lr: float = 3e-4
+    init_alpha: float = 1.0
+    target_entropy: float | None = None  # None: -action_dim
+    hidden: tuple[int, ...] = (256, 256)
+    beta: float = 5.0  # weight of the conservative term (the text: 5)
+    num_sampled_actions: int = 5  # per proposal (uniform, pi(s), pi(s')) and state (the text: 5)
+    td_loss: str = "mse"  # "mse" or "huber"
+    reward_scale: float = 1.0  # rewards are learnt as (r + reward_shift) * reward_scale
+    reward_shift: float = 0.0
+    seed: int = 0
+    eval_every: int = 1_000
+    eval_episodes: int = 10
+    stop_at_return: float | None = None
+    device: str = "cpu"
+    torch_threads: int = 1
+
+
+TUNED: dict[str, dict[str, Any]] = {
+    "Pendulum-v1": dict(),
+    "CartPole-v1": dict(),
+}
+
+
+def make_config(env_id: str, **overrides: Any) -> Config:
+    """The tuned config for ``env_id`` with ``overrides`` (None values ignored) applied."""
+    config = config_for_env(Config, TUNED, env_id, **overrides)
+    if config.td_loss not in TD_LOSSES:
+        raise RlpipeError(f"unknown td_loss {config.td_loss!r}: choose one of {', '.join(TD_LOSSES)}")
+    if config.num_sampled_actions < 1:
+        raise RlpipeError(f"num_sampled_actions must be at least 1, got {config.num_sampled_actions}")
+    if config.beta < 0:
+        raise RlpipeError(f"beta (the conservative weight) must be >= 0, got {config.beta}")
+    return config
+
+
+def td_error_loss(config: Config, q: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Mean TD loss per critic, summed over critics (q: [N, B] or [B], target: [B])."""
+    fn = F.mse_loss if config.td_loss == "mse" else F.smooth_l1_loss
+    return fn(q, target.expand_as(q), reduction="none").mean(-1).sum()
+
+
+def conservative_gap(q_sampled: torch.Tensor, log_density: torch.Tensor, q_data: torch.Tensor) -> torch.Tensor:
+    """CQL's penalty per critic: E_s[logsumexp_a Q(s, a) - Q(s, a_data)], summed over critics.
+
+    ``q_sampled`` [N, P, K, B]: Q of K actions drawn from each of P proposals per state;
+    ``log_density`` [P, K, B]: each sample's log-density under its proposal (importance
+    weights: logsumexp(Q - log q) - log(P K) estimates log integral exp(Q) da; the constant
+    has no gradient and is dropped, as in the text); ``q_data`` [N, B].
+    """
+    logsumexp = torch.logsumexp(q_sampled - log_density, dim=(1, 2))  # [N, B]
+    return (logsumexp - q_data).mean(-1).sum()
+
+
+def continuous_cql(config: Config, data: OfflineData) -> tuple[nn.Module, dict[str, nn.Module], Update, Callable[[], dict[str, Any]]]:
+    """SAC-based CQL: the actor, the modules to save, the update and extra metrics."""
+    obs_dim, act_dim, device = data.obs_dim, data.act_dim, data.device
+    actor = TanhGaussianActor(obs_dim, act_dim, config.hidden).to(device)
+    critic = EnsembleQ(obs_dim, act_dim, config.hidden, n=2).to(device)
+    critic_target = target_copy(critic)
+    log_alpha = torch.tensor(np.log(config.init_alpha), dtype=torch.float32, device=device, requires_grad=True)
+    target_entropy = -float(act_dim) if config.target_entropy is None else config.target_entropy
+    actor_opt = adam(actor.parameters(), config.actor_lr)
+    critic_opt = adam(critic.parameters(), config.critic_lr)
+    alpha_opt = adam([log_alpha], config.alpha_lr)
+    critic_params = list(critic.parameters())
+    k = config.num_sampled_actions
+    uniform_log_density = act_dim * math.log(0.5)  # U(-1, 1)^act_dim
+    stats: dict[str, float] = {}
+
+    def update(b: Batch, _: int) -> None:
+        alpha = log_alpha.detach().exp()
+        batch = b.obs.shape[0]
+        rewards = (b.rewards + config.reward_shift) * config.reward_scale
+        with torch.no_grad():
+            next_action, next_logp = actor.sample(b.next_obs)
+            next_q = critic_target(b.next_obs, next_action).min(0).values - alpha * next_logp
+            target = rewards + config.gamma * (1.0 - b.terminated) * next_q
+            # K actions per state from each proposal: uniform, pi(.|s) and pi(.|s'), all
+            # valued at s. One actor pass over [s; s'] gives both policies' K samples.
+            uniform = torch.empty(k, batch, act_dim, device=device).uniform_(-1.0, 1.0)
+            policy_actions, policy_logp = actor.sample(torch.cat([b.obs, b.next_obs]), n=k)  # [K, 2B, ...]
+            sampled = torch.cat([uniform, policy_actions.view(k, 2, batch, act_dim).transpose(0, 1).reshape(2 * k, batch, act_dim)])
+            log_density = torch.cat([torch.full((k, batch), uniform_log_density, device=device),
+                                     policy_logp.view(k, 2, batch).transpose(0, 1).reshape(2 * k, batch)])
+        # One critic call for the data actions and all 3*K*B sampled ones: [N, B + 3*K*B], row
+        # B + (p*K + j)*B + i holds sample j of proposal p for state i.
+        q = critic(b.obs.repeat(1 + 3 * k, 1), torch.cat([b.actions, sampled.view(-1, act_dim)]))
+        q_data, q_sampled = q[:, :batch], q[:, batch:].view(critic.n, 3, k, batch)
+        gap = conservative_gap(q_sampled, log_density.view(3, k, batch), q_data)
+        critic_loss = td_error_loss(config, q_data, target) + config.beta * gap
+        critic_opt.zero_grad(set_to_none=True)
+        critic_loss.backward()
+        critic_opt.step()
+
+        # Actor: maximise min Q - alpha * log pi; critic weights frozen (no wasted grads).
+        with frozen(critic_params):
+            action, logp = actor.sample(b.obs)
+            actor_loss = (alpha * logp - critic(b.obs, action).min(0).values).mean()
+            actor_opt.zero_grad(set_to_none=True)
+            actor_loss.backward()
+            actor_opt.step()
+
+        alpha_loss = -(log_alpha * (logp.detach() + target_entropy)).mean()
+        alpha_opt.zero_grad(set_to_none=True)
+        alpha_loss.backward()
+        alpha_opt.step()
+        polyak_update(critic_target, critic, config.tau)
+        stats["conservative_gap"] = gap.detach()
+
+    def extra() -> dict[str, Any]:
+        return {"alpha": float(log_alpha.detach().exp()), "conservative_gap": float(stats.get("conservative_gap", math.nan))}
+
+    return actor, {"policy": actor, "critic": critic, "critic_target": critic_target}, update, extra
+
+
+def discrete_cql(config: Config, data: OfflineData) -> tuple[nn.Module, dict[str, nn.Module], Update, Callable[[], dict[str, Any]]]:
+    """DQN-based CQL: the greedy Q-policy, the modules to save, the update and extra metrics."""
+    q_net = GreedyQPolicy(data.obs_dim, data.act_dim, config.hidden).to(data.device)
+    q_target = target_copy(q_net)
+    optimizer = adam(q_net.parameters(), config.critic_lr)
+    stats: dict[str, float] = {}
+
+    def update(b: Batch, _: int) -> None:
+        rewards = (b.rewards + config.reward_shift) * config.reward_scale
+        with torch.no_grad():
+            target = rewards + config.gamma * (1.0 - b.terminated) * q_target(b.next_obs).max(-1).values
+        q_all = q_net(b.obs)
+        q_data = q_all.gather(-1, b.actions.long().view(-1, 1)).squeeze(-1)
+        gap = (torch.logsumexp(q_all, dim=-1) - q_data).mean()
+        loss = td_error_loss(config, q_data, target) + config.beta * gap
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        polyak_update(q_target, q_net, config.tau)
+        stats["conservative_gap"] = gap.detach()
+
+    def extra() -> dict[str, Any]:
+        return {"conservative_gap": float(stats.get("conservative_gap", math.nan))}
+
+    return q_net, {"policy": q_net, "q_target": q_target}, update, extra
+
+
+def train(config: Config, out_dir: str | Path | None = None, *, progress: bool = True) -> TrainResult:
+    """Train CQL on ``config.dataset``; with ``out_dir`` also write checkpoint, metrics and curve."""
+    data = load_offline("cql", config, ACTION_SPACES)
+    actor, modules, update, extra = (discrete_cql if data.discrete else continuous_cql)(config, data)
+    return train_offline("cql", config, data, actor, modules, update, out_dir, progress, extra)

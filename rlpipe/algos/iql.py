@@ -1,0 +1,129 @@
+"""IQL (Kostrikov, Nair & Levine, 2021): Implicit Q-Learning, never querying unseen actions.
+
+Read top to bottom: config and tuned defaults, the expectile loss, then ``train``: V(s)
+regressed to an upper expectile of the target twin critics' min Q(s, a) over dataset
+actions, fused twin Q(s, a) trained towards r + gamma V(s'), and the actor extracted by
+advantage-weighted regression (weights exp(beta (Q - V)), clipped), in the shared
+offline loop. Observations are normalised with the dataset's mean and std by a
+normaliser the policy holds (so the saved policy applies it) and the critics share.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from rlpipe.errors import RlpipeError
+from rlpipe.models.networks import DeterministicActor, EnsembleQ, TanhGaussianActor, ValueNet
+from rlpipe.training import Batch, TrainResult, config_for_env
+from rlpipe.training.env import BOX
+from rlpipe.training.offline import load_offline, train_offline
+from rlpipe.training.optim import adam, polyak_update, target_copy
+
+ACTION_SPACES = (BOX,)
+ACTORS = ("gaussian", "deterministic")
+
+
+@dataclass
+class Config:
+    env_id: str = ""  # filled from the dataset's metadata
+    dataset: str = "pendulum-mixed"
+    store: str | None = None
+    updates: int = 100_000
+    batch_size: int = 256
+    gamma: float = 0.99
+    tau: float = 0.005  # target critics' Polyak rate
+    actor_lr: float = 3e-4
+    critic_lr: float = 3e-4
+    value_lr: float = 3e-4
+    hidden: tuple[int, ...] = (256, 256)
+    expectile: float = 0.7  # 0.5 = mean (SARSA-like); towards 1 = max over dataset actions
+    beta: float = 3.0  # inverse temperature of the advantage weights
+    max_weight: float = 100.0  # clip of exp(beta * advantage)
+    actor: str = "gaussian"  # "gaussian" (tanh-Gaussian likelihood) or "deterministic" (MSE)
+    normalize_obs: bool = True  # with the dataset's mean and std
+    max_samples: int | None = None  # train on a subset of the dataset
+    seed: int = 0
+    eval_every: int = 5_000
+    eval_episodes: int = 10
+    stop_at_return: float | None = None
+    device: str = "cpu"
+    torch_threads: int = 1
+
+
+TUNED: dict[str, dict[str, Any]] = {
+    "Pendulum-v1": dict(updates=10_000, eval_every=1_000),
+}
+
+
+def make_config(env_id: str, **overrides: Any) -> Config:
+    """The tuned config for ``env_id`` with ``overrides`` (None values ignored) applied."""
+    config = config_for_env(Config, TUNED, env_id, **overrides)
+    if config.actor not in ACTORS:
+        raise RlpipeError(f"unknown actor {config.actor!r}: choose one of {', '.join(ACTORS)}")
+    if not 0.0 < config.expectile < 1.0:
+        raise RlpipeError(f"expectile must be in (0, 1), got {config.expectile}")
+    return config
+
+
+def expectile_loss(diff: torch.Tensor, expectile: float) -> torch.Tensor:
+    """Mean of ``|expectile - 1(diff < 0)| * diff^2`` for ``diff = Q - V``.
+
+    Minimised over V, this makes V the ``expectile`` of Q: positive errors (Q above V)
+    weigh ``expectile``, negative ones ``1 - expectile``.
+    """
+    weight = torch.where(diff > 0, expectile, 1.0 - expectile)
+    return (weight * diff.square()).mean()
+
+
+def train(config: Config, out_dir: str | Path | None = None, *, progress: bool = True) -> TrainResult:
+    """Train IQL on ``config.dataset``; with ``out_dir`` also write checkpoint, metrics and curve."""
+    data = load_offline("iql", config, ACTION_SPACES)
+    obs_dim, act_dim, device = data.obs_dim, data.act_dim, data.device
+    actor_cls = TanhGaussianActor if config.actor == "gaussian" else DeterministicActor
+    actor = actor_cls(obs_dim, act_dim, config.hidden, normalize_obs=config.normalize_obs).to(device)
+    if config.normalize_obs:
+        actor.obs_norm.update(torch.as_tensor(np.asarray(data.arrays.obs, np.float32), device=device))
+    critic = EnsembleQ(obs_dim, act_dim, config.hidden, n=2, obs_norm=actor.obs_norm).to(device)
+    value = ValueNet(obs_dim, config.hidden, activation="relu", obs_norm=actor.obs_norm).to(device)
+    critic_target = target_copy(critic)
+    actor_opt = adam(actor.parameters(), config.actor_lr)
+    critic_opt = adam(critic.parameters(), config.critic_lr)
+    value_opt = adam(value.parameters(), config.value_lr)
+
+    def update(b: Batch, _: int) -> None:
+        # V: an upper expectile of Q over the dataset's actions (no out-of-dataset action).
+        with torch.no_grad():
+            q = critic_target(b.obs, b.actions).min(0).values
+        advantage = q - value(b.obs)
+        value_loss = expectile_loss(advantage, config.expectile)
+        value_opt.zero_grad(set_to_none=True)
+        value_loss.backward()
+        value_opt.step()
+
+        # Q: towards r + gamma V(s'), so the target needs no next action either.
+        with torch.no_grad():
+            target = b.rewards + config.gamma * (1.0 - b.terminated) * value(b.next_obs)
+        critic_loss = (critic(b.obs, b.actions) - target).square().mean(1).sum()
+        critic_opt.zero_grad(set_to_none=True)
+        critic_loss.backward()
+        critic_opt.step()
+        polyak_update(critic_target, critic, config.tau)
+
+        # Actor: advantage-weighted regression onto the dataset's actions.
+        weight = torch.exp(config.beta * advantage.detach()).clamp(max=config.max_weight)
+        if config.actor == "gaussian":
+            nll = -actor.log_prob(b.obs, b.actions)
+        else:
+            nll = (actor(b.obs) - b.actions).square().sum(-1)
+        actor_loss = (weight * nll).mean()
+        actor_opt.zero_grad(set_to_none=True)
+        actor_loss.backward()
+        actor_opt.step()
+
+    modules = {"policy": actor, "critic": critic, "critic_target": critic_target, "value": value}
+    return train_offline("iql", config, data, actor, modules, update, out_dir, progress)

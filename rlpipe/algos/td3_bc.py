@@ -1,0 +1,87 @@
+"""TD3+BC (Fujimoto & Gu, 2021): TD3 on a fixed dataset with a behaviour-cloning term.
+
+Read top to bottom: config and tuned defaults, the actor loss
+``-alpha * Q(s, pi(s)) / mean|Q| + (pi(s) - a)^2``, then ``train``: observations
+normalised with the dataset's mean and std (held by the policy, so the saved policy
+normalises too; the critics share that normaliser), TD3's own update
+(:func:`rlpipe.algos.td3.td3_update`) with this actor loss, and the shared offline loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from rlpipe.algos.td3 import td3_update
+from rlpipe.models.networks import DeterministicActor, EnsembleQ
+from rlpipe.training import Batch, TrainResult, config_for_env
+from rlpipe.training.env import BOX
+from rlpipe.training.offline import load_offline, train_offline
+
+ACTION_SPACES = (BOX,)
+
+
+@dataclass
+class Config:
+    env_id: str = ""  # filled from the dataset's metadata
+    dataset: str = "pendulum-mixed"
+    store: str | None = None
+    updates: int = 100_000
+    batch_size: int = 256
+    gamma: float = 0.99
+    tau: float = 0.005
+    actor_lr: float = 3e-4
+    critic_lr: float = 3e-4
+    hidden: tuple[int, ...] = (256, 256)
+    alpha: float = 2.5  # weight of the Q term against behaviour cloning
+    normalize_obs: bool = True  # with the dataset's mean and std
+    policy_delay: int = 2
+    target_noise: float = 0.2  # target policy smoothing, in units of the [-1, 1] action range
+    target_noise_clip: float = 0.5
+    max_samples: int | None = None  # train on a subset of the dataset
+    seed: int = 0
+    eval_every: int = 5_000
+    eval_episodes: int = 10
+    stop_at_return: float | None = None
+    device: str = "cpu"
+    torch_threads: int = 1
+
+
+TUNED: dict[str, dict[str, Any]] = {
+    "Pendulum-v1": dict(updates=10_000, eval_every=1_000),
+}
+
+
+def make_config(env_id: str, **overrides: Any) -> Config:
+    """The tuned config for ``env_id`` with ``overrides`` (None values ignored) applied."""
+    return config_for_env(Config, TUNED, env_id, **overrides)
+
+
+def td3_bc_actor_loss(pi: torch.Tensor, q: torch.Tensor, actions: torch.Tensor, alpha: float) -> torch.Tensor:
+    """``-lambda * mean Q(s, pi(s)) + mean (pi(s) - a)^2`` with ``lambda = alpha / mean|Q|``.
+
+    Dividing by the batch's mean |Q| (not differentiated) makes ``alpha`` independent of
+    the reward scale; the squared error is averaged over batch and action dimensions.
+    """
+    lam = alpha / q.abs().mean().detach()
+    return -lam * q.mean() + (pi - actions).square().mean()
+
+
+def train(config: Config, out_dir: str | Path | None = None, *, progress: bool = True) -> TrainResult:
+    """Train TD3+BC on ``config.dataset``; with ``out_dir`` also write checkpoint, metrics and curve."""
+    data = load_offline("td3bc", config, ACTION_SPACES)
+    obs_dim, act_dim, device = data.obs_dim, data.act_dim, data.device
+    actor = DeterministicActor(obs_dim, act_dim, config.hidden, normalize_obs=config.normalize_obs).to(device)
+    if config.normalize_obs:
+        actor.obs_norm.update(torch.as_tensor(np.asarray(data.arrays.obs, np.float32), device=device))
+    critic = EnsembleQ(obs_dim, act_dim, config.hidden, n=2, obs_norm=actor.obs_norm).to(device)
+
+    def actor_loss(b: Batch, pi: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        return td3_bc_actor_loss(pi, q, b.actions, config.alpha)
+
+    update, modules = td3_update(actor, critic, config, actor_loss)
+    return train_offline("td3bc", config, data, actor, modules, update, out_dir, progress)
