@@ -74,9 +74,11 @@ def test_bcq_policy_picks_its_best_candidate_and_rebuilds_from_json() -> None:
 @pytest.mark.slow
 def test_cql_learns_pendulum_from_a_mixed_dataset(offline_store: Path) -> None:
     cql = get_algo("cql")
-    config = cql.make_config("Pendulum-v1", dataset="pendulum-mixed", store=str(offline_store), updates=3000, eval_every=3000)
+    config = cql.make_config("Pendulum-v1", dataset="pendulum-mixed", store=str(offline_store), updates=4000,
+                             batch_size=128, eval_every=4000)
     result = cql.train(config, progress=False)
-    assert result.metrics["eval_return_mean"] >= -400  # the dataset's episodes average about -800
+    # Seeds 0-2 reach -130 to -150 here; the dataset's episodes average -540.
+    assert result.metrics["eval_return_mean"] >= -300
 
 
 @pytest.mark.slow

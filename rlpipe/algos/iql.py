@@ -56,7 +56,9 @@ class Config:
 
 
 TUNED: dict[str, dict[str, Any]] = {
-    "Pendulum-v1": dict(updates=10_000, eval_every=1_000),
+    # gamma 0.99 fails here: the upper expectile's optimism compounds over the horizon,
+    # V rates fast-spinning states at half their true cost, and AWR learns to spin (about -700).
+    "Pendulum-v1": dict(updates=20_000, hidden=(64, 64), gamma=0.9, eval_every=2_000),
 }
 
 

@@ -63,6 +63,30 @@ def make_config(env_id: str, **overrides: Any) -> Config:
     return config_for_env(Config, TUNED, env_id, **overrides)
 
 
+def actor_and_temperature_step(
+    obs: torch.Tensor,
+    actor: TanhGaussianActor,
+    critic: EnsembleQ,
+    log_alpha: torch.Tensor,
+    target_entropy: float,
+    actor_opt: torch.optim.Optimizer,
+    alpha_opt: torch.optim.Optimizer,
+) -> None:
+    """SAC's policy improvement on ``obs`` (CQL reuses it): the actor maximises
+    min Q - alpha * log pi, then the temperature moves the entropy towards the target."""
+    alpha = log_alpha.detach().exp()
+    with frozen(list(critic.parameters())):  # no wasted gradients for the critic
+        action, logp = actor.sample(obs)
+        actor_loss = (alpha * logp - critic(obs, action).min(0).values).mean()
+        actor_opt.zero_grad(set_to_none=True)
+        actor_loss.backward()
+        actor_opt.step()
+    alpha_loss = -(log_alpha * (logp.detach() + target_entropy)).mean()
+    alpha_opt.zero_grad(set_to_none=True)
+    alpha_loss.backward()
+    alpha_opt.step()
+
+
 def make_agent(config: Config, env: OffPolicySetup) -> Agent:
     """SAC's networks, update and sampling exploration for ``env``'s sizes and device."""
     obs_dim, act_dim, device = env.obs_dim, env.act_dim, env.device
@@ -75,7 +99,6 @@ def make_agent(config: Config, env: OffPolicySetup) -> Agent:
     actor_opt = adam(actor.parameters(), config.actor_lr)
     critic_opt = adam(critic.parameters(), config.critic_lr)
     alpha_opt = adam([log_alpha], config.alpha_lr)
-    critic_params = list(critic.parameters())
 
     def update(b: Batch, _: int) -> None:
         alpha = log_alpha.detach().exp()
@@ -89,19 +112,7 @@ def make_agent(config: Config, env: OffPolicySetup) -> Agent:
         critic_loss.backward()
         critic_opt.step()
 
-        # Actor: maximise min Q - alpha * log pi; critic weights frozen (no wasted grads).
-        with frozen(critic_params):
-            action, logp = actor.sample(b.obs)
-            actor_loss = (alpha * logp - critic(b.obs, action).min(0).values).mean()
-            actor_opt.zero_grad(set_to_none=True)
-            actor_loss.backward()
-            actor_opt.step()
-
-        # Temperature: keep the policy's entropy near the target.
-        alpha_loss = -(log_alpha * (logp.detach() + target_entropy)).mean()
-        alpha_opt.zero_grad(set_to_none=True)
-        alpha_loss.backward()
-        alpha_opt.step()
+        actor_and_temperature_step(b.obs, actor, critic, log_alpha, target_entropy, actor_opt, alpha_opt)
         polyak_update(critic_target, critic, config.tau)
 
     def explore(obs: np.ndarray, _: np.ndarray) -> np.ndarray:

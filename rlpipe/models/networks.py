@@ -409,6 +409,7 @@ class BCQPolicy(nn.Module):
 
     @torch.no_grad()
     def act(self, obs: torch.Tensor, deterministic: bool = True) -> torch.Tensor:
+        # Candidates are sampled either way: the argmax over them is BCQ's policy.
         batch, n = obs.shape[0], self.n_candidates
         repeated = obs.repeat_interleave(n, dim=0)  # all candidates of all states in one batch
         candidates = self.perturbation(repeated, self.decode(repeated))
