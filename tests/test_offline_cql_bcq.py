@@ -7,14 +7,14 @@ import json
 import math
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
 from rlpipe.algos import get_algo, load_policy
+from rlpipe.algos.bcq import generator_loss
 from rlpipe.algos.cql import conservative_gap
-from rlpipe.datasets.loader import load_dataset
-from rlpipe.models.networks import BCQPolicy, EnsembleQ, TanhGaussianActor, build_policy
+from rlpipe.models.networks import BCQPolicy, EnsembleQ, TanhGaussianActor, build_policy, mlp
+from rlpipe.training.optim import adam
 
 
 def test_conservative_gap_matches_a_hand_computation() -> None:
@@ -51,6 +51,26 @@ def test_n_samples_per_state_have_the_actors_log_density() -> None:
     actions, logp = actor.sample(obs, n=7)
     assert actions.shape == (7, 5, 2) and logp.shape == (7, 5)
     torch.testing.assert_close(logp, actor.log_prob(obs.expand(7, 5, 3), actions), rtol=1e-4, atol=1e-4)
+
+
+def test_bcq_generator_reconstructs_and_keeps_both_modes_of_bimodal_actions() -> None:
+    """Half the data turns left, half right, whatever the state: an MSE regressor would
+    answer the mean (0); the VAE reconstructs each action from its latent and samples both."""
+    torch.manual_seed(0)
+    policy, encoder = BCQPolicy(3, 1, (16, 16), (32, 32), latent_dim=2), mlp(4, 4, (32, 32))
+    optimizer = adam([*encoder.parameters(), *policy.decoder.parameters()], 3e-3)
+    obs, actions = torch.randn(512, 3), torch.where(torch.rand(512, 1) < 0.5, -0.7, 0.7)
+    for _ in range(500):
+        loss = generator_loss(encoder, policy, obs, actions, kl_weight=0.5)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    with torch.no_grad():
+        latent_mean = encoder(torch.cat([obs, actions], dim=-1)).chunk(2, dim=-1)[0]
+        assert float((policy.decode(obs, latent_mean) - actions).square().mean()) < 0.02  # action variance: 0.49
+        samples = policy.decode(obs.repeat(8, 1))  # z ~ N(0, 1) clipped to [-0.5, 0.5]
+    assert float((samples.abs() > 0.4).float().mean()) > 0.6
+    assert 0.3 < float((samples > 0).float().mean()) < 0.7
 
 
 def test_bcq_policy_picks_its_best_candidate_and_rebuilds_from_json() -> None:
@@ -90,17 +110,12 @@ def test_discrete_cql_matches_the_cartpole_expert(offline_store: Path) -> None:
 
 
 @pytest.mark.slow
-def test_bcq_learns_pendulum_and_its_vae_reconstructs_the_data(offline_store: Path) -> None:
+def test_bcq_learns_pendulum_from_a_mixed_dataset(offline_store: Path) -> None:
     bcq = get_algo("bcq")
-    config = bcq.make_config("Pendulum-v1", dataset="pendulum-mixed", store=str(offline_store), updates=2000, eval_every=2000)
+    config = bcq.make_config("Pendulum-v1", dataset="pendulum-mixed", store=str(offline_store), updates=3000,
+                             hidden=(64, 64), vae_hidden=(64, 64), eval_every=3000)
     result = bcq.train(config, progress=False)
-    assert result.metrics["eval_return_mean"] >= -600
-    data = load_dataset("pendulum-mixed", offline_store)
-    obs = torch.as_tensor(np.asarray(data.obs), dtype=torch.float32)
-    actions = torch.as_tensor(np.asarray(data.action) / 2.0, dtype=torch.float32)  # Pendulum's [-2, 2] -> [-1, 1]
-    with torch.no_grad():
-        error = (result.policy.decode(obs, torch.zeros(len(obs), result.policy.latent_dim)) - actions).square().mean()
-    assert float(error) < 0.5 * float(actions.var())
+    assert result.metrics["eval_return_mean"] >= -500  # seeds 0 and 1: -167 and -234
 
 
 def test_cql_and_bcq_cli_round_trip_and_bad_input(offline_store: Path, tmp_path: Path, cli) -> None:

@@ -26,6 +26,11 @@ def _parse_overrides(pairs: list[str], config_cls: type) -> dict[str, Any]:
         if key not in names:
             raise RlpipeError(f"unknown option {key!r} for --set; known: {', '.join(sorted(names))}")
         value = yaml.safe_load(raw)
+        if isinstance(value, str):  # YAML 1.1 reads 3e-4 as a string
+            try:
+                value = float(value)
+            except ValueError:
+                pass
         overrides[key] = tuple(value) if isinstance(value, list) else value
     return overrides
 
