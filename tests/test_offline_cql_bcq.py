@@ -97,7 +97,7 @@ def test_cql_learns_pendulum_from_a_mixed_dataset(offline_store: Path) -> None:
     config = cql.make_config("Pendulum-v1", dataset="pendulum-mixed", store=str(offline_store), updates=4000,
                              batch_size=128, eval_every=4000)
     result = cql.train(config, progress=False)
-    # Seeds 0-2 reach -130 to -150 here; the dataset's episodes average -540.
+    # Seeds 0-2 reach -124 to -137 here; the dataset's episodes average -540.
     assert result.metrics["eval_return_mean"] >= -300
 
 
