@@ -12,7 +12,9 @@ starting the loop. d3rlpy pins gymnasium 1.0.0, so it runs in its own virtualenv
 (`.bench-venvs/d3rlpy`, created on first use with
 `python3 -m venv .bench-venvs/d3rlpy && .bench-venvs/d3rlpy/bin/pip install -c constraints.txt d3rlpy==2.8.1`)
 through `bench/peers/d3rlpy_offline.py`, which prints one JSON line. Both are pinned to
-the least busy core; rlpipe and d3rlpy alternate, median of the repeats.
+the least busy core; rlpipe and d3rlpy alternate, median of the repeats. Rates are given
+per wall second and per second of the timing process's CPU time (less disturbed when
+other processes share the core).
 
     .venv/bin/python bench/offline.py              # 3 repeats
     .venv/bin/python bench/offline.py --quick      # a few updates, one repeat
@@ -103,25 +105,27 @@ def captured_update(algo: str, store: Path) -> tuple[Any, Any, int]:
     return caught["sampler"], caught["update"], config.batch_size
 
 
-def time_rlpipe(algo: str, store: Path, updates: int) -> float:
-    """Seconds for `updates` rlpipe updates (sampling included) after one untimed warm-up."""
+def time_rlpipe(algo: str, store: Path, updates: int) -> tuple[float, float]:
+    """Wall and CPU seconds for `updates` rlpipe updates (sampling included) after one
+    untimed warm-up."""
     sampler, update, batch_size = captured_update(algo, store)
     update(sampler.sample(batch_size), 0)
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     for i in range(updates):
         update(sampler.sample(batch_size), i + 1)
-    return time.perf_counter() - start
+    return time.perf_counter() - start, time.process_time() - cpu_start
 
 
-def time_d3rlpy(algo: str, npz: Path, updates: int) -> dict[str, Any]:
-    """Run the peer in its own virtualenv; its JSON line (seconds for `updates` updates)."""
+def time_d3rlpy(algo: str, npz: Path, updates: int) -> tuple[float, float]:
+    """Wall and CPU seconds for `updates` d3rlpy updates, run in its own virtualenv."""
     cmd = [str(PEER_PYTHON), str(PEER_SCRIPT), str(npz), "--algo", algo, "--updates", str(updates),
            "--batch-size", str(BATCH), "--hidden", str(HIDDEN), "--action-samples", str(SAMPLED_ACTIONS)]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode != 0 or not lines:
         raise SystemExit(f"d3rlpy peer failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
-    return json.loads(lines[-1])
+    result = json.loads(lines[-1])
+    return result["seconds"], result["cpu_seconds"]
 
 
 def main() -> None:
@@ -150,22 +154,26 @@ def main() -> None:
         print(f"dataset: {NAME}, {args.steps} transitions; nets {HIDDEN}x{HIDDEN}, batch {BATCH}, "
               f"CQL sampled actions {SAMPLED_ACTIONS} per proposal; torch threads 1 for both, pinned to core {core}; "
               "core loads before start: " + ", ".join(f"{c}: {load:.0%}" for c, load in core_loads().items()), flush=True)
-        raw: dict[str, dict[str, list[float]]] = {algo: {"rlpipe": [], "d3rlpy": []} for algo in updates}
+        # algo -> library -> per repeat: (updates per wall second, updates per CPU second)
+        raw: dict[str, dict[str, list[tuple[float, float]]]] = {algo: {"rlpipe": [], "d3rlpy": []} for algo in updates}
+        runners = {"rlpipe": lambda algo, n: time_rlpipe(algo, store, n), "d3rlpy": lambda algo, n: time_d3rlpy(algo, npz, n)}
         with pinned([core]):
             for repeat in range(args.repeats):
                 for algo, n in updates.items():
-                    ours = n / time_rlpipe(algo, store, n)
-                    peer = time_d3rlpy(algo, npz, n)
-                    theirs = peer["updates"] / peer["seconds"]
-                    raw[algo]["rlpipe"].append(ours)
-                    raw[algo]["d3rlpy"].append(theirs)
-                    print(f"  repeat {repeat} {algo}: rlpipe {ours:.2f} updates/s, d3rlpy {theirs:.2f} updates/s", flush=True)
+                    for library, runner in runners.items():
+                        wall, cpu = runner(algo, n)
+                        raw[algo][library].append((n / wall, n / cpu))
+                        print(f"  repeat {repeat} {algo} {library}: {n / wall:.2f} updates/s wall, "
+                              f"{n / cpu:.2f} per CPU second", flush=True)
     rows = []
     for algo, n in updates.items():
-        ours, theirs = median(raw[algo]["rlpipe"]), median(raw[algo]["d3rlpy"])
-        rows.append([algo.upper(), n, f"{theirs:.2f}", f"{ours:.2f}", f"{ours / theirs:.2f}x"])
+        rates = {library: [median([rate[i] for rate in raw[algo][library]]) for i in (0, 1)] for library in runners}
+        (ours, ours_cpu), (theirs, theirs_cpu) = rates["rlpipe"], rates["d3rlpy"]
+        rows.append([algo.upper(), n, f"{theirs:.2f} ({theirs_cpu:.2f})", f"{ours:.2f} ({ours_cpu:.2f})",
+                     f"{ours / theirs:.2f}x ({ours_cpu / theirs_cpu:.2f}x)"])
     print()
-    print(table(["algorithm", "updates timed", "d3rlpy updates/s", "rlpipe updates/s", "rlpipe / d3rlpy"], rows))
+    print(table(["algorithm", "updates timed", "d3rlpy updates/s (per CPU s)", "rlpipe updates/s (per CPU s)",
+                 "rlpipe / d3rlpy"], rows))
     print("\ncore loads after: " + ", ".join(f"{c}: {load:.0%}" for c, load in core_loads().items()))
     if args.json:
         Path(args.json).write_text(json.dumps(raw, indent=2) + "\n")

@@ -102,6 +102,20 @@ def test_help_texts(cli) -> None:
         assert result.code == 0 and "Usage" in result.out
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["train", "bc", "--no-such-flag"], "No such option: --no-such-flag"),
+        (["train", "bc", "--updates", "many"], "Invalid value for '--updates'"),
+        (["no-such-command"], "No such command"),
+        (["train"], "Missing argument"),
+    ],
+)
+def test_usage_errors_are_one_line(cli, args: list[str], message: str) -> None:
+    result = cli(*args)
+    assert result.code == 2 and message in result.err and len(result.err.strip().splitlines()) == 1
+
+
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
 def test_killed_collection_leaves_no_dataset(store: Path, sig: int) -> None:
     """Kill a long collection mid-way: the store shows no dataset, only hidden work files."""

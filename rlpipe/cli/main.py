@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 
-import click
 import typer
 
 from rlpipe.errors import RlpipeError
@@ -29,12 +28,12 @@ def main() -> None:
     try:
         code = app(standalone_mode=False)
     except RlpipeError as exc:
-        click.echo(f"error: {exc}", err=True)
+        typer.echo(f"error: {exc}", err=True)
         sys.exit(2)
-    except click.ClickException as exc:
-        exc.show()
+    except typer.TyperException as exc:  # usage errors: typer vendors click's exceptions
+        typer.echo(f"error: {exc.format_message()} (see rlpipe --help)", err=True)
         sys.exit(exc.exit_code)
-    except (KeyboardInterrupt, click.exceptions.Abort):
-        click.echo("error: interrupted", err=True)
+    except (KeyboardInterrupt, typer.Abort):
+        typer.echo("error: interrupted", err=True)
         sys.exit(130)
     sys.exit(code if isinstance(code, int) else 0)
