@@ -85,12 +85,12 @@ class _Caught(Exception):
     """Raised by the stand-in training loop once it holds the update function."""
 
 
-def captured_update(algo: str, store: Path) -> tuple[Any, Any, int]:
+def captured_update(algo: str, store: Path, device: str = "cpu") -> tuple[Any, Any, int]:
     """(sampler, update, batch_size) exactly as `rlpipe train ALGO` would run them."""
     from rlpipe.algos import get_algo
 
     module: ModuleType = get_algo(algo)
-    config = module.make_config(ENV_ID, dataset=NAME, store=str(store), device="cpu", **RLPIPE_CONFIGS[algo])
+    config = module.make_config(ENV_ID, dataset=NAME, store=str(store), device=device, **RLPIPE_CONFIGS[algo])
     caught: dict[str, Any] = {}
 
     def stand_in(_algo: str, _config: Any, data: Any, _actor: Any, _modules: Any, update: Any, *args: Any, **kwargs: Any) -> None:

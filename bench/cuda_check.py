@@ -1,0 +1,185 @@
+"""The CUDA code path, checked on a machine with a GPU (CI and the target machine have none).
+
+1. Every algorithm trains a short budget with ``device="cuda"`` and saves its checkpoint;
+   the saved policy loads on CPU and on CUDA with the same weights and gives the same
+   actions on both (BCQ, whose policy samples candidates, compares weights only).
+2. SAC learns Pendulum-v1 on CUDA within its usual 10k env steps (return >= -200).
+3. Gradient updates per second of CQL and BC on the GPU, with bench/offline.py's
+   equal-work settings (256x256 networks, batch 256, 10 sampled actions per proposal).
+
+    python bench/cuda_check.py [--json OUT.json]
+    .venv/bin/python bench/cuda_check.py --device cpu   # the same checks on CPU (a dry run)
+
+Prints one line per check and exits non-zero if any failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+import traceback
+import types
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def stub_dvclive_if_missing() -> None:
+    """Let runs write their checkpoints where DVCLive is not installed (a bare GPU machine):
+    its curve files are not what this script checks."""
+    try:
+        import dvclive  # noqa: F401
+    except ImportError:
+        module = types.ModuleType("dvclive")
+
+        class Live:
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                self.step = 0
+
+            def _init_dvc(self) -> None: ...
+            def log_metric(self, *args: Any, **kwargs: Any) -> None: ...
+            def make_summary(self) -> None: ...
+            def end(self) -> None: ...
+
+        module.Live = Live
+        sys.modules["dvclive"] = module
+
+
+def random_dataset(store: Path, env_id: str, name: str, steps: int) -> None:
+    import gymnasium as gym
+
+    from rlpipe.datasets.collector import RandomPolicy, collect
+    from rlpipe.datasets.writer import DatasetWriter
+
+    probe = gym.make(env_id)
+    with DatasetWriter(name, probe.observation_space, probe.action_space, env_id=env_id, store=store, fmt="arrow") as writer:
+        collect(env_id, lambda envs: RandomPolicy(envs.single_action_space, envs.num_envs, seed=0), writer.write,
+                steps=steps, num_envs=8, seed=0, show_progress=False)
+        writer.finalize({"algorithm": "random", "seed": 0})
+
+
+# name, env or dataset, overrides: a few hundred updates each, enough to run every code path
+SHORT = dict(eval_every=250, eval_episodes=2)
+RUNS: list[tuple[str, str, dict[str, Any]]] = [
+    ("ppo", "CartPole-v1", dict(env_steps=2_048, eval_every=1_024)),
+    ("sac", "Pendulum-v1", dict(env_steps=600, learning_starts=300, **SHORT)),
+    ("ddpg", "Pendulum-v1", dict(env_steps=600, learning_starts=300, **SHORT)),
+    ("td3", "Pendulum-v1", dict(env_steps=600, learning_starts=300, **SHORT)),
+    ("ddpg-her", "GoalWorld-v0", dict(env_steps=600, learning_starts=300, **SHORT)),
+    ("sac-her", "GoalWorld-v0", dict(env_steps=600, learning_starts=300, **SHORT)),
+    ("bc", "cartpole-random", dict(updates=300, **SHORT)),
+    ("bc", "pendulum-random", dict(updates=300, **SHORT)),
+    ("gail", "cartpole-random", dict(env_steps=2_048, eval_every=1_024, eval_episodes=2)),
+    ("cql", "cartpole-random", dict(updates=300, **SHORT)),
+    ("cql", "pendulum-random", dict(updates=300, **SHORT)),
+    ("bcq", "pendulum-random", dict(updates=300, **SHORT)),
+    ("td3bc", "pendulum-random", dict(updates=300, **SHORT)),
+    ("iql", "pendulum-random", dict(updates=300, **SHORT)),
+]
+
+
+def check_run(algo: str, source: str, overrides: dict[str, Any], store: Path, out: Path, device: str) -> dict[str, Any]:
+    """Train on ``device``, then load the checkpoint on CPU and on ``device`` and compare actions."""
+    import gymnasium as gym
+
+    from rlpipe.algos import get_algo, load_policy
+    from rlpipe.training.offline import dataset_env_id
+
+    module = get_algo(algo)
+    offline = "-random" in source
+    env_id = dataset_env_id(source, store) if offline else source
+    extra = dict(dataset=source, store=str(store)) if offline else {}
+    config = module.make_config(env_id, device=device, seed=0, **extra, **overrides)
+    start = time.perf_counter()
+    result = module.train(config, out, progress=False)
+    seconds = time.perf_counter() - start
+    on_device = {p.device.type for p in result.policy.parameters()}
+    assert on_device == {device}, f"policy parameters on {on_device}"
+    assert np.isfinite(result.metrics["eval_return_mean"]), result.metrics
+    cpu, other = load_policy(out, device="cpu"), load_policy(out, device=device)
+    env = gym.make(env_id)
+    obs_space = env.observation_space
+    obs_space.seed(1)
+    batch = [obs_space.sample() for _ in range(16)]
+    obs = {k: np.stack([o[k] for o in batch]) for k in batch[0]} if isinstance(batch[0], dict) else np.stack(batch)
+    for name, value in other.actor.state_dict().items():
+        torch.testing.assert_close(value.cpu(), cpu.actor.state_dict()[name], rtol=0, atol=0)
+    if cpu.actor.kind != "bcq":  # BCQ samples its candidate actions, so its actions differ per call
+        np.testing.assert_allclose(np.asarray(cpu(obs)), np.asarray(other(obs)), rtol=1e-4, atol=1e-4)
+    return dict(eval_return=round(float(result.metrics["eval_return_mean"]), 1), seconds=round(seconds, 1))
+
+
+def check_sac_learns(out: Path, device: str) -> dict[str, Any]:
+    from rlpipe.algos import get_algo
+
+    module = get_algo("sac")
+    result = module.train(module.make_config("Pendulum-v1", device=device, seed=0), out, progress=False)
+    ret = float(result.metrics["eval_return_mean"])
+    assert ret >= -200, f"SAC on {device} reached only {ret:.1f}"
+    return dict(eval_return=round(ret, 1), seconds=result.metrics["wall_seconds"])
+
+
+def update_rates(store: Path, device: str) -> dict[str, Any]:
+    import offline  # bench/offline.py: the update exactly as `rlpipe train` runs it
+
+    rates = {}
+    for algo, n in (("cql", 300), ("bc", 2_000)):
+        sampler, update, batch_size = offline.captured_update(algo, store, device=device)
+        for i in range(20):  # warm-up: kernels, allocator
+            update(sampler.sample(batch_size), i)
+        sync = torch.cuda.synchronize if device == "cuda" else lambda: None
+        sync()
+        start = time.perf_counter()
+        for i in range(n):
+            update(sampler.sample(batch_size), i)
+        sync()
+        rates[algo] = round(n / (time.perf_counter() - start), 1)
+    name = torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
+    return dict(updates_per_s=rates, device=name, torch=torch.__version__)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="cpu: a dry run of the same checks")
+    args = parser.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("no CUDA device: this script checks the CUDA code path")
+    stub_dvclive_if_missing()
+    results: dict[str, Any] = {}
+    failed = 0
+
+    def check(name: str, fn: Callable[[], dict[str, Any]]) -> None:
+        nonlocal failed
+        try:
+            results[name] = fn()
+            print(f"ok    {name}: {results[name]}", flush=True)
+        except Exception as exc:  # report every check, then fail at the end
+            failed += 1
+            results[name] = {"error": f"{type(exc).__name__}: {exc}"}
+            print(f"FAIL  {name}: {type(exc).__name__}: {exc}", flush=True)
+            traceback.print_exc()
+
+    with tempfile.TemporaryDirectory(prefix="rlpipe-cuda-") as tmp:
+        store = Path(tmp) / "datasets"
+        random_dataset(store, "CartPole-v1", "cartpole-random", 5_000)
+        random_dataset(store, "Pendulum-v1", "pendulum-random", 20_000)
+        for i, (algo, source, overrides) in enumerate(RUNS):
+            check(f"{algo} {source}", lambda: check_run(algo, source, overrides, store, Path(tmp) / f"run{i}", args.device))
+        check(f"sac learns Pendulum-v1 on {args.device}", lambda: check_sac_learns(Path(tmp) / "sac-learn", args.device))
+        check("update rates", lambda: update_rates(store, args.device))
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+    print(f"{len(results) - failed} passed, {failed} failed")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
