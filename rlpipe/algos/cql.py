@@ -22,12 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rlpipe.algos.sac import actor_and_temperature_step
+from rlpipe.algos.sac import SoftActorCritic
 from rlpipe.errors import RlpipeError
 from rlpipe.models.networks import EnsembleQ, GreedyQPolicy, TanhGaussianActor
 from rlpipe.training import Batch, TrainResult, config_for_env
@@ -140,42 +139,25 @@ def conservative_gap(q_sampled: torch.Tensor, log_density: torch.Tensor, q_data:
 
 def continuous_cql(config: Config, data: OfflineData) -> tuple[nn.Module, dict[str, nn.Module], Update, Callable[[], dict[str, Any]]]:
     """SAC-based CQL: the actor, the modules to save, the update and extra metrics."""
-    obs_dim, act_dim, device = data.obs_dim, data.act_dim, data.device
-    actor = TanhGaussianActor(obs_dim, act_dim, config.hidden).to(device)
-    critic = EnsembleQ(obs_dim, act_dim, config.hidden, n=2).to(device)
-    critic_target = target_copy(critic)
-    log_alpha = torch.tensor(np.log(config.init_alpha), dtype=torch.float32, device=device, requires_grad=True)
-    target_entropy = -float(act_dim) if config.target_entropy is None else config.target_entropy
-    actor_opt = adam(actor.parameters(), config.actor_lr)
-    critic_opt = adam(critic.parameters(), config.critic_lr)
-    alpha_opt = adam([log_alpha], config.alpha_lr)
-    block_rows = CPU_BLOCK_ROWS if device.type == "cpu" else None
+    sac = SoftActorCritic.build(config, data.obs_dim, data.act_dim, data.device)
+    block_rows = CPU_BLOCK_ROWS if data.device.type == "cpu" else None
     stats: dict[str, torch.Tensor] = {}
 
     def update(b: Batch, _: int) -> None:
-        alpha = log_alpha.detach().exp()
-        rewards = (b.rewards + config.reward_shift) * config.reward_scale
+        target = sac.soft_target(b, (b.rewards + config.reward_shift) * config.reward_scale, config.gamma)
         with torch.no_grad():
-            next_action, next_logp = actor.sample(b.next_obs)
-            next_q = critic_target(b.next_obs, next_action).min(0).values - alpha * next_logp
-            target = rewards + config.gamma * (1.0 - b.terminated) * next_q
-            sampled, log_density = proposal_samples(actor, b.obs, b.next_obs, config.num_sampled_actions)
+            sampled, log_density = proposal_samples(sac.actor, b.obs, b.next_obs, config.num_sampled_actions)
         # The data actions and all 3*K*B sampled ones (valued at s) in one critic pass.
-        q_data, q_sampled = data_and_sampled_q(critic, b.obs, b.actions, sampled, block_rows)
+        q_data, q_sampled = data_and_sampled_q(sac.critic, b.obs, b.actions, sampled, block_rows)
         gap = conservative_gap(q_sampled, log_density, q_data)
-        critic_loss = td_error_loss(config, q_data, target) + config.beta * gap
-        critic_opt.zero_grad(set_to_none=True)
-        critic_loss.backward()
-        critic_opt.step()
-
-        actor_and_temperature_step(b.obs, actor, critic, log_alpha, target_entropy, actor_opt, alpha_opt)
-        polyak_update(critic_target, critic, config.tau)
+        sac.critic_step(td_error_loss(config, q_data, target) + config.beta * gap)
+        sac.policy_step(b.obs, config.tau)
         stats["conservative_gap"] = gap.detach()
 
     def extra() -> dict[str, Any]:
-        return {"alpha": float(log_alpha.detach().exp()), "conservative_gap": float(stats.get("conservative_gap", math.nan))}
+        return {"alpha": sac.alpha(), "conservative_gap": float(stats.get("conservative_gap", math.nan))}
 
-    return actor, {"policy": actor, "critic": critic, "critic_target": critic_target}, update, extra
+    return sac.actor, {"policy": sac.actor, "critic": sac.critic, "critic_target": sac.critic_target}, update, extra
 
 
 def discrete_cql(config: Config, data: OfflineData) -> tuple[nn.Module, dict[str, nn.Module], Update, Callable[[], dict[str, Any]]]:

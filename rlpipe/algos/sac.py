@@ -1,7 +1,8 @@
 """SAC: tanh-Gaussian actor, fused twin critics, automatic entropy tuning.
 
-Read top to bottom: config and tuned defaults, ``make_agent``: networks, the update
-(critic -> actor -> temperature -> target critics) and exploration, then ``train``: the
+Read top to bottom: config and tuned defaults, ``SoftActorCritic``: the networks and the
+steps of an update (critic -> actor -> temperature -> target critics; CQL reuses it),
+``make_agent``: SAC's update and exploration, then ``train``: the
 shared off-policy loop that collects transitions (optionally streaming every one of them
 to ``step_sink``). SAC+HER (``her.py``) reuses ``make_agent``.
 """
@@ -63,64 +64,81 @@ def make_config(env_id: str, **overrides: Any) -> Config:
     return config_for_env(Config, TUNED, env_id, **overrides)
 
 
-def actor_and_temperature_step(
-    obs: torch.Tensor,
-    actor: TanhGaussianActor,
-    critic: EnsembleQ,
-    log_alpha: torch.Tensor,
-    target_entropy: float,
-    actor_opt: torch.optim.Optimizer,
-    alpha_opt: torch.optim.Optimizer,
-) -> None:
-    """SAC's policy improvement on ``obs`` (CQL reuses it): the actor maximises
-    min Q - alpha * log pi, then the temperature moves the entropy towards the target."""
-    alpha = log_alpha.detach().exp()
-    with frozen(list(critic.parameters())):  # no wasted gradients for the critic
-        action, logp = actor.sample(obs)
-        actor_loss = (alpha * logp - critic(obs, action).min(0).values).mean()
-        actor_opt.zero_grad(set_to_none=True)
-        actor_loss.backward()
-        actor_opt.step()
-    alpha_loss = -(log_alpha * (logp.detach() + target_entropy)).mean()
-    alpha_opt.zero_grad(set_to_none=True)
-    alpha_loss.backward()
-    alpha_opt.step()
+@dataclass
+class SoftActorCritic:
+    """SAC's learnable parts and their three steps, shared with CQL: the tanh-Gaussian
+    actor, fused twin critics and their target, the log temperature, one Adam each."""
+
+    actor: TanhGaussianActor
+    critic: EnsembleQ
+    critic_target: EnsembleQ
+    log_alpha: torch.Tensor
+    target_entropy: float
+    actor_opt: torch.optim.Optimizer
+    critic_opt: torch.optim.Optimizer
+    alpha_opt: torch.optim.Optimizer
+
+    @classmethod
+    def build(cls, config: Any, obs_dim: int, act_dim: int, device: torch.device) -> SoftActorCritic:
+        """From ``config``'s hidden, init_alpha, target_entropy (None: -act_dim) and the
+        actor, critic and alpha learning rates."""
+        actor = TanhGaussianActor(obs_dim, act_dim, config.hidden).to(device)
+        critic = EnsembleQ(obs_dim, act_dim, config.hidden, n=2).to(device)
+        log_alpha = torch.tensor(np.log(config.init_alpha), dtype=torch.float32, device=device, requires_grad=True)
+        target_entropy = -float(act_dim) if config.target_entropy is None else config.target_entropy
+        return cls(
+            actor, critic, target_copy(critic), log_alpha, target_entropy,
+            adam(actor.parameters(), config.actor_lr), adam(critic.parameters(), config.critic_lr),
+            adam([log_alpha], config.alpha_lr),
+        )
+
+    def alpha(self) -> float:
+        return float(self.log_alpha.detach().exp())
+
+    @torch.no_grad()
+    def soft_target(self, b: Batch, rewards: torch.Tensor, gamma: float) -> torch.Tensor:
+        """The soft Bellman target from the min of the twin target critics."""
+        next_action, next_logp = self.actor.sample(b.next_obs)
+        next_q = self.critic_target(b.next_obs, next_action).min(0).values - self.log_alpha.exp() * next_logp
+        return rewards + gamma * (1.0 - b.terminated) * next_q
+
+    def critic_step(self, loss: torch.Tensor) -> None:
+        self.critic_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.critic_opt.step()
+
+    def policy_step(self, obs: torch.Tensor, tau: float) -> None:
+        """Policy improvement on ``obs``: the actor maximises min Q - alpha * log pi, the
+        temperature moves the entropy towards the target; then the target critics follow."""
+        alpha = self.log_alpha.detach().exp()
+        with frozen(list(self.critic.parameters())):  # no wasted gradients for the critic
+            action, logp = self.actor.sample(obs)
+            actor_loss = (alpha * logp - self.critic(obs, action).min(0).values).mean()
+            self.actor_opt.zero_grad(set_to_none=True)
+            actor_loss.backward()
+            self.actor_opt.step()
+        alpha_loss = -(self.log_alpha * (logp.detach() + self.target_entropy)).mean()
+        self.alpha_opt.zero_grad(set_to_none=True)
+        alpha_loss.backward()
+        self.alpha_opt.step()
+        polyak_update(self.critic_target, self.critic, tau)
 
 
 def make_agent(config: Config, env: OffPolicySetup) -> Agent:
     """SAC's networks, update and sampling exploration for ``env``'s sizes and device."""
-    obs_dim, act_dim, device = env.obs_dim, env.act_dim, env.device
-
-    actor = TanhGaussianActor(obs_dim, act_dim, config.hidden).to(device)
-    critic = EnsembleQ(obs_dim, act_dim, config.hidden, n=2).to(device)
-    critic_target = target_copy(critic)
-    log_alpha = torch.tensor(np.log(config.init_alpha), dtype=torch.float32, device=device, requires_grad=True)
-    target_entropy = -float(act_dim) if config.target_entropy is None else config.target_entropy
-    actor_opt = adam(actor.parameters(), config.actor_lr)
-    critic_opt = adam(critic.parameters(), config.critic_lr)
-    alpha_opt = adam([log_alpha], config.alpha_lr)
+    sac = SoftActorCritic.build(config, env.obs_dim, env.act_dim, env.device)
 
     def update(b: Batch, _: int) -> None:
-        alpha = log_alpha.detach().exp()
-        # Critic: soft Bellman target from the min of the twin target critics.
-        with torch.no_grad():
-            next_action, next_logp = actor.sample(b.next_obs)
-            next_q = critic_target(b.next_obs, next_action).min(0).values - alpha * next_logp
-            target = b.rewards + config.gamma * (1.0 - b.terminated) * next_q
-        critic_loss = 0.5 * (critic(b.obs, b.actions) - target).square().mean(1).sum()
-        critic_opt.zero_grad(set_to_none=True)
-        critic_loss.backward()
-        critic_opt.step()
-
-        actor_and_temperature_step(b.obs, actor, critic, log_alpha, target_entropy, actor_opt, alpha_opt)
-        polyak_update(critic_target, critic, config.tau)
+        target = sac.soft_target(b, b.rewards, config.gamma)
+        sac.critic_step(0.5 * (sac.critic(b.obs, b.actions) - target).square().mean(1).sum())
+        sac.policy_step(b.obs, config.tau)
 
     def explore(obs: np.ndarray, _: np.ndarray) -> np.ndarray:
         with torch.no_grad():
-            return actor.sample(torch.as_tensor(obs, dtype=torch.float32, device=device))[0].cpu().numpy()
+            return sac.actor.sample(torch.as_tensor(obs, dtype=torch.float32, device=env.device))[0].cpu().numpy()
 
-    modules = {"policy": actor, "critic": critic, "critic_target": critic_target}
-    return Agent(actor, modules, explore, update, lambda: {"alpha": float(log_alpha.detach().exp())})
+    modules = {"policy": sac.actor, "critic": sac.critic, "critic_target": sac.critic_target}
+    return Agent(sac.actor, modules, explore, update, lambda: {"alpha": sac.alpha()})
 
 
 def train(
