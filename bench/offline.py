@@ -18,6 +18,7 @@ other processes share the core).
 
     .venv/bin/python bench/offline.py              # 3 repeats
     .venv/bin/python bench/offline.py --quick      # a few updates, one repeat
+    python3 bench/offline.py --device cuda --peer-python PY   # both on a GPU; PY runs d3rlpy
 """
 
 from __future__ import annotations
@@ -105,21 +106,27 @@ def captured_update(algo: str, store: Path, device: str = "cpu") -> tuple[Any, A
     return caught["sampler"], caught["update"], config.batch_size
 
 
-def time_rlpipe(algo: str, store: Path, updates: int) -> tuple[float, float]:
+def time_rlpipe(algo: str, store: Path, updates: int, device: str = "cpu") -> tuple[float, float]:
     """Wall and CPU seconds for `updates` rlpipe updates (sampling included) after one
     untimed warm-up."""
-    sampler, update, batch_size = captured_update(algo, store)
+    import torch
+
+    sampler, update, batch_size = captured_update(algo, store, device)
     update(sampler.sample(batch_size), 0)
+    sync = torch.cuda.synchronize if device == "cuda" else lambda: None
+    sync()
     start, cpu_start = time.perf_counter(), time.process_time()
     for i in range(updates):
         update(sampler.sample(batch_size), i + 1)
+    sync()
     return time.perf_counter() - start, time.process_time() - cpu_start
 
 
-def time_d3rlpy(algo: str, npz: Path, updates: int) -> tuple[float, float]:
+def time_d3rlpy(algo: str, npz: Path, updates: int, device: str = "cpu", python: Path = PEER_PYTHON) -> tuple[float, float]:
     """Wall and CPU seconds for `updates` d3rlpy updates, run in its own virtualenv."""
-    cmd = [str(PEER_PYTHON), str(PEER_SCRIPT), str(npz), "--algo", algo, "--updates", str(updates),
-           "--batch-size", str(BATCH), "--hidden", str(HIDDEN), "--action-samples", str(SAMPLED_ACTIONS)]
+    cmd = [str(python), str(PEER_SCRIPT), str(npz), "--algo", algo, "--updates", str(updates),
+           "--batch-size", str(BATCH), "--hidden", str(HIDDEN), "--action-samples", str(SAMPLED_ACTIONS),
+           "--device", "cuda:0" if device == "cuda" else "cpu:0"]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode != 0 or not lines:
@@ -136,12 +143,16 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20_000, help="transitions in the dataset")
     parser.add_argument("--quick", action="store_true", help="5 CQL / 100 BC updates, one repeat")
     parser.add_argument("--json", help="also write the raw results to this file")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where both sides train")
+    parser.add_argument("--peer-python", type=Path, help="an interpreter with d3rlpy 2.8.1 (default: its own venv, created if missing)")
     args = parser.parse_args()
     if args.quick:
         args.repeats, args.cql_updates, args.bc_updates, args.steps = 1, 5, 100, 2_000
     limit_threads()
-    ensure_peer_venv()
-    peer_versions = subprocess.run([str(PEER_PYTHON), "-c", "import d3rlpy, torch, gymnasium; "
+    peer_python = args.peer_python or PEER_PYTHON
+    if args.peer_python is None:
+        ensure_peer_venv()
+    peer_versions = subprocess.run([str(peer_python), "-c", "import d3rlpy, torch, gymnasium; "
                                     "print(f'd3rlpy {d3rlpy.__version__}, torch {torch.__version__}, gymnasium {gymnasium.__version__}')"],
                                    capture_output=True, text=True, check=True).stdout.strip()
     updates = {"cql": args.cql_updates, "bc": args.bc_updates}
@@ -151,12 +162,15 @@ def main() -> None:
         core = least_busy_core()
         print(f"date: {today()}; machine: {machine_description()}")
         print(f"rlpipe side: {versions('torch', 'gymnasium', 'rlpipe')}; peer side: {peer_versions}")
-        print(f"dataset: {NAME}, {args.steps} transitions; nets {HIDDEN}x{HIDDEN}, batch {BATCH}, "
+        print(f"device: {args.device}; dataset: {NAME}, {args.steps} transitions; nets {HIDDEN}x{HIDDEN}, batch {BATCH}, "
               f"CQL sampled actions {SAMPLED_ACTIONS} per proposal; torch threads 1 for both, pinned to core {core}; "
               "core loads before start: " + ", ".join(f"{c}: {load:.0%}" for c, load in core_loads().items()), flush=True)
         # algo -> library -> per repeat: (updates per wall second, updates per CPU second)
         raw: dict[str, dict[str, list[tuple[float, float]]]] = {algo: {"rlpipe": [], "d3rlpy": []} for algo in updates}
-        runners = {"rlpipe": lambda algo, n: time_rlpipe(algo, store, n), "d3rlpy": lambda algo, n: time_d3rlpy(algo, npz, n)}
+        runners = {
+            "rlpipe": lambda algo, n: time_rlpipe(algo, store, n, args.device),
+            "d3rlpy": lambda algo, n: time_d3rlpy(algo, npz, n, args.device, peer_python),
+        }
         with pinned([core]):
             for repeat in range(args.repeats):
                 for algo, n in updates.items():

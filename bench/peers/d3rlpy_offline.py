@@ -23,6 +23,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--action-samples", type=int, default=10)
+    parser.add_argument("--device", default="cpu:0", help="d3rlpy's device string, e.g. cuda:0")
     args = parser.parse_args()
     torch.set_num_threads(1)
 
@@ -39,7 +40,7 @@ def main() -> None:
                                         critic_encoder_factory=encoder, n_action_samples=args.action_samples)
     else:
         config = d3rlpy.algos.BCConfig(batch_size=args.batch_size, encoder_factory=encoder)
-    algo = config.create(device="cpu:0")
+    algo = config.create(device=args.device)
     algo.build_with_dataset(dataset)
     # one warm-up update so lazy initialisation is not timed
     algo.fit(dataset, n_steps=1, n_steps_per_epoch=1, show_progress=False, save_interval=10**9,
@@ -47,6 +48,8 @@ def main() -> None:
     start, cpu_start = time.perf_counter(), time.process_time()
     algo.fit(dataset, n_steps=args.updates, n_steps_per_epoch=args.updates, show_progress=False, save_interval=10**9,
              logger_adapter=d3rlpy.logging.NoopAdapterFactory())
+    if args.device.startswith("cuda"):
+        torch.cuda.synchronize()
     seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
     print(json.dumps({"algo": args.algo, "updates": args.updates, "seconds": seconds, "cpu_seconds": cpu_seconds,
                       "d3rlpy": d3rlpy.__version__}))
