@@ -10,6 +10,7 @@ import torch
 
 from rlpipe.algos import gail
 from rlpipe.errors import RlpipeError
+from rlpipe.models.checkpoint import load_checkpoint
 from rlpipe.training import Batch
 from rlpipe.training.optim import adam
 
@@ -66,6 +67,8 @@ def test_gail_cli_continuous_and_bad_input(offline_store: Path, tmp_path: Path, 
     assert metrics["algo"] == "gail" and metrics["env_steps"] >= 500 and metrics["gradient_updates"] > 0
     # one discriminator update per rollout: two rollouts of 2 envs x 128 steps reach 500 steps
     assert metrics["discriminator_updates"] == 2 and metrics["dataset_transitions"] == 100
+    saved = load_checkpoint(out).state_dict("discriminator")  # to resume or inspect the reward
+    assert saved and all(torch.isfinite(v).all() for v in saved.values())
     evaluated = cli("eval", out, "--episodes", "1", "--json")
     assert evaluated.code == 0 and json.loads(evaluated.out)["env_id"] == "Pendulum-v1"
     bad = cli("train", "gail", "--dataset", "cartpole-expert", "--store", offline_store, "--updates", "10",

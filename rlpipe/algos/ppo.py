@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 from gymnasium import spaces
 
 from rlpipe.models.networks import ActorCritic
@@ -127,11 +128,13 @@ def train(
     reward_fn: RewardFn | None = None,
     algo: str = "ppo",
     extra_metrics: Callable[[], dict[str, Any]] | None = None,
+    extra_modules: dict[str, nn.Module] | None = None,
 ) -> TrainResult:
     """Train PPO; with ``out_dir`` also write checkpoint, ``metrics.json`` and DVCLive curve.
 
     ``reward_fn`` (see :data:`RewardFn`) trains on its rewards instead of the env's; ``algo``
-    names the run and ``extra_metrics()`` adds entries to its metrics (both for GAIL).
+    names the run, ``extra_metrics()`` adds entries to its metrics and ``extra_modules`` are
+    saved in the checkpoint beside the policy (all for GAIL).
     """
     envs = make_vec_env(config.env_id, config.num_envs)
     obs_space, act_space = envs.single_observation_space, envs.single_action_space
@@ -218,7 +221,7 @@ def train(
             run.show(stepper.env_steps, stepper.last_return)
             if run.maybe_evaluate(eval_policy, stepper.env_steps):
                 break
-        return run.finish(eval_policy, actor, {"policy": actor}, act_space, stepper.env_steps, updates,
+        return run.finish(eval_policy, actor, {"policy": actor, **(extra_modules or {})}, act_space, stepper.env_steps, updates,
                           {"train_episodes": stepper.episodes, **(extra_metrics() if extra_metrics else {})})
     finally:
         run.close()
