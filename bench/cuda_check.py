@@ -2,12 +2,17 @@
 
 1. Every algorithm trains a short budget with ``device="cuda"`` and saves its checkpoint;
    the saved policy loads on CPU and on CUDA with the same weights and gives the same
-   actions on both (BCQ, whose policy samples candidates, compares weights only).
-2. SAC learns Pendulum-v1 on CUDA within its usual 10k env steps (return >= -200).
-3. Gradient updates per second of CQL and BC on the GPU, with bench/offline.py's
-   equal-work settings (256x256 networks, batch 256, 10 sampled actions per proposal).
+   actions on both (BCQ, whose policy samples candidates, compares weights only). Offline
+   algorithms train through CUDA graphs (a failed capture is an error).
+2. tests/test_graphs.py, whose CUDA tests are skipped elsewhere (graph replays equal eager
+   updates; the index period of TD3-style updates).
+3. Learning on CUDA: SAC on Pendulum-v1 with its usual 10k env steps (>= -200); CQL with
+   its tuned settings on ``pendulum-mixed`` from ``--store`` (>= -180), through graphs.
+4. Gradient updates per second of CQL and BC, with and without CUDA graphs, at
+   bench/offline.py's equal-work settings (256x256 networks, batch 256, 10 sampled actions
+   per proposal).
 
-    python bench/cuda_check.py [--json OUT.json]
+    python bench/cuda_check.py [--store datasets] [--learn sac cql] [--json OUT.json]
     .venv/bin/python bench/cuda_check.py --device cpu   # the same checks on CPU (a dry run)
 
 Prints one line per check and exits non-zero if any failed.
@@ -17,6 +22,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -126,21 +133,38 @@ def check_sac_learns(out: Path, device: str) -> dict[str, Any]:
     return dict(eval_return=round(ret, 1), seconds=result.metrics["wall_seconds"])
 
 
-def update_rates(store: Path, device: str) -> dict[str, Any]:
-    import offline  # bench/offline.py: the update exactly as `rlpipe train` runs it
+def check_cql_learns(store: Path, out: Path, device: str) -> dict[str, Any]:
+    from rlpipe.algos import get_algo
 
-    rates = {}
-    for algo, n in (("cql", 300), ("bc", 2_000)):
-        sampler, update, batch_size = offline.captured_update(algo, store, device=device)
-        for i in range(20):  # warm-up: kernels, allocator
-            update(sampler.sample(batch_size), i)
-        sync = torch.cuda.synchronize if device == "cuda" else lambda: None
-        sync()
-        start = time.perf_counter()
-        for i in range(n):
-            update(sampler.sample(batch_size), i)
-        sync()
-        rates[algo] = round(n / (time.perf_counter() - start), 1)
+    module = get_algo("cql")
+    config = module.make_config("Pendulum-v1", dataset="pendulum-mixed", store=str(store), device=device, seed=0)
+    result = module.train(config, out, progress=False)
+    ret = float(result.metrics["eval_return_mean"])
+    assert ret >= -180, f"CQL on {device} reached only {ret:.1f}"
+    return dict(eval_return=round(ret, 1), updates=result.metrics["gradient_updates"],
+                seconds=result.metrics["wall_seconds"])
+
+
+def run_graph_tests() -> dict[str, Any]:
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_graphs.py"],
+                          cwd=root, capture_output=True, text=True, check=False)
+    summary = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr.strip()[-500:]
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    return dict(summary=summary)
+
+
+def update_rates(store: Path, device: str) -> dict[str, Any]:
+    import offline  # bench/offline.py: the update and the stepping exactly as `rlpipe train` runs them
+
+    rates: dict[str, dict[str, float]] = {}
+    for graphs in ("1", "0") if device == "cuda" else ("0",):
+        os.environ["RLPIPE_CUDA_GRAPHS"] = graphs
+        label = "graphs" if graphs == "1" else "eager"
+        for algo, n in (("cql", 1_000), ("bc", 3_000)) if device == "cuda" else (("cql", 30), ("bc", 300)):
+            wall, _ = offline.time_rlpipe(algo, store, n, device)
+            rates.setdefault(algo, {})[label] = round(n / wall, 1)
+    os.environ.pop("RLPIPE_CUDA_GRAPHS")
     name = torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
     return dict(updates_per_s=rates, device=name, torch=torch.__version__)
 
@@ -149,6 +173,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="cpu: a dry run of the same checks")
+    parser.add_argument("--store", type=Path, help="a store holding pendulum-mixed (for the CQL learning check)")
+    parser.add_argument("--learn", nargs="*", choices=("sac", "cql"), default=["sac", "cql"], help="learning checks to run")
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("no CUDA device: this script checks the CUDA code path")
@@ -173,7 +199,15 @@ def main() -> None:
         random_dataset(store, "Pendulum-v1", "pendulum-random", 20_000)
         for i, (algo, source, overrides) in enumerate(RUNS):
             check(f"{algo} {source}", lambda: check_run(algo, source, overrides, store, Path(tmp) / f"run{i}", args.device))
-        check(f"sac learns Pendulum-v1 on {args.device}", lambda: check_sac_learns(Path(tmp) / "sac-learn", args.device))
+        check("tests/test_graphs.py", run_graph_tests)
+        if "sac" in args.learn:
+            check(f"sac learns Pendulum-v1 on {args.device}", lambda: check_sac_learns(Path(tmp) / "sac-learn", args.device))
+        if "cql" in args.learn:
+            if args.store is None:
+                print("skip  cql learning: no --store with pendulum-mixed")
+            else:
+                check(f"cql learns pendulum-mixed on {args.device}",
+                      lambda: check_cql_learns(args.store, Path(tmp) / "cql-learn", args.device))
         check("update rates", lambda: update_rates(store, args.device))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")

@@ -107,17 +107,21 @@ def captured_update(algo: str, store: Path, device: str = "cpu") -> tuple[Any, A
 
 
 def time_rlpipe(algo: str, store: Path, updates: int, device: str = "cpu") -> tuple[float, float]:
-    """Wall and CPU seconds for `updates` rlpipe updates (sampling included) after one
-    untimed warm-up."""
+    """Wall and CPU seconds for `updates` rlpipe updates (sampling included), stepped as
+    `rlpipe train` steps them, after an untimed start: one update on CPU; on CUDA the
+    eager warm-up and the capture of the CUDA graph that the timed updates replay."""
     import torch
 
+    from rlpipe.training.graphs import UpdateStepper, graphs_enabled
+
     sampler, update, batch_size = captured_update(algo, store, device)
-    update(sampler.sample(batch_size), 0)
+    step = UpdateStepper(update, sampler, batch_size, total=10**9, graph=graphs_enabled(torch.device(device)))
+    done = step(0)
     sync = torch.cuda.synchronize if device == "cuda" else lambda: None
     sync()
-    start, cpu_start = time.perf_counter(), time.process_time()
-    for i in range(updates):
-        update(sampler.sample(batch_size), i + 1)
+    start, cpu_start, end = time.perf_counter(), time.process_time(), done + updates
+    while done < end:
+        done += step(done)
     sync()
     return time.perf_counter() - start, time.process_time() - cpu_start
 

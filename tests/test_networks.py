@@ -84,6 +84,16 @@ def test_obs_normalizer_matches_numpy_moments() -> None:
     assert np.allclose(norm.var.numpy(), data.var(0), rtol=1e-3)
 
 
+def test_obs_normalizer_is_identity_until_updated_and_survives_loading() -> None:
+    obs = torch.full((2, 3), 50.0)
+    norm = ObsNormalizer(3)
+    assert torch.equal(norm(obs), obs)  # not even clipped before any update
+    norm.update(torch.randn(100, 3))
+    loaded = ObsNormalizer(3)
+    loaded.load_state_dict(norm.state_dict())  # a checkpoint of a normalising policy
+    assert torch.equal(loaded(obs), norm(obs)) and loaded(obs).max() <= norm.clip
+
+
 def test_build_policy_rebuilds_every_actor_kind() -> None:
     for kind, spec in [
         ("tanh_gaussian", {"obs_dim": 3, "act_dim": 1, "hidden": [8], "normalize_obs": False}),

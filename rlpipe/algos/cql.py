@@ -29,9 +29,9 @@ from torch import nn
 from rlpipe.algos.sac import SoftActorCritic
 from rlpipe.errors import RlpipeError
 from rlpipe.models.networks import EnsembleQ, GreedyQPolicy, TanhGaussianActor
-from rlpipe.training import Batch, TrainResult, config_for_env
+from rlpipe.training import Batch, TrainResult, Update, config_for_env
 from rlpipe.training.env import BOX, DISCRETE
-from rlpipe.training.offline import OfflineData, Update, load_offline, train_offline
+from rlpipe.training.offline import OfflineData, load_offline, train_offline
 from rlpipe.training.optim import adam, polyak_update, target_copy
 
 ACTION_SPACES = (BOX, DISCRETE)

@@ -17,10 +17,10 @@ import torch
 from torch import nn
 
 from rlpipe.models.networks import DeterministicActor, EnsembleQ
-from rlpipe.training import Batch, StepSink, TrainResult, config_for_env
+from rlpipe.training import Batch, StepSink, TrainResult, Update, config_for_env
 from rlpipe.training.env import BOX
 from rlpipe.training.noise import make_noise
-from rlpipe.training.offpolicy import Agent, OffPolicySetup, Update, noisy_explore, setup, train_off_policy
+from rlpipe.training.offpolicy import Agent, OffPolicySetup, noisy_explore, setup, train_off_policy
 from rlpipe.training.optim import adam, frozen, polyak_update, target_copy
 
 ACTION_SPACES = (BOX,)

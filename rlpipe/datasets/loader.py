@@ -149,9 +149,16 @@ class TransitionSampler:
 
     def sample(self, batch_size: int) -> "Batch":
         """A batch of `batch_size` transitions drawn uniformly with replacement."""
+        return self.take(self.draw(batch_size))
+
+    def draw(self, batch_size: int) -> "torch.Tensor":
+        """`batch_size` row indices drawn uniformly with replacement (the sampler's generator)."""
         import torch
 
+        return torch.randint(self.size, (batch_size,), device=self.device, generator=self._generator)
+
+    def take(self, index: "torch.Tensor") -> "Batch":
+        """The rows at `index` (on the device) as a Batch: one gather per column."""
         from rlpipe.training.buffer import Batch
 
-        index = torch.randint(self.size, (batch_size,), device=self.device, generator=self._generator)
         return Batch(**{name: map_columnar(column, lambda t: t[index]) for name, column in self._columns.items()})

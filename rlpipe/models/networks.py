@@ -68,15 +68,19 @@ class ObsNormalizer(nn.Module):
         self.register_buffer("mean", torch.zeros(obs_dim))
         self.register_buffer("var", torch.ones(obs_dim))
         self.register_buffer("count", torch.zeros(()))
+        # Host-side mirror of count > 0: forward must not read a device value (that would
+        # sync every call and cannot be captured in a CUDA graph).
+        self.active = False
 
     @torch.no_grad()
     def update(self, batch: torch.Tensor) -> None:
         """Merge a batch's moments into the running ones (parallel-variance formula)."""
         b_mean, b_var, n = batch.mean(0), batch.var(0, unbiased=False), batch.shape[0]
-        if self.count == 0:
+        if not self.active:
             self.mean.copy_(b_mean)
             self.var.copy_(b_var)
             self.count.fill_(n)
+            self.active = True
             return
         total = self.count + n
         delta = b_mean - self.mean
@@ -84,8 +88,12 @@ class ObsNormalizer(nn.Module):
         self.var.copy_((self.var * self.count + b_var * n + delta.square() * self.count * n / total) / total)
         self.count.copy_(total)
 
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any) -> None:
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        self.active = bool(self.count > 0)
+
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        if self.count == 0:
+        if not self.active:
             return obs
         return ((obs - self.mean) / torch.sqrt(self.var + self.eps)).clamp(-self.clip, self.clip)
 

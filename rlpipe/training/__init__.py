@@ -1,7 +1,7 @@
 """Pieces every algorithm shares: envs and action scaling, replay buffer, evaluation,
 vector-env stepping, run bookkeeping (DVCLive, progress, checkpoint) and seeding."""
 
-from rlpipe.training.buffer import Batch, ReplayBuffer
+from rlpipe.training.buffer import Batch, ReplayBuffer, Update
 from rlpipe.training.env import ActionScaler, make_vec_env, require_spaces, resolve_device
 from rlpipe.training.evaluation import EvalResult, PolicyFn, evaluate, policy_fn
 from rlpipe.training.rollout import StepBatch, StepSink, VecStepper
@@ -10,6 +10,6 @@ from rlpipe.training.seeding import seed_everything
 
 __all__ = [
     "ActionScaler", "Batch", "EvalPoint", "EvalResult", "PolicyFn", "ReplayBuffer", "Run",
-    "StepBatch", "StepSink", "TrainResult", "VecStepper", "config_for_env", "evaluate",
+    "StepBatch", "StepSink", "TrainResult", "Update", "VecStepper", "config_for_env", "evaluate",
     "make_vec_env", "policy_fn", "require_spaces", "resolve_device", "seed_everything",
 ]

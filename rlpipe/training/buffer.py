@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Callable, NamedTuple
 
 import numpy as np
 import torch
@@ -19,6 +19,10 @@ class Batch(NamedTuple):
     rewards: torch.Tensor
     next_obs: torch.Tensor
     terminated: torch.Tensor
+
+
+# One gradient update on a minibatch; the int is the update's index (0, 1, ...).
+Update = Callable[[Batch, int], None]
 
 
 class ReplayBuffer:

@@ -22,14 +22,12 @@ from rlpipe.datasets.loader import TransitionArrays, TransitionSampler, load_sha
 from rlpipe.datasets.store import DatasetInfo, open_dataset
 from rlpipe.envs.goals import flat_observation_space, flatten_obs, is_goal_space
 from rlpipe.errors import RlpipeError
-from rlpipe.training.buffer import Batch
+from rlpipe.training.buffer import Update
 from rlpipe.training.env import BOX, GOAL, ActionScaler, action_dim, require_spaces, resolve_device
 from rlpipe.training.evaluation import policy_fn
+from rlpipe.training.graphs import UpdateStepper, graphs_enabled
 from rlpipe.training.run import Run, TrainResult
 from rlpipe.training.seeding import seed_everything
-
-Update = Callable[[Batch, int], dict[str, float] | None]
-"""``update(batch, update_index)``: one gradient update on a sampled minibatch."""
 
 
 def dataset_env_id(name: str, store: str | os.PathLike | None = None) -> str:
@@ -128,18 +126,22 @@ def train_offline(
     out_dir: str | Path | None,
     progress: bool,
     extra_metrics: Callable[[], dict[str, Any]] | None = None,
+    update_period: int = 1,
 ) -> TrainResult:
     """Run `config.updates` updates on `config.batch_size` samples, evaluating every
     `config.eval_every` updates in the dataset's env; save the run like online ones.
     `modules` must include ``"policy"`` (the actor that is evaluated and checkpointed).
+    On CUDA the updates replay as a CUDA graph (:mod:`rlpipe.training.graphs`); an update
+    whose work repeats every ``update_period`` indices is captured over that period.
     """
     run = Run(algo, config, out_dir, progress, unit="updates")
     eval_policy = policy_fn(actor, ActionScaler(data.action_space), data.device)
+    step = UpdateStepper(update, data.sampler, config.batch_size, config.updates,
+                         graph=graphs_enabled(data.device), period=update_period)
     updates = 0
     try:
         while True:
-            update(data.sampler.sample(config.batch_size), updates)
-            updates += 1
+            updates += step(updates)
             run.show(updates)
             if run.maybe_evaluate(eval_policy, updates):
                 break

@@ -17,7 +17,7 @@ from gymnasium import spaces
 from torch import nn
 
 from rlpipe.envs.goals import flat_observation_space, flatten_obs
-from rlpipe.training.buffer import Batch, ReplayBuffer
+from rlpipe.training.buffer import Batch, ReplayBuffer, Update
 from rlpipe.training.env import BOX, ActionScaler, make_vec_env, require_spaces, resolve_device
 from rlpipe.training.evaluation import policy_fn
 from rlpipe.training.rollout import StepBatch, StepSink, VecStepper
@@ -26,8 +26,6 @@ from rlpipe.training.seeding import seed_everything
 
 Explore = Callable[[np.ndarray, np.ndarray], np.ndarray]
 """``explore(obs, episode_reset_mask) -> actions in [-1, 1]``."""
-Update = Callable[[Batch, int], None]
-"""``update(batch, update_index)``: one gradient update on a sampled minibatch."""
 
 
 class Replay(Protocol):
