@@ -37,6 +37,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _common import random_dataset  # noqa: E402  (bench/ is on the path from here)
+
 
 def stub_dvclive_if_missing() -> None:
     """Let runs write their checkpoints where DVCLive is not installed (a bare GPU machine):
@@ -57,19 +59,6 @@ def stub_dvclive_if_missing() -> None:
 
         module.Live = Live
         sys.modules["dvclive"] = module
-
-
-def random_dataset(store: Path, env_id: str, name: str, steps: int) -> None:
-    import gymnasium as gym
-
-    from rlpipe.datasets.collector import RandomPolicy, collect
-    from rlpipe.datasets.writer import DatasetWriter
-
-    probe = gym.make(env_id)
-    with DatasetWriter(name, probe.observation_space, probe.action_space, env_id=env_id, store=store, fmt="arrow") as writer:
-        collect(env_id, lambda envs: RandomPolicy(envs.single_action_space, envs.num_envs, seed=0), writer.write,
-                steps=steps, num_envs=8, seed=0, show_progress=False)
-        writer.finalize({"algorithm": "random", "seed": 0})
 
 
 # name, env or dataset, overrides: a few hundred updates each, enough to run every code path
@@ -158,13 +147,19 @@ def update_rates(store: Path, device: str) -> dict[str, Any]:
     import offline  # bench/offline.py: the update and the stepping exactly as `rlpipe train` runs them
 
     rates: dict[str, dict[str, float]] = {}
-    for graphs in ("1", "0") if device == "cuda" else ("0",):
-        os.environ["RLPIPE_CUDA_GRAPHS"] = graphs
-        label = "graphs" if graphs == "1" else "eager"
-        for algo, n in (("cql", 1_000), ("bc", 3_000)) if device == "cuda" else (("cql", 30), ("bc", 300)):
-            wall, _ = offline.time_rlpipe(algo, store, n, device)
-            rates.setdefault(algo, {})[label] = round(n / wall, 1)
-    os.environ.pop("RLPIPE_CUDA_GRAPHS")
+    before = os.environ.get("RLPIPE_CUDA_GRAPHS")
+    try:
+        for graphs in ("1", "0") if device == "cuda" else ("0",):
+            os.environ["RLPIPE_CUDA_GRAPHS"] = graphs
+            label = "graphs" if graphs == "1" else "eager"
+            for algo, n in (("cql", 1_000), ("bc", 3_000)) if device == "cuda" else (("cql", 30), ("bc", 300)):
+                wall, _ = offline.time_rlpipe(algo, store, n, device)
+                rates.setdefault(algo, {})[label] = round(n / wall, 1)
+    finally:  # leave the caller's setting as it was
+        if before is None:
+            os.environ.pop("RLPIPE_CUDA_GRAPHS", None)
+        else:
+            os.environ["RLPIPE_CUDA_GRAPHS"] = before
     name = torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
     return dict(updates_per_s=rates, device=name, torch=torch.__version__)
 

@@ -37,7 +37,9 @@ from unittest import mock
 
 import numpy as np
 
-from _common import core_loads, least_busy_core, limit_threads, machine_description, median, pinned, table, today, versions
+from _common import (
+    core_loads, least_busy_core, limit_threads, machine_description, median, pinned, random_dataset, table, today, versions,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 PEER_VENV = ROOT / ".bench-venvs" / "d3rlpy"
@@ -64,17 +66,9 @@ def ensure_peer_venv() -> None:
 
 def build_dataset(store: Path, steps: int) -> Path:
     """A random-policy Pendulum dataset in `store` and its .npz export for the peer."""
-    import gymnasium as gym
-
-    from rlpipe.datasets.collector import RandomPolicy, collect
     from rlpipe.datasets.loader import load_dataset
-    from rlpipe.datasets.writer import DatasetWriter
 
-    probe = gym.make(ENV_ID)
-    with DatasetWriter(NAME, probe.observation_space, probe.action_space, env_id=ENV_ID, store=store) as writer:
-        collect(ENV_ID, lambda envs: RandomPolicy(envs.single_action_space, envs.num_envs, seed=0), writer.write,
-                steps=steps, num_envs=8, seed=0, show_progress=False)
-        writer.finalize({"algorithm": "random", "seed": 0})
+    random_dataset(store, ENV_ID, NAME, steps)
     data = load_dataset(NAME, store)
     npz = store / f"{NAME}.npz"
     np.savez(npz, obs=np.asarray(data.obs), action=np.asarray(data.action), reward=data.reward,
