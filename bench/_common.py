@@ -151,16 +151,9 @@ def pinned_setup(core: int, *packages: str) -> str:
 def random_dataset(store: Path, env_id: str, name: str, steps: int) -> None:
     """A random-policy dataset of at least `steps` transitions (whole episodes, 8 envs,
     seed 0, Arrow only) named `name` in `store`: the data the speed checks train on."""
-    import gymnasium as gym
+    from rlpipe.pipeline.collect import collect_dataset
 
-    from rlpipe.datasets.collector import RandomPolicy, collect
-    from rlpipe.datasets.writer import DatasetWriter
-
-    probe = gym.make(env_id)
-    with DatasetWriter(name, probe.observation_space, probe.action_space, env_id=env_id, store=store, fmt="arrow") as writer:
-        collect(env_id, lambda envs: RandomPolicy(envs.single_action_space, envs.num_envs, seed=0), writer.write,
-                steps=steps, num_envs=8, seed=0, show_progress=False)
-        writer.finalize({"algorithm": "random", "seed": 0})
+    collect_dataset(env_id, steps=steps, num_envs=8, seed=0, name=name, fmt="arrow", store=store, progress=False)
 
 
 def today() -> str:

@@ -114,10 +114,12 @@ def sample_rlpipe(data: list[tuple], draws: int) -> float:
     env = gym.make(ENV_ID)
     buffer = HerReplayBuffer(len(data), env.observation_space, 2, 1, *goal_functions(ENV_ID), k=K)
     batch = lambda obs: {key: value[None] for key, value in obs.items()}  # noqa: E731
+    ret, length = 0.0, 0  # the running episode return and length a VecStepper reports
     for obs, action, reward, next_obs, term, trunc in data:
-        a = action[None]
+        a, ret, length = action[None], ret + reward, length + 1
         buffer.store(StepBatch(batch(obs), a, a, np.array([reward]), batch(next_obs), np.array([term]), np.array([trunc]),
-                               np.array([True])))
+                               np.array([True]), np.array([ret]), np.array([length])))
+        ret, length = (0.0, 0) if term or trunc else (ret, length)
     return _time_per_call(lambda: buffer.sample(BATCH), draws)
 
 

@@ -46,19 +46,12 @@ FIELDS = ("obs", "next_obs", "action", "reward", "terminated", "truncated", "epi
 
 
 def build(store: Path, steps: int, num_envs: int) -> dict:
-    import gymnasium as gym
+    from rlpipe.pipeline.collect import collect_dataset
 
-    from rlpipe.datasets.collector import RandomPolicy, collect
-    from rlpipe.datasets.writer import DatasetWriter
-
-    probe = gym.make(ENV_ID)
     start = time.perf_counter()
-    with DatasetWriter(NAME, probe.observation_space, probe.action_space, env_id=ENV_ID, store=store, fmt="both", force=True) as writer:
-        collect(ENV_ID, lambda envs: RandomPolicy(envs.single_action_space, envs.num_envs, seed=0), writer.write,
-                steps=steps, num_envs=num_envs, seed=0, show_progress=False)
-        writer.finalize({"algorithm": "random", "seed": 0, "num_envs": num_envs})
+    meta = collect_dataset(ENV_ID, steps=steps, num_envs=num_envs, seed=0, name=NAME, fmt="both", store=store, force=True,
+                           progress=False).metadata
     seconds = time.perf_counter() - start
-    meta = writer.metadata
     sizes = {rel: info["bytes"] for rel, info in meta["files"].items()}
     return {"seconds": seconds, "steps": meta["total_steps"], "episodes": meta["total_episodes"], "files": sizes}
 

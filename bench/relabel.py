@@ -17,11 +17,9 @@ from pathlib import Path
 
 from _common import limit_threads, machine_description, table, today
 
-from rlpipe.datasets.collector import RandomPolicy, collect
 from rlpipe.datasets.her import relabel_dataset
 from rlpipe.datasets.store import open_dataset
-from rlpipe.datasets.writer import DatasetWriter
-from rlpipe.training.env import env_spaces
+from rlpipe.pipeline.collect import collect_dataset
 
 
 def main() -> None:
@@ -32,12 +30,8 @@ def main() -> None:
     limit_threads()
     with tempfile.TemporaryDirectory() as tmp:
         store = Path(tmp)
-        obs_space, act_space = env_spaces("GoalWorld-v0")
         start = time.perf_counter()
-        with DatasetWriter("goals", obs_space, act_space, env_id="GoalWorld-v0", store=store, fmt="arrow") as writer:
-            collect("GoalWorld-v0", lambda e: RandomPolicy(e.single_action_space, e.num_envs, 0), writer.write,
-                    steps=args.steps, num_envs=16, show_progress=False)
-            writer.finalize({"algorithm": "random"})
+        collect_dataset("GoalWorld-v0", steps=args.steps, num_envs=16, name="goals", fmt="arrow", store=store, progress=False)
         collect_seconds = time.perf_counter() - start
         source = open_dataset("goals", store)
         rows = []

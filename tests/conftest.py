@@ -48,21 +48,15 @@ def offline_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A store shared by the offline tests, built once per session (about 30 s):
     `cartpole-expert` (20 episodes of a PPO expert that scores 500) and `pendulum-mixed`
     (every transition of a 10k-step SAC run from scratch, as in the reference CQL chapter)."""
-    from rlpipe.algos import get_algo, load_policy
-    from rlpipe.datasets.collector import collect
-    from rlpipe.datasets.writer import DatasetWriter
-    from rlpipe.pipeline.experts import collect_training_transitions
-    from rlpipe.training.env import env_spaces
+    from rlpipe.algos import get_algo
+    from rlpipe.pipeline.collect import collect_dataset
 
     root = tmp_path_factory.mktemp("offline")
     store, models = root / "datasets", root / "models"
     ppo = get_algo("ppo")
     ppo.train(ppo.make_config("CartPole-v1", stop_at_return=500.0), models / "ppo-cartpole", progress=False)
-    expert = load_policy(models / "ppo-cartpole")
-    with DatasetWriter("cartpole-expert", *env_spaces("CartPole-v1"), env_id="CartPole-v1", store=store) as writer:
-        collect("CartPole-v1", lambda envs: expert, writer.write, episodes=20, num_envs=4, show_progress=False)
-        writer.finalize({"algorithm": "ppo", "checkpoint_sha256": expert.checkpoint_sha256})
-    with DatasetWriter("pendulum-mixed", *env_spaces("Pendulum-v1"), env_id="Pendulum-v1", store=store) as writer:
-        training = collect_training_transitions("sac", "Pendulum-v1", writer, models / "sac-mixed", {"seed": 0}, progress=False)
-        writer.finalize({"algorithm": "sac", "mode": "training-replay", "checkpoint_sha256": training["checkpoint_sha256"]})
+    collect_dataset("CartPole-v1", expert="ppo", expert_run=models / "ppo-cartpole", episodes=20, num_envs=4,
+                    name="cartpole-expert", store=store, progress=False)
+    collect_dataset("Pendulum-v1", expert="sac", from_training=True, expert_run=models / "sac-mixed", seed=0,
+                    name="pendulum-mixed", store=store, progress=False)
     return store

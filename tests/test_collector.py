@@ -9,20 +9,16 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from rlpipe.datasets.collector import EpisodeAssembler, RandomPolicy, collect
+from rlpipe.datasets.collector import EpisodeAssembler
 from rlpipe.datasets.loader import load_dataset
 from rlpipe.datasets.store import open_dataset
-from rlpipe.datasets.writer import DatasetWriter
+from rlpipe.envs.stepper import StepBatch
+from rlpipe.pipeline.collect import collect_dataset as pipeline_collect
 
 
 def collect_dataset(store: Path, env_id: str, name: str, fmt: str = "both", **kwargs) -> Path:
-    envs = gym.make_vec(env_id, num_envs=1)
-    obs_space, act_space = envs.single_observation_space, envs.single_action_space
-    envs.close()
-    with DatasetWriter(name, obs_space, act_space, env_id=env_id, store=store, fmt=fmt) as writer:
-        seed = kwargs.pop("seed", 0)
-        collect(env_id, lambda e: RandomPolicy(e.single_action_space, e.num_envs, seed), writer.write, seed=seed, show_progress=False, **kwargs)
-        return writer.finalize({"algorithm": "random"})
+    """A random-policy dataset `name` in `store` (the library's `collect_dataset`, quiet)."""
+    return pipeline_collect(env_id, name=name, fmt=fmt, store=store, progress=False, **kwargs).path
 
 
 def leaf_pairs(a, b) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -92,18 +88,20 @@ def test_assembler_orders_interleaved_episodes_and_grows() -> None:
     out = []
     assembler = EpisodeAssembler(2, out.append, capacity=8)
     lengths = {0: [3, 5, 2], 1: [9, 1]}
-    env_counters = {0: 0, 1: 0}
+    env_counters = np.zeros(2, np.int64)  # steps so far in each env's current episode
     env_episode = {0: 0, 1: 0}
     for t in range(11):
         done = np.zeros(2, bool)
         obs = np.array([[t], [100 + t]], np.float32)
+        env_counters += 1
         for env in (0, 1):
-            env_counters[env] += 1
             if env_episode[env] < len(lengths[env]) and env_counters[env] == lengths[env][env_episode[env]]:
                 done[env] = True
                 env_episode[env] += 1
-                env_counters[env] = 0
-        assembler.add_step(obs, np.zeros(2, np.int64), np.ones(2, np.float32), obs + 1, done, np.zeros(2, bool))
+        actions, rewards = np.zeros(2, np.int64), np.ones(2, np.float32)
+        assembler.add_step(StepBatch(obs, actions, actions, rewards, obs + 1, done, np.zeros(2, bool), np.ones(2, bool),
+                                     env_counters.astype(np.float64), env_counters.copy()))
+        env_counters[done] = 0
     assembler.close()
     episode_id = np.concatenate([block["episode_id"] for block in out])
     steps = np.concatenate([block["step"] for block in out])

@@ -11,12 +11,13 @@ import polars as pl
 import pytest
 import torch
 
-from rlpipe.datasets.loader import TransitionSampler, load_dataset
+from rlpipe.datasets.loader import load_dataset
 from rlpipe.datasets.schema import map_columnar
 from rlpipe.datasets.store import check_name, list_datasets, open_dataset, remove_dataset
 from rlpipe.datasets.validate import validate_dataset
 from rlpipe.datasets.writer import DatasetWriter, write_rows
 from rlpipe.errors import RlpipeError
+from rlpipe.training.sampler import TransitionSampler
 
 BOX = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
 GOAL_SPACE = gym.spaces.Dict(

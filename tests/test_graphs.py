@@ -7,11 +7,12 @@ import numpy as np
 import pytest
 import torch
 
-from rlpipe.datasets.loader import TransitionSampler, load_dataset
+from rlpipe.datasets.loader import load_dataset
 from rlpipe.models.networks import ObsNormalizer
 from rlpipe.training.buffer import Batch
 from rlpipe.training.graphs import WARMUP_ROUNDS, UpdateStepper, graphs_enabled
 from rlpipe.training.optim import adam
+from rlpipe.training.sampler import TransitionSampler
 from tests.test_collector import collect_dataset
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

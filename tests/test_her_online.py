@@ -34,7 +34,8 @@ def synthetic_step(episodes: list[int], steps: list[int], done: list[bool], vali
     next_obs = {"observation": np.stack([e, t], 1), "achieved_goal": np.stack([e, t], 1), "desired_goal": goal}
     actions = np.stack([e, t], 1) / 100
     rewards = np.full(len(e), -1.0, np.float32)
-    return StepBatch(obs, actions, actions, rewards, next_obs, np.zeros(len(e), bool), np.array(done), np.array(valid))
+    return StepBatch(obs, actions, actions, rewards, next_obs, np.zeros(len(e), bool), np.array(done), np.array(valid),
+                     (t + 1) * rewards, t.astype(np.int64) + 1)
 
 
 def filled_buffer(strategy: str = "future", k: int = 4, capacity: int = 1000) -> HerReplayBuffer:

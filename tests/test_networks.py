@@ -99,7 +99,6 @@ def test_build_policy_rebuilds_every_actor_kind() -> None:
         ("tanh_gaussian", {"obs_dim": 3, "act_dim": 1, "hidden": [8], "normalize_obs": False}),
         ("deterministic", {"obs_dim": 3, "act_dim": 2, "hidden": [8], "normalize_obs": False}),
         ("categorical", {"obs_dim": 4, "n_actions": 2, "hidden": [8], "activation": "tanh", "normalize_obs": True}),
-        ("gaussian", {"obs_dim": 3, "act_dim": 1, "hidden": [8], "activation": "tanh", "normalize_obs": True}),
         ("actor_critic", {"obs_dim": 4, "act_dim": 2, "discrete": True, "hidden": [8], "activation": "tanh",
                           "normalize_obs": False, "init_log_std": 0.0}),
     ]:

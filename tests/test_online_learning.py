@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from rlpipe.algos import get_algo
+from rlpipe.envs.stepper import StepBatch
 
 
 @pytest.mark.slow
@@ -46,11 +47,11 @@ def test_ppo_continuous_with_obs_normalisation_runs() -> None:
 def test_ddpg_with_ou_noise_runs_and_streams_transitions() -> None:
     from rlpipe.algos import ddpg
 
-    seen: list[tuple] = []
+    seen: list[StepBatch] = []
     config = ddpg.make_config("Pendulum-v1", env_steps=450, num_envs=2, noise="ou", learning_starts=200,
                               eval_every=450, eval_episodes=2)
-    result = ddpg.train(config, progress=False, step_sink=lambda *arrays: seen.append(arrays))
-    valid = sum(int(s[6].sum()) for s in seen)
+    result = ddpg.train(config, progress=False, step_sink=seen.append)
+    valid = sum(int(s.valid.sum()) for s in seen)
     assert valid == result.metrics["env_steps"] >= 450
-    assert all(s[1].shape == (2, 1) and np.all(np.abs(s[1]) <= 2.0) for s in seen)  # env-scaled actions
+    assert all(s.env_actions.shape == (2, 1) and np.all(np.abs(s.env_actions) <= 2.0) for s in seen)  # env-scaled actions
     assert result.metrics["gradient_updates"] == result.metrics["env_steps"] - 200  # 1 per transition after warm-up

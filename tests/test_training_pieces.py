@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import pickle
 
 import gymnasium as gym
@@ -16,7 +17,8 @@ from rlpipe.errors import RlpipeError
 from rlpipe.models.checkpoint import load_checkpoint, save_checkpoint
 from rlpipe.models.networks import CategoricalActor, TanhGaussianActor
 from rlpipe.training import ActionScaler, ReplayBuffer, VecStepper, evaluate, make_vec_env, policy_fn
-from rlpipe.training.env import require_spaces, resolve_device, space_to_json
+from rlpipe.envs.spaces import require_spaces, space_from_json, space_to_json
+from rlpipe.training.env import resolve_device
 from rlpipe.training.noise import OUNoise
 
 
@@ -95,7 +97,7 @@ def test_replay_buffer_sampling_is_seeded() -> None:
 def test_stepper_reports_real_final_obs_and_marks_reset_steps() -> None:
     envs = make_vec_env("Pendulum-v1", 2, max_episode_steps=5)
     seen = []
-    stepper = VecStepper(envs, ActionScaler(envs.single_action_space), seed=0, step_sink=lambda *a: seen.append(a))
+    stepper = VecStepper(envs, ActionScaler(envs.single_action_space), seed=0, step_sink=seen.append)
     batches = [stepper.step(np.zeros((2, 1))) for _ in range(7)]
     envs.close()
     assert [b.truncated.all() for b in batches] == [False] * 4 + [True, False, False]
@@ -104,9 +106,21 @@ def test_stepper_reports_real_final_obs_and_marks_reset_steps() -> None:
     assert np.allclose(batches[5].obs, final)  # the reset step starts from the final obs...
     assert not np.allclose(final, reset)  # ...and returns the next episode's first obs
     assert stepper.env_steps == 12 and stepper.episodes == 2
-    assert len(seen) == 7 and np.array_equal(seen[5][6], [False, False])
+    assert len(seen) == 7 and seen[4] is batches[4] and np.array_equal(seen[5].valid, [False, False])
+    assert batches[4].finished.all() and not batches[5].finished.any()
+    assert np.array_equal(batches[4].episode_length, [5, 5]) and np.allclose(batches[4].episode_return, sum(b.rewards for b in batches[:5]))
+    assert stepper.last_return == pytest.approx(batches[4].episode_return[-1])
     for t in range(4):  # consecutive transitions chain
         assert np.allclose(batches[t].next_obs, batches[t + 1].obs)
+
+
+def test_stepper_refuses_same_step_autoreset() -> None:
+    """A same-step autoreset env returns the reset observation as next_obs: refused, in one line."""
+    same_step = gym.make_vec("CartPole-v1", 2, vectorization_mode="sync", vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+    with pytest.raises(RlpipeError, match="autoreset mode .*SAME_STEP"):
+        VecStepper(same_step, None, seed=0)
+    next_step = gym.make_vec("CartPole-v1", 2, vectorization_mode="sync")  # control: the default mode is accepted
+    assert VecStepper(next_step, None, seed=0).step(np.zeros(2, np.int64)).valid.all()
 
 
 def test_evaluate_is_deterministic_and_counts_episodes() -> None:
@@ -162,6 +176,23 @@ def test_checkpoint_round_trip_without_pickle(tmp_path, monkeypatch: pytest.Monk
     assert np.allclose(policy(obs), expected) and policy(obs).shape == (4, 1)
     assert np.all(np.abs(policy(obs)) <= 2.0)
     assert policy.env_id == "Pendulum-v1" and policy.checkpoint_sha256 == digest
+
+
+@pytest.mark.parametrize("old_form", [
+    {"type": "Box", "low": [-2.0], "high": [2.0], "dtype": "float32"},  # checkpoint.json before Minari's form
+    {"type": "Box", "low": [-2.0], "high": [2.0]},
+])
+def test_checkpoints_with_the_old_space_json_still_load(tmp_path, old_form: dict) -> None:
+    actor, space, _ = _save_tiny_run(tmp_path)
+    meta_path = tmp_path / "checkpoint.json"
+    meta = json.loads(meta_path.read_text())
+    assert meta["action_space"] == {"type": "Box", "dtype": "float32", "shape": [1], "low": [-2.0], "high": [2.0]}  # Minari's
+    meta["action_space"] = old_form
+    meta_path.write_text(json.dumps(meta))
+    policy = load_policy(tmp_path)
+    obs = np.random.default_rng(0).normal(size=(4, 3)).astype(np.float32)
+    assert policy.action_space == space and np.array_equal(policy(obs), policy_fn(actor, ActionScaler(space))(obs))
+    assert space_from_json({"type": "Discrete", "n": 3, "start": 1}) == spaces.Discrete(3, start=1)
 
 
 def test_corrupted_checkpoint_is_rejected(tmp_path) -> None:

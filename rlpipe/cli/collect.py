@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import typer
 
-from rlpipe.cli.main import app
-from rlpipe.datasets.collector import RandomPolicy, collect
-from rlpipe.datasets.writer import DatasetWriter
-from rlpipe.errors import RlpipeError
-from rlpipe.envs import env_spaces
+from rlpipe.cli.app import app
+from rlpipe.files import atomic_write_text
 
 
 @app.command("collect")
@@ -41,47 +38,15 @@ def collect_command(
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
 ) -> None:
     """Collect trajectories from ENV into a versioned dataset (Arrow shards + metadata, Minari HDF5)."""
-    from rlpipe.pipeline import experts
+    from rlpipe.pipeline.collect import collect_dataset
 
-    if expert is None and policy != "random":
-        raise RlpipeError(f"unknown policy {policy!r}: use --policy random, or --expert ppo|sac")
-    if from_training and expert is None:
-        raise RlpipeError("--from-training needs --expert (the algorithm to train)")
-    if from_training and (episodes is not None or steps is not None):
-        raise RlpipeError("--from-training stores the whole training run: use --expert-steps, not --episodes/--steps")
-    if expert is not None:
-        experts.check_expert(expert)
-    kind = "mixed" if from_training else ("expert" if expert else policy)
-    dataset_name = name or f"{experts.env_slug(env)}-{kind}"
-    obs_space, act_space = env_spaces(env)  # validates the id before any file is made
-    run_dir = expert_run or (experts.default_run_dir(expert, env) if expert else None)
-    overrides: dict[str, Any] = {"env_steps": expert_steps, "seed": seed}
-
-    with DatasetWriter(dataset_name, obs_space, act_space, env_id=env, store=store, fmt=fmt, force=force) as writer:
-        if from_training:
-            training = experts.collect_training_transitions(expert, env, writer, run_dir, overrides, progress=not quiet)
-            producer = {"algorithm": expert, "mode": "training-replay", "checkpoint_sha256": training["checkpoint_sha256"],
-                        "run_dir": str(run_dir), "seed": seed, "params": {"expert_steps": expert_steps},
-                        "final_eval_return_mean": training.get("eval_return_mean")}
-        else:
-            if expert is not None:
-                loaded, _ = experts.ensure_expert(expert, env, run_dir, overrides, match_params=expert_run is None,
-                                                  deterministic=not stochastic, progress=not quiet)
-                make_policy: Any = lambda envs: loaded  # noqa: E731
-                producer = {"algorithm": expert, "checkpoint_sha256": loaded.checkpoint_sha256, "run_dir": str(run_dir),
-                            "deterministic": not stochastic}
-            else:
-                make_policy = lambda envs: RandomPolicy(envs.single_action_space, envs.num_envs, seed=seed)  # noqa: E731
-                producer = {"algorithm": "random", "checkpoint_sha256": None}
-            collect(env, make_policy, writer.write, episodes=episodes, steps=steps, num_envs=num_envs, seed=seed,
-                            show_progress=not quiet)
-            producer.update({"seed": seed, "num_envs": num_envs, "params": {"episodes": episodes, "steps": steps}})
-        path = writer.finalize(producer)
-    meta = writer.metadata
-    returns = meta["episode_return"]
-    summary = {"dataset": dataset_name, "episodes": meta["total_episodes"], "steps": meta["total_steps"],
-               "return_mean": returns["mean"], "return_std": returns["std"]}
+    collected = collect_dataset(
+        env, policy=policy, expert=expert, expert_run=expert_run, expert_steps=expert_steps, from_training=from_training,
+        stochastic=stochastic, episodes=episodes, steps=steps, seed=seed, num_envs=num_envs, name=name, fmt=fmt, store=store,
+        force=force, progress=not quiet,
+    )
+    summary = collected.summary()
     if metrics is not None:
         metrics.parent.mkdir(parents=True, exist_ok=True)
-        metrics.write_text(json.dumps(summary, indent=2) + "\n")
-    typer.echo(f"wrote {path}: {summary['episodes']} episodes, {summary['steps']} steps, mean return {returns['mean']:.2f}")
+        atomic_write_text(metrics, json.dumps(summary, indent=2) + "\n")
+    typer.echo(f"wrote {collected.path}: {summary['episodes']} episodes, {summary['steps']} steps, mean return {summary['return_mean']:.2f}")

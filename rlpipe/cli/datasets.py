@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Column, Table
 
-from rlpipe.cli.main import app
+from rlpipe.cli.app import app
 from rlpipe.datasets.store import list_datasets, open_dataset, remove_dataset, store_root
 from rlpipe.datasets.validate import validate_dataset
 from rlpipe.errors import RlpipeError

@@ -1,4 +1,4 @@
-"""The `rlpipe` console script: a typer app whose commands live in sibling modules."""
+"""The `rlpipe` console script: run the typer app with its commands registered."""
 
 from __future__ import annotations
 
@@ -6,25 +6,13 @@ import sys
 
 import typer
 
+from rlpipe.cli import collect, datasets, relabel, train  # noqa: F401  (each adds its commands to `app`)
+from rlpipe.cli.app import app
 from rlpipe.errors import RlpipeError
-
-app = typer.Typer(
-    name="rlpipe",
-    help="Offline-RL and imitation-learning data pipeline: collect, store, train, evaluate.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-)
-
-
-def _register_commands() -> None:
-    # Each module adds its commands to `app` on import.
-    from rlpipe.cli import collect, datasets, relabel, train  # noqa: F401
 
 
 def main() -> None:
     """Entry point: run the app; RlpipeError and usage errors become one line and exit 2."""
-    _register_commands()
     try:
         code = app(standalone_mode=False)
     except RlpipeError as exc:
@@ -37,3 +25,7 @@ def main() -> None:
         typer.echo("error: interrupted", err=True)
         sys.exit(130)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

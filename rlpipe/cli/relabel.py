@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from rlpipe.cli.main import app
+from rlpipe.cli.app import app
 from rlpipe.datasets.her import STRATEGIES, relabel_dataset
 from rlpipe.datasets.store import open_dataset
 

@@ -10,7 +10,7 @@ from typing import Any, Optional
 import typer
 import yaml
 
-from rlpipe.cli.main import app
+from rlpipe.cli.app import app
 from rlpipe.errors import RlpipeError
 
 

@@ -19,6 +19,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rlpipe.datasets.schema import Columnar, map_columnar
 from rlpipe.errors import RlpipeError
 from rlpipe.envs import make_vec_env
+from rlpipe.envs.stepper import StepBatch, VecStepper
 
 RowSink = Callable[[dict[str, Columnar]], None]
 
@@ -78,58 +79,41 @@ class EpisodeAssembler:
         self._size = 0
         self._env_key = np.arange(num_envs, dtype=np.int64)
         self._next_key = num_envs
-        self._env_step = np.zeros(num_envs, dtype=np.int32)
-        self._env_return = np.zeros(num_envs, dtype=np.float64)
         self._done_keys: list[np.ndarray] = []
 
-    def add_step(
-        self,
-        obs: Columnar,
-        action: np.ndarray,
-        reward: np.ndarray,
-        next_obs: Columnar,
-        terminated: np.ndarray,
-        truncated: np.ndarray,
-        valid: np.ndarray | None = None,
-    ) -> None:
-        """Record one vector-env step; rows where `valid` is False (autoreset steps) are dropped.
+    def add_step(self, step: StepBatch) -> None:
+        """Record one vector-env step (a :data:`~rlpipe.envs.stepper.StepSink`); rows where
+        ``valid`` is False (autoreset steps) are dropped.
 
         All rows are copied as they come (slices, no fancy indexing); invalid rows get the
         key -1, which never completes, so `flush` discards them in bulk.
         """
-        live = np.ones(self.num_envs, dtype=bool) if valid is None else np.asarray(valid, dtype=bool)
-        step = {
-            "key": np.where(live, self._env_key, -1),
-            "step": self._env_step,
-            "obs": obs,
-            "action": np.asarray(action),
-            "reward": np.asarray(reward),
-            "next_obs": next_obs,
-            "terminated": np.asarray(terminated),
-            "truncated": np.asarray(truncated),
+        row = {
+            "key": np.where(step.valid, self._env_key, -1),
+            "step": step.episode_length - 1,  # the row's index in its episode (valid rows)
+            "obs": step.obs,
+            "action": np.asarray(step.env_actions),
+            "reward": np.asarray(step.rewards),
+            "next_obs": step.next_obs,
+            "terminated": np.asarray(step.terminated),
+            "truncated": np.asarray(step.truncated),
         }
         if self._buffers is None:
-            self._buffers = {k: map_columnar(v, lambda a: np.empty((self.capacity,) + a.shape[1:], a.dtype)) for k, v in step.items()}
+            self._buffers = {k: map_columnar(v, lambda a: np.empty((self.capacity,) + a.shape[1:], a.dtype)) for k, v in row.items()}
         if self._size + self.num_envs > self.capacity:
             self.flush()
-        self._store(step, self._size)
+        self._store(row, self._size)
         self._size += self.num_envs
 
-        self._env_step[live] += 1
-        self._env_return[live] += np.asarray(reward, dtype=np.float64)[live]
-        done = np.flatnonzero(live & (np.asarray(terminated) | np.asarray(truncated)))
-        if len(done):
-            if self.max_episodes is not None:
-                done = done[: max(self.max_episodes - self.episodes_done, 0)]
-            self._done_keys.append(self._env_key[done].copy())
-            self.episodes_done += len(done)
-            self.steps_done += int(self._env_step[done].sum())
-            self.recent_returns.extend(self._env_return[done].tolist())
-            finished = np.flatnonzero(live & (np.asarray(terminated) | np.asarray(truncated)))
+        finished = np.flatnonzero(step.finished)
+        if len(finished):
+            kept = finished if self.max_episodes is None else finished[: max(self.max_episodes - self.episodes_done, 0)]
+            self._done_keys.append(self._env_key[kept].copy())
+            self.episodes_done += len(kept)
+            self.steps_done += int(step.episode_length[kept].sum())
+            self.recent_returns.extend(step.episode_return[kept].tolist())
             self._env_key[finished] = self._next_key + np.arange(len(finished))
             self._next_key += len(finished)
-            self._env_step[finished] = 0
-            self._env_return[finished] = 0.0
 
     def _store(self, values: dict[str, Columnar], at: int) -> None:
         def put(buffer: Columnar, value: Columnar) -> None:
@@ -206,8 +190,8 @@ def collect(
 
     `make_policy` receives the vector env (for its spaces) and returns the batched policy.
     Truncation and termination stay apart, and `next_obs` of a truncated step is the real
-    final observation: with gymnasium's next-step autoreset the step after an episode's end
-    is a reset step, which is skipped.
+    final observation: the env steps through :class:`~rlpipe.envs.stepper.VecStepper`, which
+    marks the reset step after an episode's end (next-step autoreset), and that row is dropped.
     """
     if (episodes is None) == (steps is None):
         raise RlpipeError("give exactly one of --episodes and --steps")
@@ -217,31 +201,22 @@ def collect(
     try:
         policy = make_policy(envs)
         assembler = EpisodeAssembler(num_envs, sink, max_episodes=episodes)
-        obs, _ = envs.reset(seed=seed)
-        valid = np.ones(num_envs, dtype=bool)
+        stepper = VecStepper(envs, None, seed, assembler.add_step)
         env_steps = 0
         start = time.perf_counter()
         total = episodes if episodes is not None else steps
+        done = lambda: assembler.episodes_done if episodes is not None else assembler.steps_done  # noqa: E731
         with _progress(show_progress) as progress:
             task = progress.add_task(f"collect {env_id}", total=total, rate="", ret="")
             next_update = start
-            while (assembler.episodes_done if episodes is not None else assembler.steps_done) < total:
-                action = policy(obs)
-                next_obs, reward, terminated, truncated, _ = envs.step(action)
-                assembler.add_step(obs, action, reward, next_obs, terminated, truncated, valid)
+            while done() < total:
+                stepper.step(policy(stepper.obs))
                 env_steps += num_envs
-                valid = ~(terminated | truncated)
-                obs = next_obs
                 now = time.perf_counter()
                 if now >= next_update:
                     next_update = now + 0.25
-                    done = assembler.episodes_done if episodes is not None else assembler.steps_done
-                    progress.update(
-                        task,
-                        completed=min(done, total),
-                        rate=f"{env_steps / max(now - start, 1e-9):,.0f} steps/s",
-                        ret=_mean_return_text(assembler),
-                    )
+                    rate = f"{env_steps / max(now - start, 1e-9):,.0f} steps/s"
+                    progress.update(task, completed=min(done(), total), rate=rate, ret=_mean_return_text(assembler))
             assembler.close()
             progress.update(task, completed=total, ret=_mean_return_text(assembler))
     finally:

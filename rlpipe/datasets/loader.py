@@ -1,26 +1,20 @@
-"""Loading a dataset for training: memory-mapped Arrow shards into contiguous numpy arrays,
-and a batch sampler that yields torch tensors from data kept on the training device."""
+"""Loading a dataset for training: memory-mapped Arrow shards into contiguous numpy arrays.
+
+Torch-free; the torch sampler over these arrays is `rlpipe.training.sampler.TransitionSampler`."""
 
 from __future__ import annotations
 
 import os
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
 
 import gymnasium as gym
 import numpy as np
 import pyarrow as pa
 
-from rlpipe.datasets.schema import Columnar, concat_columnar, from_arrow, map_columnar, scalar_from_arrow
+from rlpipe.datasets.schema import Columnar, concat_columnar, from_arrow, scalar_from_arrow
 from rlpipe.datasets.store import DatasetInfo, open_dataset
 from rlpipe.errors import RlpipeError
-
-if TYPE_CHECKING:  # torch is imported only when a sampler is built: collection never pays for it
-    import torch
-
-    from rlpipe.training.buffer import Batch
 
 
 @dataclass
@@ -101,64 +95,3 @@ def load_shards(info: DatasetInfo) -> TransitionArrays:
 def load_dataset(name: str, store: str | os.PathLike | None = None) -> TransitionArrays:
     """Load dataset `name` from the store into contiguous arrays (memory-mapped, see load_shards)."""
     return load_shards(open_dataset(name, store))
-
-
-def _to_tensor(array: np.ndarray, device: "torch.device") -> "torch.Tensor":
-    import torch
-
-    if array.dtype == np.float64:
-        array = array.astype(np.float32)
-    with warnings.catch_warnings():
-        # Memory-mapped views are read-only; tensors built on them are never written to.
-        warnings.simplefilter("ignore", UserWarning)
-        return torch.from_numpy(array).to(device)
-
-
-class TransitionSampler:
-    """Uniform minibatch sampler over a dataset held as tensors on `device`.
-
-    Yields `rlpipe.training.buffer.Batch` (obs, actions, rewards, next_obs, terminated), the
-    type online replay buffers yield, so offline algorithms reuse the same update code.
-    The data is moved to the device once; each `sample` is one random index draw and one
-    gather per column, no Python loop over rows. `action_map` converts stored env actions
-    once (e.g. to the policy's [-1, 1] range).
-    """
-
-    def __init__(
-        self,
-        data: TransitionArrays,
-        device: "str | torch.device" = "cpu",
-        seed: int = 0,
-        action_map: Callable[[np.ndarray], np.ndarray] | None = None,
-    ) -> None:
-        import torch
-
-        self.device = torch.device(device)
-        self.size = len(data)
-        if self.size == 0:
-            raise RlpipeError("cannot sample from an empty dataset")
-        actions = np.asarray(data.action) if action_map is None else action_map(np.asarray(data.action))
-        self._columns = {
-            "obs": map_columnar(data.obs, lambda a: _to_tensor(np.asarray(a), self.device)),
-            "actions": _to_tensor(actions, self.device),
-            "rewards": _to_tensor(np.asarray(data.reward), self.device),
-            "next_obs": map_columnar(data.next_obs, lambda a: _to_tensor(np.asarray(a), self.device)),
-            "terminated": _to_tensor(np.asarray(data.terminated), self.device).float(),
-        }
-        self._generator = torch.Generator(device=self.device).manual_seed(seed)
-
-    def sample(self, batch_size: int) -> "Batch":
-        """A batch of `batch_size` transitions drawn uniformly with replacement."""
-        return self.take(self.draw(batch_size))
-
-    def draw(self, batch_size: int) -> "torch.Tensor":
-        """`batch_size` row indices drawn uniformly with replacement (the sampler's generator)."""
-        import torch
-
-        return torch.randint(self.size, (batch_size,), device=self.device, generator=self._generator)
-
-    def take(self, index: "torch.Tensor") -> "Batch":
-        """The rows at `index` (on the device) as a Batch: one gather per column."""
-        from rlpipe.training.buffer import Batch
-
-        return Batch(**{name: map_columnar(column, lambda t: t[index]) for name, column in self._columns.items()})

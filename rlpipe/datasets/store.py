@@ -22,6 +22,7 @@ from minari.serialization import deserialize_space
 
 from rlpipe.datasets.schema import FORMAT_NAME, FORMAT_VERSION
 from rlpipe.errors import RlpipeError
+from rlpipe.files import sha256_file
 
 METADATA_FILE = "metadata.json"
 STEPS_DIR = "steps"
@@ -30,7 +31,6 @@ MINARI_HDF5_FILE = "main_data.hdf5"
 MINARI_METADATA_FILE = f"{MINARI_DIR}/metadata.json"
 TEMP_PREFIX = ".tmp-"
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-_HASH_CHUNK = 1 << 22
 
 
 def store_root(store: str | os.PathLike | None = None) -> Path:
@@ -50,22 +50,13 @@ def check_name(name: str) -> str:
     return name
 
 
-def file_sha256(path: Path) -> str:
-    """The sha256 hex digest of a file, read in chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(_HASH_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def hash_files(directory: Path, relative_paths: list[str]) -> tuple[dict[str, dict[str, Any]], str]:
     """Per-file sha256 and size, and the content hash: one digest over the data files.
 
     Minari's metadata.json names the dataset, so it is left out of the content hash: the
     same data under another name has the same content hash.
     """
-    files = {rel: {"sha256": file_sha256(directory / rel), "bytes": (directory / rel).stat().st_size} for rel in sorted(relative_paths)}
+    files = {rel: {"sha256": sha256_file(directory / rel), "bytes": (directory / rel).stat().st_size} for rel in sorted(relative_paths)}
     data_files = [rel for rel in files if rel != MINARI_METADATA_FILE]
     combined = hashlib.sha256("".join(f"{rel}:{files[rel]['sha256']}\n" for rel in data_files).encode())
     return files, combined.hexdigest()

@@ -20,6 +20,11 @@ if "GoalWorld-v0" not in gym.registry:
     )
 
 
+def env_slug(env_id: str) -> str:
+    """`CartPole-v1` -> `cartpole`: the short env name used in run and dataset names."""
+    return env_id.split("/")[-1].split("-v")[0].lower()
+
+
 def make_vec_env(env_id: str, num_envs: int = 1, **kwargs: Any) -> gym.vector.VectorEnv:
     """``gymnasium.make_vec`` with unknown ids turned into one clear RlpipeError.
 

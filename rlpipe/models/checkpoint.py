@@ -8,9 +8,7 @@ what dataset metadata records as the producing expert's identity.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,25 +19,11 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from rlpipe.errors import RlpipeError
+from rlpipe.files import atomic_output, atomic_write_text, sha256_file
 
 WEIGHTS_FILE = "model.safetensors"
 META_FILE = "checkpoint.json"
 FORMAT_VERSION = 1
-
-
-def sha256_file(path: Path) -> str:
-    """Hex sha256 of a file's bytes."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def save_checkpoint(run_dir: str | Path, modules: dict[str, nn.Module], meta: dict[str, Any]) -> str:
@@ -56,12 +40,11 @@ def save_checkpoint(run_dir: str | Path, modules: dict[str, nn.Module], meta: di
         for key, value in module.state_dict().items()
     }
     weights = run_dir / WEIGHTS_FILE
-    tmp = weights.with_name(weights.name + ".tmp")
-    save_file(tensors, str(tmp), metadata={"format": str(FORMAT_VERSION)})
-    os.replace(tmp, weights)
+    with atomic_output(weights) as tmp:
+        save_file(tensors, str(tmp), metadata={"format": str(FORMAT_VERSION)})
     digest = sha256_file(weights)
     record = {"format": FORMAT_VERSION, **meta, "weights_file": WEIGHTS_FILE, "sha256": digest}
-    _atomic_write_text(run_dir / META_FILE, json.dumps(record, indent=2, sort_keys=True) + "\n")
+    atomic_write_text(run_dir / META_FILE, json.dumps(record, indent=2, sort_keys=True) + "\n")
     return digest
 
 

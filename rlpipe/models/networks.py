@@ -188,32 +188,6 @@ class CategoricalActor(nn.Module):
         return self.dist(obs).sample()
 
 
-class GaussianActor(nn.Module):
-    """PPO's continuous policy: N(mu(s), exp(log_std)) with a state-independent log std.
-
-    Samples are unbounded; the env wrapper clips them to [-1, 1] before rescaling.
-    """
-
-    kind = "gaussian"
-
-    def __init__(self, obs_dim: int, act_dim: int, hidden: Sequence[int] = (64, 64), activation: str = "tanh", normalize_obs: bool = False, init_log_std: float = 0.0) -> None:
-        super().__init__()
-        self.spec = {"obs_dim": obs_dim, "act_dim": act_dim, "hidden": list(hidden), "activation": activation, "normalize_obs": normalize_obs}
-        self.obs_norm = ObsNormalizer(obs_dim) if normalize_obs else nn.Identity()
-        self.net = mlp(obs_dim, act_dim, hidden, activation, out_gain=0.01, orthogonal=True)
-        self.log_std = nn.Parameter(torch.full((act_dim,), float(init_log_std)))
-
-    def dist(self, obs: torch.Tensor) -> Normal:
-        mu = self.net(self.obs_norm(obs))
-        return Normal(mu, self.log_std.clamp(LOG_STD_MIN, LOG_STD_MAX).exp().expand_as(mu), validate_args=False)
-
-    @torch.no_grad()
-    def act(self, obs: torch.Tensor, deterministic: bool = True) -> torch.Tensor:
-        if deterministic:
-            return self.net(self.obs_norm(obs))
-        return self.dist(obs).sample()
-
-
 class ValueNet(nn.Module):
     """State-value function V(s) -> shape [B]."""
 
@@ -427,7 +401,7 @@ class BCQPolicy(nn.Module):
 
 POLICY_CLASSES: dict[str, type[nn.Module]] = {
     cls.kind: cls
-    for cls in (TanhGaussianActor, DeterministicActor, CategoricalActor, GaussianActor, ActorCritic, GreedyQPolicy, BCQPolicy)
+    for cls in (TanhGaussianActor, DeterministicActor, CategoricalActor, ActorCritic, GreedyQPolicy, BCQPolicy)
 }
 
 

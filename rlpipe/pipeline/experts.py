@@ -17,16 +17,12 @@ from typing import Any
 from rlpipe.algos import LoadedPolicy, get_algo, load_policy
 from rlpipe.datasets.collector import EpisodeAssembler
 from rlpipe.datasets.writer import DatasetWriter
+from rlpipe.envs import env_slug
 from rlpipe.errors import RlpipeError
 from rlpipe.models.checkpoint import read_meta
 from rlpipe.training.run import METRICS_FILE
 
 EXPERTS = ("ppo", "sac")
-
-
-def env_slug(env_id: str) -> str:
-    """`CartPole-v1` -> `cartpole`: the short env name used in run and dataset names."""
-    return env_id.split("/")[-1].split("-v")[0].lower()
 
 
 def default_run_dir(algo: str, env_id: str, models_root: str | Path = "models") -> Path:

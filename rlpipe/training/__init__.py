@@ -1,10 +1,13 @@
-"""Pieces every algorithm shares: envs and action scaling, replay buffer, evaluation,
-vector-env stepping, run bookkeeping (DVCLive, progress, checkpoint) and seeding."""
+"""Pieces every algorithm shares: replay buffer, dataset sampler, evaluation, device
+choice, run bookkeeping (DVCLive, progress, checkpoint) and seeding. The env-side pieces
+(action scaling, the vector-env stepper) come from rlpipe.envs and are re-exported here."""
 
+from rlpipe.envs import make_vec_env
+from rlpipe.envs.spaces import ActionScaler, require_spaces
+from rlpipe.envs.stepper import StepBatch, StepSink, VecStepper
 from rlpipe.training.buffer import Batch, ReplayBuffer, Update
-from rlpipe.training.env import ActionScaler, make_vec_env, require_spaces, resolve_device
+from rlpipe.training.env import resolve_device
 from rlpipe.training.evaluation import EvalResult, PolicyFn, evaluate, policy_fn
-from rlpipe.training.rollout import StepBatch, StepSink, VecStepper
 from rlpipe.training.run import EvalPoint, Run, TrainResult, config_for_env
 from rlpipe.training.seeding import seed_everything
 

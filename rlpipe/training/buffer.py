@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, NamedTuple
+from typing import Callable, NamedTuple
 
 import numpy as np
 import torch
 
-if TYPE_CHECKING:
-    from rlpipe.training.rollout import StepBatch
+from rlpipe.envs.stepper import StepBatch
 
 
 class Batch(NamedTuple):

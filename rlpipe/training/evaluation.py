@@ -9,8 +9,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from rlpipe.envs import make_vec_env
 from rlpipe.envs.goals import flatten_obs, is_goal_space
-from rlpipe.training.env import ActionScaler, make_vec_env
+from rlpipe.envs.spaces import ActionScaler
+from rlpipe.envs.stepper import VecStepper
 
 PolicyFn = Callable[[np.ndarray], np.ndarray]
 """A batch of observations -> a batch of env actions (already scaled to the env's bounds)."""
@@ -55,22 +57,16 @@ def evaluate(policy: PolicyFn, env_id: str, episodes: int = 10, seed: int = 0, m
     lengths: list[list[int]] = [[] for _ in range(n)]
     successes: list[list[bool]] = [[] for _ in range(n)]
     try:
-        obs, _ = envs.reset(seed=seed)
-        ep_ret, ep_len = np.zeros(n), np.zeros(n, np.int64)
-        valid = np.ones(n, bool)  # False on the NEXT_STEP autoreset step after an episode end
+        stepper = VecStepper(envs, None, seed)
         while any(len(r) < q for r, q in zip(returns, quota)):
-            obs, reward, term, trunc, info = envs.step(policy(obs))
-            ep_ret += reward * valid
-            ep_len += valid
-            done = (term | trunc) & valid
-            success = np.where(info.get("_is_success", False), info.get("is_success", False), term)
-            for i in np.flatnonzero(done):
+            step = stepper.step(policy(stepper.obs))
+            infos = step.infos
+            success = np.where(infos.get("_is_success", False), infos.get("is_success", False), step.terminated)
+            for i in np.flatnonzero(step.finished):
                 if len(returns[i]) < quota[i]:
-                    returns[i].append(float(ep_ret[i]))
-                    lengths[i].append(int(ep_len[i]))
+                    returns[i].append(float(step.episode_return[i]))
+                    lengths[i].append(int(step.episode_length[i]))
                     successes[i].append(bool(success[i]))
-            ep_ret[done], ep_len[done] = 0.0, 0
-            valid = ~(term | trunc)
     finally:
         envs.close()
     flat = [r for rs in returns for r in rs]

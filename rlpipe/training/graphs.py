@@ -18,9 +18,9 @@ import os
 
 import torch
 
-from rlpipe.datasets.loader import TransitionSampler
 from rlpipe.errors import RlpipeError
 from rlpipe.training.buffer import Update
+from rlpipe.training.sampler import TransitionSampler
 
 WARMUP_ROUNDS = 3  # eager rounds before capture: optimiser state, cuBLAS workspaces, allocator
 

@@ -18,7 +18,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from rlpipe.datasets.loader import TransitionArrays, TransitionSampler, load_shards
+from rlpipe.datasets.loader import TransitionArrays, load_shards
 from rlpipe.datasets.store import DatasetInfo, open_dataset
 from rlpipe.envs.goals import flat_observation_space, flatten_obs, is_goal_space
 from rlpipe.errors import RlpipeError
@@ -27,6 +27,7 @@ from rlpipe.training.env import BOX, GOAL, ActionScaler, action_dim, require_spa
 from rlpipe.training.evaluation import policy_fn
 from rlpipe.training.graphs import UpdateStepper, graphs_enabled
 from rlpipe.training.run import Run, TrainResult
+from rlpipe.training.sampler import TransitionSampler
 from rlpipe.training.seeding import seed_everything
 
 

@@ -17,10 +17,10 @@ from gymnasium import spaces
 from torch import nn
 
 from rlpipe.envs.goals import flat_observation_space, flatten_obs
+from rlpipe.envs.stepper import StepBatch, StepSink, VecStepper
 from rlpipe.training.buffer import Batch, ReplayBuffer, Update
 from rlpipe.training.env import BOX, ActionScaler, make_vec_env, require_spaces, resolve_device
 from rlpipe.training.evaluation import policy_fn
-from rlpipe.training.rollout import StepBatch, StepSink, VecStepper
 from rlpipe.training.run import Run, TrainResult
 from rlpipe.training.seeding import seed_everything
 

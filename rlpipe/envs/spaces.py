@@ -1,0 +1,116 @@
+"""Spaces: what kind of space an algorithm accepts, action rescaling, and one JSON form.
+
+This is the ONE place where policy actions meet the env: continuous policies emit actions
+in [-1, 1] and :class:`ActionScaler` maps them to the env's ``[low, high]``; discrete
+policies emit indices that are offset by the space's ``start``. Spaces are written as JSON
+the way Minari serializes them (dataset metadata and checkpoints alike). Torch-free.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+from minari.serialization import deserialize_space, serialize_space
+
+from rlpipe.envs.goals import is_goal_space
+from rlpipe.errors import RlpipeError
+
+BOX, DISCRETE = "box", "discrete"
+GOAL = "goal"  # observation kind: a goal-conditioned Dict (flattened for the networks)
+_KIND_WORDS = {BOX: "a continuous (Box)", DISCRETE: "a discrete (Discrete)"}
+_OBS_WORDS = {BOX: "a flat Box", GOAL: "a goal-conditioned Dict (observation, achieved_goal, desired_goal)"}
+
+
+def space_kind(space: spaces.Space) -> str:
+    """BOX, DISCRETE, or the space's class name for anything else."""
+    if isinstance(space, spaces.Box):
+        return BOX
+    if isinstance(space, spaces.Discrete):
+        return DISCRETE
+    return type(space).__name__
+
+
+def require_spaces(
+    algo: str,
+    env_id: str,
+    obs_space: spaces.Space,
+    act_space: spaces.Space,
+    kinds: tuple[str, ...],
+    observations: tuple[str, ...] = (BOX,),
+) -> None:
+    """Raise a one-line RlpipeError when ``algo`` cannot handle the env's spaces.
+
+    ``kinds`` are the accepted action spaces (BOX, DISCRETE), ``observations`` the accepted
+    observation spaces: BOX (flat) and/or GOAL (a goal Dict, see rlpipe.envs.goals).
+    """
+    if space_kind(act_space) not in kinds:
+        wanted = " or ".join(_KIND_WORDS[k] for k in kinds)
+        raise RlpipeError(f"{algo} needs {wanted} action space; {env_id} has {act_space}")
+    flat = isinstance(obs_space, spaces.Box) and len(obs_space.shape) == 1
+    if not ((BOX in observations and flat) or (GOAL in observations and is_goal_space(obs_space))):
+        wanted = " or ".join(_OBS_WORDS[k] for k in observations)
+        raise RlpipeError(f"{algo} needs {wanted} observation space; {env_id} has {obs_space}")
+    if isinstance(act_space, spaces.Box) and len(act_space.shape) != 1:
+        raise RlpipeError(f"{algo} needs a 1-D Box action space; {env_id} has {act_space}")
+
+
+def action_dim(space: spaces.Space) -> int:
+    """Policy output size: number of actions (Discrete) or action dimensions (Box)."""
+    return int(space.n) if isinstance(space, spaces.Discrete) else int(space.shape[0])
+
+
+class ActionScaler:
+    """Maps policy actions to env actions for one action space.
+
+    Box: clip to [-1, 1], then affine map to ``[low, high]`` (unbounded dims pass through).
+    Discrete: integer index plus ``start``.
+    """
+
+    def __init__(self, space: spaces.Space) -> None:
+        self.discrete = isinstance(space, spaces.Discrete)
+        if self.discrete:
+            self.start = int(space.start)
+            return
+        low, high = np.asarray(space.low, np.float64), np.asarray(space.high, np.float64)
+        self.bounded = np.isfinite(low) & np.isfinite(high)
+        self.low = np.where(self.bounded, low, -1.0)
+        self.high = np.where(self.bounded, high, 1.0)
+        self.dtype = space.dtype
+
+    def to_env(self, action: np.ndarray) -> np.ndarray:
+        """Policy action(s) -> env action(s); works on single actions and batches."""
+        if self.discrete:
+            return np.asarray(action, np.int64) + self.start
+        a = np.asarray(action, np.float64)
+        scaled = self.low + (np.clip(a, -1.0, 1.0) + 1.0) * 0.5 * (self.high - self.low)
+        return np.where(self.bounded, scaled, a).astype(self.dtype)
+
+    def from_env(self, action: np.ndarray) -> np.ndarray:
+        """Env action(s) -> policy space (e.g. dataset actions for offline training)."""
+        if self.discrete:
+            return np.asarray(action, np.int64) - self.start
+        a = np.asarray(action, np.float64)
+        unit = 2.0 * (a - self.low) / (self.high - self.low) - 1.0
+        return np.where(self.bounded, unit, a).astype(np.float32)
+
+
+def space_to_json(space: spaces.Space) -> dict[str, Any]:
+    """Minari's serialization of ``space`` as a JSON object (dataset metadata holds the same
+    object as a string, as Minari writes it)."""
+    try:
+        return serialize_space(space, to_string=False)
+    except NotImplementedError:
+        raise RlpipeError(f"cannot serialize the space {space}") from None
+
+
+def space_from_json(data: str | dict[str, Any]) -> spaces.Space:
+    """A space from Minari's JSON form (string or object).
+
+    Also reads the older checkpoint form, a Box without ``shape`` (and maybe ``dtype``),
+    so runs saved before the formats were unified still load.
+    """
+    if isinstance(data, dict) and data.get("type") == "Box" and "shape" not in data:
+        data = {**data, "dtype": data.get("dtype", "float32"), "shape": list(np.shape(data["low"]))}
+    return deserialize_space(data)

@@ -1,0 +1,117 @@
+"""Stepping vector envs in gymnasium's NEXT_STEP autoreset mode: the one stepper that
+collection, training rollouts and evaluation share.
+
+In that mode the step that ends an episode returns the true final observation, and the
+*following* step is a reset step: its action is ignored, its reward is 0 and it returns
+the first observation of the next episode. :class:`VecStepper` marks those reset steps
+with ``valid = False`` so consumers drop them. A vector env in another mode would make the
+final observation unreachable (same-step autoreset returns the reset observation as
+``next_obs``), so it is refused. Torch-free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode
+
+from rlpipe.envs.spaces import ActionScaler
+from rlpipe.errors import RlpipeError
+
+
+@dataclass
+class StepBatch:
+    """One vector-env step, one row per env.
+
+    ``actions`` are what the policy gave (e.g. in [-1, 1]), ``env_actions`` what the env
+    received. ``valid`` is False on reset steps. ``episode_return`` and ``episode_length``
+    are each env's running totals including this step (over valid steps only), so where
+    :attr:`finished` is True they are the finished episode's return and length.
+    """
+
+    obs: Any
+    actions: np.ndarray
+    env_actions: np.ndarray
+    rewards: np.ndarray
+    next_obs: Any
+    terminated: np.ndarray
+    truncated: np.ndarray
+    valid: np.ndarray
+    episode_return: np.ndarray
+    episode_length: np.ndarray
+    infos: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def done(self) -> np.ndarray:
+        """The env reported the end of an episode (on a reset step this is False)."""
+        return self.terminated | self.truncated
+
+    @property
+    def finished(self) -> np.ndarray:
+        """An episode really ended at this step (done on a valid step)."""
+        return self.done & self.valid
+
+
+StepSink = Callable[[StepBatch], None]
+"""Receives every step (reset steps included, marked by ``valid``), e.g. to store a run's transitions."""
+
+
+def require_next_step_autoreset(envs: gym.vector.VectorEnv) -> None:
+    """Raise a one-line RlpipeError unless ``envs`` resets in NEXT_STEP mode."""
+    mode = envs.metadata.get("autoreset_mode")
+    if mode not in (AutoresetMode.NEXT_STEP, AutoresetMode.NEXT_STEP.value):
+        raise RlpipeError(
+            f"vector env {envs} uses autoreset mode {mode!r}; rlpipe needs {AutoresetMode.NEXT_STEP} "
+            "(the step after an episode's end is the reset step), so final observations are kept"
+        )
+
+
+class VecStepper:
+    """Holds a vector env's current observation and the per-env ``valid`` mask.
+
+    Also counts real (valid) transitions and finished episodes, and keeps the latest
+    finished episode's return. ``scaler`` maps policy actions to env actions (None: the
+    policy already gives env actions). ``step_sink`` sees every :class:`StepBatch`.
+    """
+
+    def __init__(
+        self,
+        envs: gym.vector.VectorEnv,
+        scaler: ActionScaler | None,
+        seed: int,
+        step_sink: StepSink | None = None,
+    ) -> None:
+        require_next_step_autoreset(envs)
+        self.envs, self.scaler, self.step_sink = envs, scaler, step_sink
+        self.obs, _ = envs.reset(seed=seed)
+        self.num_envs = envs.num_envs
+        self.valid = np.ones(self.num_envs, bool)
+        self.env_steps = 0
+        self.episodes = 0
+        self.last_return: float | None = None
+        self._ep_return = np.zeros(self.num_envs)
+        self._ep_length = np.zeros(self.num_envs, np.int64)
+
+    def step(self, actions: np.ndarray) -> StepBatch:
+        """Send ``actions`` to the envs and return the resulting transitions."""
+        env_actions = actions if self.scaler is None else self.scaler.to_env(actions)
+        next_obs, rewards, term, trunc, infos = self.envs.step(env_actions)
+        ep_return = self._ep_return + rewards * self.valid
+        ep_length = self._ep_length + self.valid
+        batch = StepBatch(self.obs, actions, env_actions, rewards, next_obs, term, trunc, self.valid, ep_return, ep_length, infos)
+        if self.step_sink is not None:
+            self.step_sink(batch)
+        self.env_steps += int(self.valid.sum())
+        finished = batch.finished
+        if finished.any():
+            self.episodes += int(finished.sum())
+            self.last_return = float(ep_return[finished][-1])
+        self._ep_return = np.where(finished, 0.0, ep_return)
+        self._ep_length = np.where(finished, 0, ep_length)
+        self.valid = ~batch.done
+        self.obs = next_obs
+        return batch

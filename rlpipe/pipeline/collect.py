@@ -1,0 +1,144 @@
+"""Collecting a dataset end to end: choose the behaviour policy (random, a trained expert,
+or an expert's whole training run), name the dataset, stream the episodes through a
+`DatasetWriter` and record who produced them in its metadata.
+
+`rlpipe collect`, the tests and the benchmarks all call :func:`collect_dataset`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from rlpipe.datasets.collector import RandomPolicy, collect
+from rlpipe.datasets.writer import DatasetWriter
+from rlpipe.envs import env_slug, env_spaces
+from rlpipe.errors import RlpipeError
+
+POLICIES = ("random",)  # behaviour policies that need no expert
+
+
+@dataclass(frozen=True)
+class RandomProducer:
+    """Metadata `producer` of a dataset collected with uniform random actions."""
+
+    seed: int
+    num_envs: int
+    params: dict[str, int | None]  # the collection budget: episodes or steps
+    algorithm: str = "random"
+    checkpoint_sha256: None = None
+
+
+@dataclass(frozen=True)
+class ExpertProducer:
+    """Metadata `producer` of a dataset collected with a trained expert's policy."""
+
+    algorithm: str
+    checkpoint_sha256: str
+    run_dir: str
+    deterministic: bool
+    seed: int
+    num_envs: int
+    params: dict[str, int | None]  # the collection budget: episodes or steps
+
+
+@dataclass(frozen=True)
+class TrainingReplayProducer:
+    """Metadata `producer` of a dataset holding every transition of an expert's training run."""
+
+    algorithm: str
+    checkpoint_sha256: str
+    run_dir: str
+    seed: int
+    params: dict[str, int | None]  # the training budget: expert_steps
+    final_eval_return_mean: float | None
+    mode: str = "training-replay"
+
+
+Producer = RandomProducer | ExpertProducer | TrainingReplayProducer
+
+
+@dataclass(frozen=True)
+class CollectedDataset:
+    """Where a collected dataset was written and its metadata."""
+
+    path: Path
+    metadata: dict[str, Any]
+
+    def summary(self) -> dict[str, Any]:
+        """Name, episode and step counts and return statistics (what `--metrics` writes)."""
+        meta = self.metadata
+        returns = meta["episode_return"]
+        return {"dataset": meta["name"], "episodes": meta["total_episodes"], "steps": meta["total_steps"],
+                "return_mean": returns["mean"], "return_std": returns["std"]}
+
+
+def dataset_name(env_id: str, kind: str) -> str:
+    """The default name: `<env slug>-<kind>`, e.g. cartpole-random, pendulum-mixed."""
+    return f"{env_slug(env_id)}-{kind}"
+
+
+def collect_dataset(
+    env_id: str,
+    *,
+    policy: str = "random",
+    expert: str | None = None,
+    expert_run: Path | None = None,
+    expert_steps: int | None = None,
+    from_training: bool = False,
+    stochastic: bool = False,
+    episodes: int | None = None,
+    steps: int | None = None,
+    seed: int = 0,
+    num_envs: int = 8,
+    name: str | None = None,
+    fmt: str = "both",
+    store: str | os.PathLike | None = None,
+    force: bool = False,
+    progress: bool = True,
+) -> CollectedDataset:
+    """Collect a dataset from `env_id` into the store and return where it went.
+
+    The behaviour policy is `policy` (random) unless `expert` names an algorithm: then its
+    run in `expert_run` (default models/<expert>-<env>, retrained when its params differ) is
+    loaded, or trained first, and rolled out (`stochastic`: sampled actions). With
+    `from_training` the expert is trained from scratch and every transition it saw is
+    stored (a mixed-quality dataset). Give `episodes` or `steps` (whole episodes either way),
+    except with `from_training`, whose budget is `expert_steps`. The default name is
+    `<env>-random`, `<env>-expert` or `<env>-mixed`. Nothing is left in the store on failure.
+    """
+    if expert is None and policy not in POLICIES:
+        raise RlpipeError(f"unknown policy {policy!r}: use --policy random, or --expert ppo|sac")
+    if from_training and expert is None:
+        raise RlpipeError("--from-training needs --expert (the algorithm to train)")
+    if from_training and (episodes is not None or steps is not None):
+        raise RlpipeError("--from-training stores the whole training run: use --expert-steps, not --episodes/--steps")
+    if expert is not None:
+        from rlpipe.pipeline import experts  # torch: only collections with an expert import it
+
+        experts.check_expert(expert)
+    kind = "mixed" if from_training else ("expert" if expert else policy)
+    obs_space, act_space = env_spaces(env_id)  # validates the id before any file is made
+    with DatasetWriter(name or dataset_name(env_id, kind), obs_space, act_space, env_id=env_id, store=store, fmt=fmt, force=force) as writer:
+        if expert is None:
+            make_policy = lambda envs: RandomPolicy(envs.single_action_space, envs.num_envs, seed=seed)  # noqa: E731
+            collect(env_id, make_policy, writer.write, episodes=episodes, steps=steps, num_envs=num_envs, seed=seed, show_progress=progress)
+            producer: Producer = RandomProducer(seed, num_envs, {"episodes": episodes, "steps": steps})
+        else:
+            run_dir = expert_run or experts.default_run_dir(expert, env_id)
+            overrides: dict[str, Any] = {"env_steps": expert_steps, "seed": seed}
+            if from_training:
+                training = experts.collect_training_transitions(expert, env_id, writer, run_dir, overrides, progress=progress)
+                producer = TrainingReplayProducer(expert, training["checkpoint_sha256"], str(run_dir), seed,
+                                                  {"expert_steps": expert_steps}, training.get("eval_return_mean"))
+            else:
+                loaded, _ = experts.ensure_expert(expert, env_id, run_dir, overrides, match_params=expert_run is None,
+                                                  deterministic=not stochastic, progress=progress)
+                collect(env_id, lambda envs: loaded, writer.write, episodes=episodes, steps=steps, num_envs=num_envs, seed=seed,
+                        show_progress=progress)
+                producer = ExpertProducer(expert, loaded.checkpoint_sha256, str(run_dir), not stochastic, seed, num_envs,
+                                          {"episodes": episodes, "steps": steps})
+        path = writer.finalize(asdict(producer))
+    return CollectedDataset(path, writer.metadata)

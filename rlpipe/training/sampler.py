@@ -1,0 +1,67 @@
+"""Sampling minibatches from a loaded dataset: the torch side of `rlpipe.datasets.loader`."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Callable
+
+import numpy as np
+import torch
+
+from rlpipe.datasets.loader import TransitionArrays
+from rlpipe.datasets.schema import map_columnar
+from rlpipe.errors import RlpipeError
+from rlpipe.training.buffer import Batch
+
+
+def _to_tensor(array: np.ndarray, device: torch.device) -> torch.Tensor:
+    if array.dtype == np.float64:
+        array = array.astype(np.float32)
+    with warnings.catch_warnings():
+        # Memory-mapped views are read-only; tensors built on them are never written to.
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.from_numpy(array).to(device)
+
+
+class TransitionSampler:
+    """Uniform minibatch sampler over a dataset held as tensors on `device`.
+
+    Yields `rlpipe.training.buffer.Batch` (obs, actions, rewards, next_obs, terminated), the
+    type online replay buffers yield, so offline algorithms reuse the same update code.
+    The data is moved to the device once; each `sample` is one random index draw and one
+    gather per column, no Python loop over rows. `action_map` converts stored env actions
+    once (e.g. to the policy's [-1, 1] range).
+    """
+
+    def __init__(
+        self,
+        data: TransitionArrays,
+        device: str | torch.device = "cpu",
+        seed: int = 0,
+        action_map: Callable[[np.ndarray], np.ndarray] | None = None,
+    ) -> None:
+        self.device = torch.device(device)
+        self.size = len(data)
+        if self.size == 0:
+            raise RlpipeError("cannot sample from an empty dataset")
+        actions = np.asarray(data.action) if action_map is None else action_map(np.asarray(data.action))
+        self._columns = {
+            "obs": map_columnar(data.obs, lambda a: _to_tensor(np.asarray(a), self.device)),
+            "actions": _to_tensor(actions, self.device),
+            "rewards": _to_tensor(np.asarray(data.reward), self.device),
+            "next_obs": map_columnar(data.next_obs, lambda a: _to_tensor(np.asarray(a), self.device)),
+            "terminated": _to_tensor(np.asarray(data.terminated), self.device).float(),
+        }
+        self._generator = torch.Generator(device=self.device).manual_seed(seed)
+
+    def sample(self, batch_size: int) -> Batch:
+        """A batch of `batch_size` transitions drawn uniformly with replacement."""
+        return self.take(self.draw(batch_size))
+
+    def draw(self, batch_size: int) -> torch.Tensor:
+        """`batch_size` row indices drawn uniformly with replacement (the sampler's generator)."""
+        return torch.randint(self.size, (batch_size,), device=self.device, generator=self._generator)
+
+    def take(self, index: torch.Tensor) -> Batch:
+        """The rows at `index` (on the device) as a Batch: one gather per column."""
+        return Batch(**{name: map_columnar(column, lambda t: t[index]) for name, column in self._columns.items()})

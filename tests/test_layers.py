@@ -1,0 +1,92 @@
+"""The package's layering: each layer imports only the ones below it, with no import loop,
+and the data layer runs without torch."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import rlpipe
+
+PACKAGE = Path(rlpipe.__file__).parent
+# Lower rank = lower layer. Peers (same rank, different package) must not import each other.
+RANKS = {"errors": 0, "files": 0, "envs": 1, "models": 1, "datasets": 2, "training": 3, "algos": 4, "pipeline": 5, "cli": 6}
+
+
+def module_names() -> dict[str, Path]:
+    names = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = ("rlpipe",) + path.relative_to(PACKAGE).with_suffix("").parts
+        names[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return names
+
+
+def imports_of(path: Path, known: dict[str, Path]) -> set[str]:
+    """Every rlpipe module `path` imports, at any depth (function bodies and TYPE_CHECKING too)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name.startswith("rlpipe")}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and node.module.startswith("rlpipe"):
+            for alias in node.names:  # `from rlpipe.cli import collect` imports the submodule
+                sub = f"{node.module}.{alias.name}"
+                found.add(sub if sub in known else node.module)
+    return found
+
+
+def layer(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None  # None: the package root (version, env registration)
+
+
+def test_no_import_runs_up_a_layer_or_across_peers() -> None:
+    known = module_names()
+    assert set(filter(None, map(layer, known))) == set(RANKS)  # every package has a rank
+    wrong = []
+    for module, path in known.items():
+        for target in imports_of(path, known):
+            here, there = layer(module), layer(target)
+            if here is None or there is None or here == there:
+                continue
+            if RANKS[there] >= RANKS[here]:
+                wrong.append(f"{module} imports {target}")
+    assert not wrong, "imports that run up (or across) a layer:\n" + "\n".join(wrong)
+
+
+def test_the_check_sees_an_upward_import(tmp_path: Path) -> None:
+    """Control: an import from datasets up into training is found."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f():\n    from rlpipe.training.buffer import Batch\n")
+    targets = imports_of(bad, module_names())
+    assert targets == {"rlpipe.training.buffer"} and RANKS[layer("rlpipe.training.buffer")] > RANKS["datasets"]
+
+
+def test_no_import_loop() -> None:
+    known = module_names()
+    graph = {module: imports_of(path, known) & set(known) for module, path in known.items()}
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(module: str, path: list[str]) -> list[str] | None:
+        state[module] = 1
+        for target in sorted(graph[module]):
+            if state.get(target) == 1:
+                return path + [module, target]
+            if target not in state and (loop := visit(target, path + [module])):
+                return loop
+        state[module] = 2
+        return None
+
+    for module in sorted(graph):
+        if module not in state:
+            loop = visit(module, [])
+            assert loop is None, " -> ".join(loop[loop.index(loop[-1]):])
+
+
+def test_data_layer_and_random_collection_import_no_torch() -> None:
+    modules = sorted(m for m in module_names() if layer(m) in ("datasets", "envs", "errors", "files"))
+    modules.append("rlpipe.pipeline.collect")
+    code = "import sys\n" + "".join(f"import {m}\n" for m in modules) + "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch')[:3])"
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    assert out.strip() == "[]", f"importing the data layer imported torch: {out}"
