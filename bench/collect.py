@@ -5,7 +5,7 @@ Contenders (CartPole-v1, uniform random actions, every one on the same single co
   raw gym.make, 1 env          env.step + action_space.sample(), reset on episode end; nothing stored
   raw gym.make_vec, 64 envs    gymnasium's native vector CartPole; nothing stored
   raw gym.make_vec, 1 env      the same with one env (what rlpipe's 1-env collection steps)
-  rlpipe collect, 64 envs      library call: DatasetWriter(fmt="arrow") + collect + finalize
+  rlpipe collect, 64 envs      library call: collect_dataset(fmt="arrow"), i.e. DatasetWriter + collect + finalize
   rlpipe collect, 1 env        the same with num_envs=1
   rlpipe collect CLI, 64 envs  `rlpipe collect ... --format arrow --quiet --force` as a subprocess
                                (includes interpreter start-up and imports)
@@ -56,8 +56,9 @@ ENV_ID = "CartPole-v1"
 # the caller times it.
 
 
-def raw_single(steps: int, workdir: Path, seed: int) -> int:
-    env = gym.make(ENV_ID)
+def step_randomly(env: gym.Env, steps: int, seed: int) -> None:
+    """`steps` single-env steps with action_space.sample(), resetting on episode end: the loop
+    both raw gymnasium and Minari's DataCollector are timed on."""
     env.action_space.seed(seed)
     env.reset(seed=seed)
     step, sample = env.step, env.action_space.sample
@@ -65,6 +66,11 @@ def raw_single(steps: int, workdir: Path, seed: int) -> int:
         _, _, terminated, truncated, _ = step(sample())
         if terminated or truncated:
             env.reset()
+
+
+def raw_single(steps: int, workdir: Path, seed: int) -> int:
+    env = gym.make(ENV_ID)
+    step_randomly(env, steps, seed)
     env.close()
     return steps
 
@@ -84,26 +90,12 @@ def raw_vector(num_envs: int) -> Callable[[int, Path, int], int]:
 
 
 def rlpipe_library(num_envs: int) -> Callable[[int, Path, int], int]:
-    from rlpipe.datasets.collector import RandomPolicy, collect
-    from rlpipe.datasets.writer import DatasetWriter
-
-    probe = gym.make(ENV_ID)
-    obs_space, act_space = probe.observation_space, probe.action_space
-    probe.close()
+    from rlpipe.pipeline.collect import collect_dataset
 
     def run(steps: int, workdir: Path, seed: int) -> int:
-        with DatasetWriter("bench", obs_space, act_space, env_id=ENV_ID, store=workdir, fmt="arrow", force=True) as writer:
-            collect(
-                ENV_ID,
-                lambda envs: RandomPolicy(envs.single_action_space, envs.num_envs, seed=seed),
-                writer.write,
-                steps=steps,
-                num_envs=num_envs,
-                seed=seed,
-                show_progress=False,
-            )
-            writer.finalize({"algorithm": "random", "seed": seed, "num_envs": num_envs})
-        return int(writer.metadata["total_steps"])
+        collected = collect_dataset(ENV_ID, steps=steps, num_envs=num_envs, seed=seed, name="bench", fmt="arrow", store=workdir,
+                                    force=True, progress=False)
+        return int(collected.metadata["total_steps"])
 
     return run
 
@@ -132,13 +124,7 @@ def minari_collector(data_format: str) -> Callable[[int, Path, int], int]:
     def run(steps: int, workdir: Path, seed: int) -> int:
         # DataCollector and create_dataset both use $MINARI_DATASETS_PATH (set to a temp dir in main).
         env = minari.DataCollector(gym.make(ENV_ID), data_format=data_format)
-        env.action_space.seed(seed)
-        env.reset(seed=seed)
-        step, sample = env.step, env.action_space.sample
-        for _ in range(steps):
-            _, _, terminated, truncated, _ = step(sample())
-            if terminated or truncated:
-                env.reset()
+        step_randomly(env, steps, seed)
         dataset = env.create_dataset(dataset_id=f"bench-{data_format}-{next(counter)}-v0", algorithm_name="random")
         env.close()
         return int(dataset.total_steps)

@@ -1,6 +1,7 @@
 """Environments: the ones the reference texts need that Gymnasium lacks (registered on
-import), and env construction with one-line errors. Torch-free, so collection and the
-dataset commands start fast."""
+import), env construction with one-line errors, spaces (`spaces.py`) and the one
+vector-env stepper (`stepper.py`). Torch-free, so collection and the dataset commands
+start fast."""
 
 from __future__ import annotations
 
