@@ -109,6 +109,24 @@ def collect_dataset(
     except with `from_training`, whose budget is `expert_steps`. The default name is
     `<env>-random`, `<env>-expert` or `<env>-mixed`. Nothing is left in the store on failure.
     """
+    _check_choice(policy, expert, from_training, episodes, steps)
+    kind = "mixed" if from_training else ("expert" if expert else policy)
+    obs_space, act_space = env_spaces(env_id)  # validates the id before any file is made
+    rollout: dict[str, Any] = {"episodes": episodes, "steps": steps, "num_envs": num_envs, "seed": seed, "show_progress": progress}
+    with DatasetWriter(name or dataset_name(env_id, kind), obs_space, act_space, env_id=env_id, store=store, fmt=fmt, force=force) as writer:
+        if expert is None:
+            collect(env_id, lambda envs: RandomPolicy(envs.single_action_space, envs.num_envs, seed=seed), writer.write, **rollout)
+            producer: Producer = RandomProducer(seed, num_envs, {"episodes": episodes, "steps": steps})
+        elif from_training:
+            producer = _store_training_run(expert, env_id, writer, expert_run, expert_steps, seed, progress)
+        else:
+            producer = _roll_out_expert(expert, env_id, writer, expert_run, expert_steps, stochastic, rollout)
+        path = writer.finalize(asdict(producer))
+    return CollectedDataset(path, writer.metadata)
+
+
+def _check_choice(policy: str, expert: str | None, from_training: bool, episodes: int | None, steps: int | None) -> None:
+    """One-line errors for a policy/expert/budget combination that makes no dataset."""
     if expert is None and policy not in POLICIES:
         raise RlpipeError(f"unknown policy {policy!r}: use --policy random, or --expert ppo|sac")
     if from_training and expert is None:
@@ -119,26 +137,33 @@ def collect_dataset(
         from rlpipe.pipeline import experts  # torch: only collections with an expert import it
 
         experts.check_expert(expert)
-    kind = "mixed" if from_training else ("expert" if expert else policy)
-    obs_space, act_space = env_spaces(env_id)  # validates the id before any file is made
-    with DatasetWriter(name or dataset_name(env_id, kind), obs_space, act_space, env_id=env_id, store=store, fmt=fmt, force=force) as writer:
-        if expert is None:
-            make_policy = lambda envs: RandomPolicy(envs.single_action_space, envs.num_envs, seed=seed)  # noqa: E731
-            collect(env_id, make_policy, writer.write, episodes=episodes, steps=steps, num_envs=num_envs, seed=seed, show_progress=progress)
-            producer: Producer = RandomProducer(seed, num_envs, {"episodes": episodes, "steps": steps})
-        else:
-            run_dir = expert_run or experts.default_run_dir(expert, env_id)
-            overrides: dict[str, Any] = {"env_steps": expert_steps, "seed": seed}
-            if from_training:
-                training = experts.collect_training_transitions(expert, env_id, writer, run_dir, overrides, progress=progress)
-                producer = TrainingReplayProducer(expert, training["checkpoint_sha256"], str(run_dir), seed,
-                                                  {"expert_steps": expert_steps}, training.get("eval_return_mean"))
-            else:
-                loaded, _ = experts.ensure_expert(expert, env_id, run_dir, overrides, match_params=expert_run is None,
-                                                  deterministic=not stochastic, progress=progress)
-                collect(env_id, lambda envs: loaded, writer.write, episodes=episodes, steps=steps, num_envs=num_envs, seed=seed,
-                        show_progress=progress)
-                producer = ExpertProducer(expert, loaded.checkpoint_sha256, str(run_dir), not stochastic, seed, num_envs,
-                                          {"episodes": episodes, "steps": steps})
-        path = writer.finalize(asdict(producer))
-    return CollectedDataset(path, writer.metadata)
+
+
+def _store_training_run(expert: str, env_id: str, writer: DatasetWriter, expert_run: Path | None, expert_steps: int | None,
+                        seed: int, progress: bool) -> TrainingReplayProducer:
+    """Train `expert` from scratch into its run directory, every transition going to `writer`."""
+    from rlpipe.pipeline import experts
+
+    run_dir = expert_run or experts.default_run_dir(expert, env_id)
+    overrides = {"env_steps": expert_steps, "seed": seed}
+    training = experts.collect_training_transitions(expert, env_id, writer, run_dir, overrides, progress=progress)
+    return TrainingReplayProducer(expert, training["checkpoint_sha256"], str(run_dir), seed, {"expert_steps": expert_steps},
+                                  training.get("eval_return_mean"))
+
+
+def _roll_out_expert(expert: str, env_id: str, writer: DatasetWriter, expert_run: Path | None, expert_steps: int | None,
+                     stochastic: bool, rollout: dict[str, Any]) -> ExpertProducer:
+    """Load (or first train) the expert and collect `rollout`'s budget of its episodes into `writer`.
+
+    Without `expert_run` the default run is retrained when its saved params differ; a given
+    run is used as it is.
+    """
+    from rlpipe.pipeline import experts
+
+    run_dir = expert_run or experts.default_run_dir(expert, env_id)
+    overrides = {"env_steps": expert_steps, "seed": rollout["seed"]}
+    loaded, _ = experts.ensure_expert(expert, env_id, run_dir, overrides, match_params=expert_run is None,
+                                      deterministic=not stochastic, progress=rollout["show_progress"])
+    collect(env_id, lambda envs: loaded, writer.write, **rollout)
+    return ExpertProducer(expert, loaded.checkpoint_sha256, str(run_dir), not stochastic, rollout["seed"], rollout["num_envs"],
+                          {"episodes": rollout["episodes"], "steps": rollout["steps"]})
