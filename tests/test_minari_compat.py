@@ -99,3 +99,26 @@ def test_import_minari_dataset(store: Path, tmp_path: Path, monkeypatch: pytest.
     assert len(ours.episode_starts()) == 3
     missing = cli("datasets", "import", "test/nothing-v0", "--store", store)
     assert missing.code == 2 and "cannot open Minari dataset" in missing.err
+
+
+def minari_cli(*args: str):
+    """Run Minari's own command line (`minari ARGS...`) in-process."""
+    from minari.cli import app
+    from typer.testing import CliRunner
+
+    return CliRunner().invoke(app, list(args))
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_export_keeps_minari_listing_working(store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli) -> None:
+    """An export beside a real Minari dataset: both are listed, by the API and by `minari list local`."""
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
+    make_minari_dataset("test/pendulum-v0", "Pendulum-v1", "hdf5", episodes=2)
+    collect_dataset(store, "CartPole-v1", "data", episodes=3, num_envs=1)
+    assert cli("datasets", "export", "data", "--id", "rlpipe/cartpole-v0", "--store", store).code == 0
+    listed = minari.list_local_datasets()
+    assert set(listed) == {"test/pendulum-v0", "rlpipe/cartpole-v0"}
+    assert listed["rlpipe/cartpole-v0"]["dataset_size"] >= 0.0
+    shown = minari_cli("list", "local")
+    assert shown.exit_code == 0, shown.output
+    assert "pendulum-v0" in shown.output and "cartpole-v0" in shown.output

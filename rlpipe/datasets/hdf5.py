@@ -99,6 +99,8 @@ def write_minari_layout(dataset_dir: Path, shard_rels: list[str], minari_metadat
         "data_format": "hdf5",
         "jpeg_encoding": False,
         "minari_version": minari.__version__,
+        # Minari's size of data/ in MB (one decimal); `minari list local` needs it for every dataset.
+        "dataset_size": round((data_dir / MINARI_HDF5_FILE).stat().st_size / 1e6, 1),
     }
     if metadata.get("env_spec") is None:
         metadata.pop("env_spec", None)
