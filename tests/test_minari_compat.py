@@ -28,15 +28,15 @@ def minari_arrays(dataset) -> dict[str, np.ndarray]:
 
 
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
-def test_arrow_and_hdf5_decode_to_identical_arrays(store: Path, monkeypatch: pytest.MonkeyPatch, env_id: str) -> None:
+def test_arrow_and_hdf5_decode_to_identical_arrays(store: Path, env_id: str) -> None:
     collect_dataset(store, env_id, "data", episodes=6, num_envs=3)
-    monkeypatch.setenv("MINARI_DATASETS_PATH", str(store))
-    from_minari = minari_arrays(minari.load_dataset("data"))
+    in_store = minari.MinariDataset(store / "data" / "data")  # Minari reads the store's copy in place
     ours = load_dataset("data", store)
-    for name, values in from_minari.items():
+    for name, values in minari_arrays(in_store).items():
         np.testing.assert_array_equal(values, getattr(ours, name), err_msg=name)
         assert values.dtype == getattr(ours, name).dtype, name
-    assert minari.load_dataset("data").recover_environment().spec.id == env_id
+    assert in_store.recover_environment().spec.id == env_id
+    assert in_store.spec.dataset_id == "rlpipe/data-v0"
 
 
 def test_export_command(store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli) -> None:
@@ -122,3 +122,31 @@ def test_export_keeps_minari_listing_working(store: Path, tmp_path: Path, monkey
     shown = minari_cli("list", "local")
     assert shown.exit_code == 0, shown.output
     assert "pendulum-v0" in shown.output and "cartpole-v0" in shown.output
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_export_without_id_works_everywhere_in_minari(store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli) -> None:
+    """A name without -vN exports as rlpipe/<name>-v0: load, .spec, `minari show` and `list local` work."""
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
+    collect_dataset(store, "CartPole-v1", "cp", episodes=3, num_envs=1)
+    result = cli("datasets", "export", "cp", "--to", "minari", "--store", store)
+    assert result.code == 0, result.err
+    assert "rlpipe/cp-v0" in result.out
+    dataset = minari.load_dataset("rlpipe/cp-v0")
+    assert dataset.spec.dataset_id == "rlpipe/cp-v0" and dataset.spec.version == 0
+    assert dataset.spec.total_episodes == 3
+    for args in (["show", "rlpipe/cp-v0"], ["list", "local"]):
+        shown = minari_cli(*args)
+        assert shown.exit_code == 0, shown.output
+        assert "cp-v0" in shown.output
+
+
+@pytest.mark.parametrize("bad_id", ["cp", "team/cp", "a b-v0"])
+def test_minari_ids_without_version_are_one_line_errors(store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli, bad_id: str) -> None:
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
+    collect_dataset(store, "CartPole-v1", "cp", episodes=1, num_envs=1)
+    for args in (["datasets", "export", "cp", "--id", bad_id], ["datasets", "import", bad_id, "--name", "back"]):
+        result = cli(*args, "--store", store)
+        assert result.code == 2, result.err
+        assert result.err.count("\n") == 1 and "invalid Minari dataset id" in result.err
+    assert not (tmp_path / "minari").exists() or not any((tmp_path / "minari").iterdir())

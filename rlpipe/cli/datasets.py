@@ -96,14 +96,16 @@ def import_command(
 def export_command(
     name: str = typer.Argument(..., help="Dataset name."),
     to: str = typer.Option("minari", "--to", help="Target: minari."),
-    dataset_id: Optional[str] = typer.Option(None, "--id", help="Minari dataset id (default: the dataset name)."),
+    dataset_id: Optional[str] = typer.Option(None, "--id", help="Minari dataset id, (namespace/)name-vN (default: rlpipe/NAME-v0)."),
     force: bool = typer.Option(False, "--force", help="Replace an existing Minari dataset with that id."),
     store: Optional[Path] = STORE_OPTION,
 ) -> None:
     """Export a dataset to Minari's dataset root ($MINARI_DATASETS_PATH or Minari's default)."""
+    from rlpipe.datasets.hdf5 import default_minari_id
     from rlpipe.datasets.minari_io import export_to_minari
 
     if to != "minari":
         raise RlpipeError(f"unknown export target {to!r}: use --to minari")
-    path = export_to_minari(open_dataset(name, store), dataset_id, force=force)
-    typer.echo(f"exported {name} -> {path} (minari.load_dataset({(dataset_id or name)!r}))")
+    info = open_dataset(name, store)
+    path = export_to_minari(info, dataset_id, force=force)
+    typer.echo(f"exported {name} -> {path} (minari.load_dataset({(dataset_id or default_minari_id(info.name))!r}))")

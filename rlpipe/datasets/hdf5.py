@@ -9,6 +9,7 @@ own `data/metadata.json` sits beside it. Timestamps are off so the bytes are rep
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,27 @@ from rlpipe.datasets.loader import read_shard
 from rlpipe.datasets.schema import Columnar, map_columnar
 from rlpipe.datasets.store import MINARI_DIR, MINARI_HDF5_FILE, MINARI_METADATA_FILE
 from rlpipe.errors import RlpipeError
+
+
+def default_minari_id(name: str) -> str:
+    """The Minari id of dataset `name`: `rlpipe/<name>-v0` (or `rlpipe/<name>` when it already
+    ends in `-v<N>`), with characters Minari ids refuse (`.`) turned into `_`.
+
+    Minari parses every id as `(namespace/)name-v<N>`; an id without a version breaks
+    `.spec`, `minari show` and `minari list local` for the whole root.
+    """
+    base = re.sub(r"[^-\w]", "_", name)
+    return f"rlpipe/{base}" if re.search(r"-v\d+$", base) else f"rlpipe/{base}-v0"
+
+
+def check_minari_id(dataset_id: str) -> str:
+    """Return `dataset_id` if Minari accepts it, with its version; else a one-line RlpipeError."""
+    from minari.dataset.minari_dataset import DATASET_ID_RE
+
+    match = DATASET_ID_RE.fullmatch(dataset_id)
+    if match is None or match.group("version") is None:
+        raise RlpipeError(f"invalid Minari dataset id {dataset_id!r}: Minari ids are (namespace/)name-v<N>, e.g. rlpipe/{dataset_id.rsplit('/', 1)[-1]}-v0")
+    return dataset_id
 
 
 def _with_final_observations(obs: Columnar, next_obs: Columnar, starts: np.ndarray, count: int) -> Columnar:

@@ -15,6 +15,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from rlpipe.datasets.hdf5 import check_minari_id, default_minari_id
 from rlpipe.datasets.schema import Columnar, concat_columnar, map_columnar
 from rlpipe.datasets.store import MINARI_DIR, DatasetInfo
 from rlpipe.datasets.writer import write_rows
@@ -32,13 +33,7 @@ def export_to_minari(info: DatasetInfo, dataset_id: str | None = None, force: bo
     """Make dataset `info` loadable as `minari.load_dataset(dataset_id)`; returns its Minari directory."""
     if info.hdf5_path is None:
         raise RlpipeError(f"dataset {info.name!r} has no HDF5 copy (it was written with --format arrow)")
-    dataset_id = dataset_id or info.name
-    from minari.dataset.minari_dataset import parse_dataset_id
-
-    try:
-        parse_dataset_id(dataset_id)
-    except ValueError as exc:
-        raise RlpipeError(str(exc)) from None
+    dataset_id = check_minari_id(dataset_id or default_minari_id(info.name))
     target = minari_root() / dataset_id
     if target.exists():
         if not force:
@@ -96,15 +91,15 @@ def import_from_minari(dataset_id: str, name: str, *, store: Any = None, fmt: st
     import minari
 
     try:
-        source = minari.load_dataset(dataset_id)
+        source = minari.load_dataset(check_minari_id(dataset_id))
     except (FileNotFoundError, ValueError) as exc:
         raise RlpipeError(f"cannot open Minari dataset {dataset_id!r}: {exc}") from None
-    env_spec = source.spec.env_spec
+    env_spec = source.env_spec
     source_metadata = source.storage.metadata
     producer = {
         "algorithm": source_metadata.get("algorithm_name") or "unknown",
         "imported_from": f"minari:{dataset_id}",
-        "minari_version": source.spec.minari_version,
+        "minari_version": source.minari_version,
         "checkpoint_sha256": None,
     }
     return write_rows(

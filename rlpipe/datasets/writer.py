@@ -220,7 +220,7 @@ class DatasetWriter:
 
     def _minari_metadata(self) -> dict[str, Any]:
         return {
-            "dataset_id": self.name,
+            "dataset_id": hdf5.default_minari_id(self.name),
             "observation_space": serialize_space(self.observation_space),
             "action_space": serialize_space(self.action_space),
             "env_spec": self._env_spec_json(),
