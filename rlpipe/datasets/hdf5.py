@@ -50,16 +50,15 @@ def _with_final_observations(obs: Columnar, next_obs: Columnar, starts: np.ndarr
     episode_of_row = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, count]))
     ends = np.r_[starts[1:], count] - 1
 
-    def merge(pair: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-        current, following = pair
+    def merge(current: Columnar, following: Columnar) -> Columnar:
+        if isinstance(current, dict):  # Dict spaces nest to any depth
+            return {key: merge(current[key], following[key]) for key in current}
         out = np.empty((count + len(starts),) + current.shape[1:], dtype=current.dtype)
         out[np.arange(count) + episode_of_row] = current
         out[ends + np.arange(len(starts)) + 1] = following[ends]
         return out
 
-    if isinstance(obs, dict):
-        return {key: merge((obs[key], next_obs[key])) for key in obs}
-    return merge((obs, next_obs))
+    return merge(obs, next_obs)
 
 
 def _chained(obs: Columnar, next_obs: Columnar, starts: np.ndarray, count: int) -> bool:
