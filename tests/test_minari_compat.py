@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import gymnasium as gym
+import json
+
 import minari
 import numpy as np
 import pytest
@@ -77,12 +79,12 @@ def test_export_command(store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert again.code == 2 and "already exists" in again.err
 
 
-def make_minari_dataset(dataset_id: str, env_id: str, data_format: str, episodes: int) -> None:
-    """Write a real Minari dataset of random episodes.
+def make_minari_dataset(dataset_id: str, env_id: str, data_format: str, episodes: int, **make_kwargs) -> None:
+    """Write a real Minari dataset of random episodes (`make_kwargs` go to `gym.make`).
 
     `minari.DataCollector` needs jax (the `minari[create]` extra); buffers built from arrays do not.
     """
-    env = gym.make(env_id)
+    env = gym.make(env_id, **make_kwargs)
     env.action_space.seed(0)
     buffers = []
     for episode in range(episodes):
@@ -199,3 +201,53 @@ def test_nested_dict_observations_collect_and_import_with_hdf5(store: Path, tmp_
         assert_same(getattr(imported, name), values, name)
     for name, values in minari_arrays(minari.MinariDataset(store / "imported" / "data")).items():
         assert_same(getattr(imported, name), values, name)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_import_keeps_the_source_env_spec(store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli) -> None:
+    """A Minari dataset collected with max_episode_steps=37 keeps 37 through import, re-export
+    and offline training (whose evaluation env and saved run use the dataset's spec)."""
+    from rlpipe.algos import load_policy
+    from rlpipe.training.offline import dataset_env_id
+
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
+    make_minari_dataset("test/short-v0", "Pendulum-v1", "hdf5", episodes=2, max_episode_steps=37)
+    assert cli("datasets", "import", "test/short-v0", "--name", "short", "--store", store).code == 0
+    meta = json.loads((store / "short" / "metadata.json").read_text())
+    assert json.loads(meta["env_spec"])["max_episode_steps"] == 37 and meta["env_id"] == "Pendulum-v1"
+    assert cli("datasets", "export", "short", "--id", "test/back-v0", "--store", store).code == 0
+    assert minari.load_dataset("test/back-v0").recover_environment().spec.max_episode_steps == 37
+
+    env_id = dataset_env_id("short", store)
+    assert env_id != "Pendulum-v1" and env_id.endswith("/Pendulum-v1")
+    assert gym.spec(env_id).max_episode_steps == 37 and gym.spec("Pendulum-v1").max_episode_steps == 200
+    envs = gym.make_vec(env_id, num_envs=1)
+    envs.reset(seed=0)
+    truncated_at = next(t for t in range(1, 201) if envs.step(envs.action_space.sample())[3][0])
+    assert truncated_at == 37
+    run = tmp_path / "run"
+    result = cli("train", "bc", "--dataset", "short", "--updates", "4", "--set", "eval_every=4", "--set", "eval_episodes=1",
+                 "--store", store, "--out", run, "--no-progress")
+    assert result.code == 0, result.err
+    assert json.loads((run / "metrics.json").read_text())["env_id"] == env_id
+    assert gym.spec(load_policy(run).env_id).max_episode_steps == 37
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_import_keeps_the_spec_of_an_env_not_registered_here(store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli) -> None:
+    from rlpipe.training.offline import dataset_env_id
+
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
+    gym.register("Unlisted-v3", entry_point="tests.nested_env:NestedDictEnv", max_episode_steps=9)
+    try:
+        make_minari_dataset("test/unlisted-v0", "Unlisted-v3", "hdf5", episodes=2)
+    finally:
+        del gym.registry["Unlisted-v3"]
+    assert cli("datasets", "import", "test/unlisted-v0", "--name", "unlisted", "--store", store).code == 0
+    spec = json.loads(json.loads((store / "unlisted" / "metadata.json").read_text())["env_spec"])
+    assert (spec["id"], spec["max_episode_steps"], spec["entry_point"]) == ("Unlisted-v3", 9, "tests.nested_env:NestedDictEnv")
+    try:
+        assert dataset_env_id("unlisted", store) == "Unlisted-v3"
+        assert gym.spec("Unlisted-v3").max_episode_steps == 9
+    finally:
+        gym.registry.pop("Unlisted-v3", None)

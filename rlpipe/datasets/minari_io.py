@@ -108,6 +108,7 @@ def import_from_minari(dataset_id: str, name: str, *, store: Any = None, fmt: st
         source.observation_space,
         source.action_space,
         env_id=env_spec.id if env_spec is not None else None,
+        env_spec=env_spec.to_json() if env_spec is not None else None,  # the source's time limit and kwargs, not ours
         producer=producer,
         store=store,
         fmt=fmt,

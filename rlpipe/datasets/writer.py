@@ -65,6 +65,8 @@ class DatasetWriter:
         name: dataset name (directory under the store).
         observation_space, action_space: the env's single-agent spaces.
         env_id: gymnasium id of the env that produced the data (None for synthetic data).
+        env_spec: that env's `EnvSpec.to_json()` as it was when the data was made (an import
+            keeps its source's); default: the locally registered spec of `env_id`.
         store: store directory (see `store_root`).
         fmt: "arrow", "hdf5" or "both". Arrow shards are always written (they are the
             source of truth); "hdf5" adds Minari's HDF5 layout.
@@ -80,6 +82,7 @@ class DatasetWriter:
         action_space: gym.Space,
         *,
         env_id: str | None,
+        env_spec: str | None = None,
         store: str | os.PathLike | None = None,
         fmt: str = "both",
         force: bool = False,
@@ -97,6 +100,7 @@ class DatasetWriter:
         self.observation_space = observation_space
         self.action_space = action_space
         self.env_id = env_id
+        self.env_spec = env_spec
         self.multi_agent = multi_agent
         self.schema = step_schema(observation_space, action_space, multi_agent)
         self.shard_bytes = shard_bytes
@@ -211,8 +215,8 @@ class DatasetWriter:
             self.temp_path.rename(self.final_path)
 
     def _env_spec_json(self) -> str | None:
-        if self.env_id is None:
-            return None
+        if self.env_spec is not None or self.env_id is None:
+            return self.env_spec
         try:
             return gym.spec(self.env_id).to_json()
         except (gym.error.Error, TypeError, ValueError):

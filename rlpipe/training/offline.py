@@ -20,6 +20,7 @@ from torch import nn
 
 from rlpipe.datasets.loader import TransitionArrays, TransitionSampler, load_shards
 from rlpipe.datasets.store import DatasetInfo, open_dataset
+from rlpipe.envs import env_id_for_spec
 from rlpipe.envs.goals import flat_observation_space, flatten_obs, is_goal_space
 from rlpipe.errors import RlpipeError
 from rlpipe.training.buffer import Update
@@ -31,10 +32,13 @@ from rlpipe.training.seeding import seed_everything
 
 
 def dataset_env_id(name: str, store: str | os.PathLike | None = None) -> str:
-    """The env a dataset was collected in (where offline policies are evaluated)."""
+    """The env a dataset was collected in (where offline policies are evaluated), built from
+    its recorded spec (time limit, kwargs) when it has one: see `rlpipe.envs.env_id_for_spec`."""
     info = open_dataset(name, store)
     if not info.env_id:
         raise RlpipeError(f"dataset {name!r} names no environment, so a policy trained on it cannot be evaluated")
+    if info.metadata.get("env_spec"):
+        return env_id_for_spec(info.metadata["env_spec"])
     try:
         gym.spec(info.env_id)
     except gym.error.Error:
