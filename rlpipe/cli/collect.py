@@ -9,7 +9,8 @@ from typing import Any, Optional
 import typer
 
 from rlpipe.cli.main import app
-from rlpipe.datasets.collector import RandomPolicy, collect
+from rlpipe.datasets.collector import RandomPolicy, collect, probe_info_space
+from rlpipe.datasets.scores import reference_scores
 from rlpipe.datasets.writer import DatasetWriter
 from rlpipe.errors import RlpipeError
 from rlpipe.envs import env_spaces
@@ -38,6 +39,8 @@ def collect_command(
     store: Optional[Path] = typer.Option(None, "--store", help="Dataset store (default: $RLPIPE_DATASETS or ./datasets)."),
     force: bool = typer.Option(False, "--force", help="Replace an existing dataset of the same name."),
     metrics: Optional[Path] = typer.Option(None, "--metrics", help="Also write collection statistics to this JSON file."),
+    info_keys: list[str] = typer.Option(["is_success"], "--info-key", help="Env info key to store as info/next_info columns when the env "
+                                        "reports it (repeatable; default: is_success)."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
 ) -> None:
     """Collect trajectories from ENV into a versioned dataset (Arrow shards + metadata, Minari HDF5)."""
@@ -54,15 +57,17 @@ def collect_command(
     kind = "mixed" if from_training else ("expert" if expert else policy)
     dataset_name = name or f"{experts.env_slug(env)}-{kind}"
     obs_space, act_space = env_spaces(env)  # validates the id before any file is made
+    info_space = None if from_training else probe_info_space(env, tuple(info_keys))
     run_dir = expert_run or (experts.default_run_dir(expert, env) if expert else None)
     overrides: dict[str, Any] = {"env_steps": expert_steps, "seed": seed}
 
-    with DatasetWriter(dataset_name, obs_space, act_space, env_id=env, store=store, fmt=fmt, force=force) as writer:
+    with DatasetWriter(dataset_name, obs_space, act_space, env_id=env, store=store, fmt=fmt, force=force, info_space=info_space) as writer:
         if from_training:
             training = experts.collect_training_transitions(expert, env, writer, run_dir, overrides, progress=not quiet)
             producer = {"algorithm": expert, "mode": "training-replay", "checkpoint_sha256": training["checkpoint_sha256"],
                         "run_dir": str(run_dir), "seed": seed, "params": {"expert_steps": expert_steps},
                         "final_eval_return_mean": training.get("eval_return_mean")}
+            expert_return = training.get("eval_return_mean")
         else:
             if expert is not None:
                 loaded, _ = experts.ensure_expert(expert, env, run_dir, overrides, match_params=expert_run is None,
@@ -73,10 +78,11 @@ def collect_command(
             else:
                 make_policy = lambda envs: RandomPolicy(envs.single_action_space, envs.num_envs, seed=seed)  # noqa: E731
                 producer = {"algorithm": "random", "checkpoint_sha256": None}
-            collect(env, make_policy, writer.write, episodes=episodes, steps=steps, num_envs=num_envs, seed=seed,
-                            show_progress=not quiet)
+            stats = collect(env, make_policy, writer.write, episodes=episodes, steps=steps, num_envs=num_envs, seed=seed,
+                            show_progress=not quiet, info_space=info_space)
+            expert_return = stats.mean_return if expert is not None else None
             producer.update({"seed": seed, "num_envs": num_envs, "params": {"episodes": episodes, "steps": steps}})
-        path = writer.finalize(producer)
+        path = writer.finalize(producer, reference_scores(env, expert_return))
     meta = writer.metadata
     returns = meta["episode_return"]
     summary = {"dataset": dataset_name, "episodes": meta["total_episodes"], "steps": meta["total_steps"],

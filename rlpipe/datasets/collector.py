@@ -16,7 +16,7 @@ import gymnasium as gym
 import numpy as np
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from rlpipe.datasets.schema import Columnar, map_columnar
+from rlpipe.datasets.schema import Columnar, info_value_space, map_columnar
 from rlpipe.errors import RlpipeError
 from rlpipe.envs import make_vec_env
 
@@ -74,6 +74,7 @@ class EpisodeAssembler:
         self.episodes_done = 0
         self.steps_done = 0
         self.recent_returns: deque[float] = deque(maxlen=100)
+        self.return_sum = 0.0  # over every emitted episode
         self._buffers: dict[str, Columnar] | None = None
         self._size = 0
         self._env_key = np.arange(num_envs, dtype=np.int64)
@@ -91,8 +92,11 @@ class EpisodeAssembler:
         terminated: np.ndarray,
         truncated: np.ndarray,
         valid: np.ndarray | None = None,
+        info: Columnar | None = None,
+        next_info: Columnar | None = None,
     ) -> None:
         """Record one vector-env step; rows where `valid` is False (autoreset steps) are dropped.
+        `info`/`next_info` (selected info keys, see `info_columns`) come with obs / next_obs.
 
         All rows are copied as they come (slices, no fancy indexing); invalid rows get the
         key -1, which never completes, so `flush` discards them in bulk.
@@ -108,6 +112,8 @@ class EpisodeAssembler:
             "terminated": np.asarray(terminated),
             "truncated": np.asarray(truncated),
         }
+        if info is not None:
+            step.update(info=info, next_info=next_info)
         if self._buffers is None:
             self._buffers = {k: map_columnar(v, lambda a: np.empty((self.capacity,) + a.shape[1:], a.dtype)) for k, v in step.items()}
         if self._size + self.num_envs > self.capacity:
@@ -125,6 +131,7 @@ class EpisodeAssembler:
             self.episodes_done += len(done)
             self.steps_done += int(self._env_step[done].sum())
             self.recent_returns.extend(self._env_return[done].tolist())
+            self.return_sum += float(self._env_return[done].sum())
             finished = np.flatnonzero(live & (np.asarray(terminated) | np.asarray(truncated)))
             self._env_key[finished] = self._next_key + np.arange(len(finished))
             self._next_key += len(finished)
@@ -179,6 +186,37 @@ class EpisodeAssembler:
         self._size = 0
 
 
+def probe_info_space(env_id: str, keys: tuple[str, ...]) -> gym.spaces.Dict | None:
+    """The Dict of those info `keys` the env reports (at reset or on a random first step),
+    each as the Box its values fit; None when it reports none of them."""
+    envs = make_vec_env(env_id, 1)
+    try:
+        envs.action_space.seed(0)
+        infos = [envs.reset(seed=0)[1], envs.step(envs.action_space.sample())[-1]]
+    finally:
+        envs.close()
+    found = {}
+    for key in keys:
+        values = [info[key][0] for info in infos if key in info and info.get(f"_{key}", np.ones(1, bool))[0]]
+        space = info_value_space(values[0]) if values else None
+        if space is not None:
+            found[key] = space
+    return gym.spaces.Dict(found) if found else None
+
+
+def info_columns(info: dict, space: gym.spaces.Dict, num_envs: int) -> dict[str, np.ndarray]:
+    """The `space` keys of a vector env's info as arrays, one row per env; an env that did not
+    report a key this step gets 0/False (gymnasium marks reports in `_<key>`)."""
+    columns = {}
+    for key, sub in space.spaces.items():
+        column = np.zeros((num_envs,) + sub.shape, sub.dtype)
+        if key in info:
+            reported = np.asarray(info.get(f"_{key}", np.ones(num_envs, bool)), bool)
+            column[reported] = np.asarray(info[key])[reported]
+        columns[key] = column
+    return columns
+
+
 @dataclass
 class CollectStats:
     """What a collection run produced."""
@@ -187,7 +225,7 @@ class CollectStats:
     steps: int
     env_steps: int
     seconds: float
-    mean_return: float
+    mean_return: float  # over every stored episode
 
 
 def collect(
@@ -200,6 +238,7 @@ def collect(
     num_envs: int = 8,
     seed: int = 0,
     show_progress: bool = True,
+    info_space: gym.spaces.Dict | None = None,
 ) -> CollectStats:
     """Run a policy in `num_envs` vector envs until `episodes` whole episodes (or at least
     `steps` transitions in whole episodes) are done, sending rows to `sink`.
@@ -207,7 +246,8 @@ def collect(
     `make_policy` receives the vector env (for its spaces) and returns the batched policy.
     Truncation and termination stay apart, and `next_obs` of a truncated step is the real
     final observation: with gymnasium's next-step autoreset the step after an episode's end
-    is a reset step, which is skipped.
+    is a reset step, which is skipped. With `info_space` the rows also get those info keys
+    (`info` with obs, `next_info` with next_obs; see `probe_info_space`).
     """
     if (episodes is None) == (steps is None):
         raise RlpipeError("give exactly one of --episodes and --steps")
@@ -217,7 +257,8 @@ def collect(
     try:
         policy = make_policy(envs)
         assembler = EpisodeAssembler(num_envs, sink, max_episodes=episodes)
-        obs, _ = envs.reset(seed=seed)
+        obs, reset_info = envs.reset(seed=seed)
+        infos = None if info_space is None else info_columns(reset_info, info_space, num_envs)
         valid = np.ones(num_envs, dtype=bool)
         env_steps = 0
         start = time.perf_counter()
@@ -227,11 +268,12 @@ def collect(
             next_update = start
             while (assembler.episodes_done if episodes is not None else assembler.steps_done) < total:
                 action = policy(obs)
-                next_obs, reward, terminated, truncated, _ = envs.step(action)
-                assembler.add_step(obs, action, reward, next_obs, terminated, truncated, valid)
+                next_obs, reward, terminated, truncated, step_info = envs.step(action)
+                next_infos = None if info_space is None else info_columns(step_info, info_space, num_envs)
+                assembler.add_step(obs, action, reward, next_obs, terminated, truncated, valid, infos, next_infos)
                 env_steps += num_envs
                 valid = ~(terminated | truncated)
-                obs = next_obs
+                obs, infos = next_obs, next_infos
                 now = time.perf_counter()
                 if now >= next_update:
                     next_update = now + 0.25
@@ -246,13 +288,12 @@ def collect(
             progress.update(task, completed=total, ret=_mean_return_text(assembler))
     finally:
         envs.close()
-    returns = list(assembler.recent_returns)
     return CollectStats(
         episodes=assembler.episodes_done,
         steps=assembler.steps_done,
         env_steps=env_steps,
         seconds=time.perf_counter() - start,
-        mean_return=float(np.mean(returns)) if returns else float("nan"),
+        mean_return=assembler.return_sum / assembler.episodes_done if assembler.episodes_done else float("nan"),
     )
 
 

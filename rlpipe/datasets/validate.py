@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from rlpipe.datasets.loader import info_space_of
 from rlpipe.datasets.schema import step_schema
 from rlpipe.datasets.store import DatasetInfo, hash_files
 from rlpipe.errors import RlpipeError
@@ -22,7 +23,7 @@ def validate_dataset(info: DatasetInfo) -> list[str]:
             problems.append(f"{rel} does not match its recorded size/sha256 (modified or truncated)")
     if not missing and content_hash != info.metadata["content_hash"]:
         problems.append("content hash differs from metadata")
-    expected = step_schema(info.observation_space, info.action_space, info.metadata.get("multi_agent", False))
+    expected = step_schema(info.observation_space, info.action_space, info.metadata.get("multi_agent", False), info_space_of(info))
     rows = 0
     for path in info.shard_paths:
         if not path.is_file():

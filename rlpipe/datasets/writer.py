@@ -26,6 +26,7 @@ from rlpipe.datasets import hdf5
 from rlpipe.datasets.schema import (
     FORMAT_NAME,
     FORMAT_VERSION,
+    INFO_COLUMNS,
     SCALAR_COLUMNS,
     Columnar,
     concat_columnar,
@@ -72,6 +73,7 @@ class DatasetWriter:
             source of truth); "hdf5" adds Minari's HDF5 layout.
         force: replace an existing dataset of the same name on success.
         multi_agent: add an `agent` column (Arrow only; Minari has no multi-agent layout).
+        info_space: a Dict of the env info keys stored as `info`/`next_info` columns (None: none).
         shard_bytes: approximate size of one Arrow shard.
     """
 
@@ -87,6 +89,7 @@ class DatasetWriter:
         fmt: str = "both",
         force: bool = False,
         multi_agent: bool = False,
+        info_space: gym.spaces.Dict | None = None,
         shard_bytes: int = DEFAULT_SHARD_BYTES,
     ) -> None:
         self.name = check_name(name)
@@ -102,7 +105,8 @@ class DatasetWriter:
         self.env_id = env_id
         self.env_spec = env_spec
         self.multi_agent = multi_agent
-        self.schema = step_schema(observation_space, action_space, multi_agent)
+        self.info_space = info_space
+        self.schema = step_schema(observation_space, action_space, multi_agent, info_space)
         self.shard_bytes = shard_bytes
         self.root.mkdir(parents=True, exist_ok=True)
         self.temp_path = self.root / f"{TEMP_PREFIX}{self.name}-{uuid.uuid4().hex[:8]}"
@@ -152,6 +156,8 @@ class DatasetWriter:
                 arrays.append(to_arrow(rows[field.name], self.observation_space))
             elif field.name == "action":
                 arrays.append(to_arrow(rows[field.name], self.action_space))
+            elif field.name in INFO_COLUMNS:
+                arrays.append(to_arrow(rows[field.name], self.info_space))
             elif field.name == "agent":
                 arrays.append(pa.array(np.asarray(rows["agent"], dtype=str), type=pa.string()))
             else:
@@ -170,7 +176,9 @@ class DatasetWriter:
         self._flush_shard()
         files = list(self._shards)
         if "hdf5" in self.formats:
-            files += hdf5.write_minari_layout(self.temp_path, self._shards, self._minari_metadata())
+            files += hdf5.write_minari_layout(
+                self.temp_path, self._shards, self._minari_metadata(producer, extra or {}), self.info_space, (extra or {}).get("episode_seeds")
+            )
         file_hashes, content_hash = hash_files(self.temp_path, files)
         returns = np.concatenate(self._episode_returns)
         lengths = np.concatenate(self._episode_lengths)
@@ -184,6 +192,7 @@ class DatasetWriter:
             "observation_space": serialize_space(self.observation_space),
             "action_space": serialize_space(self.action_space),
             "multi_agent": self.multi_agent,
+            **({} if self.info_space is None else {"info_space": serialize_space(self.info_space)}),
             "producer": producer,
             "total_episodes": int(len(returns)),
             "total_steps": int(self.total_steps),
@@ -222,13 +231,14 @@ class DatasetWriter:
         except (gym.error.Error, TypeError, ValueError):
             return None
 
-    def _minari_metadata(self) -> dict[str, Any]:
+    def _minari_metadata(self, producer: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
         return {
+            **{key: extra[key] for key in hdf5.MINARI_METADATA_KEYS if extra.get(key) is not None},
+            "algorithm_name": str(producer.get("algorithm") or "rlpipe"),
             "dataset_id": hdf5.default_minari_id(self.name),
             "observation_space": serialize_space(self.observation_space),
             "action_space": serialize_space(self.action_space),
             "env_spec": self._env_spec_json(),
-            "algorithm_name": "rlpipe",
         }
 
 
