@@ -343,3 +343,16 @@ def test_collect_stores_is_success_and_reference_scores(store: Path, cli) -> Non
     assert cli("collect", "--env", "CartPole-v1", "--episodes", "2", "--name", "cp", "--quiet", "--store", store).code == 0
     assert "info_space" not in json.loads((store / "cp" / "metadata.json").read_text())  # CartPole reports no is_success
     assert cli("datasets", "validate", "goal", "--store", store).code == 0
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_import_refuses_tuple_spaces_in_one_line(store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli) -> None:
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
+    space = gym.spaces.Tuple((gym.spaces.Discrete(3), gym.spaces.Box(-1.0, 1.0, (2,), np.float32)))
+    observations = (np.array([0, 1, 2]), np.zeros((3, 2), np.float32))
+    episode = EpisodeBuffer(id=0, observations=observations, actions=np.array([0, 1]), rewards=[0.0, 1.0],
+                            terminations=[False, True], truncations=[False, False])
+    minari.create_dataset_from_buffers("test/tuple-v0", [episode], observation_space=space, action_space=gym.spaces.Discrete(2))
+    result = cli("datasets", "import", "test/tuple-v0", "--name", "tuple", "--store", store)
+    assert result.code == 2 and result.err.count("\n") == 1 and "unsupported space" in result.err
+    assert list(store.iterdir()) == []
