@@ -34,7 +34,7 @@ def list_command(store: Optional[Path] = STORE_OPTION) -> None:
             str(meta["producer"].get("algorithm")),
             str(meta["total_episodes"]),
             str(meta["total_steps"]),
-            f"{meta['episode_return']['mean']:.2f}",
+            f"{meta['episode_return']['mean']:.2f}" if "episode_return" in meta else "-",  # transition datasets have none
             ",".join(meta["formats"]),
         )
     console = Console()

@@ -45,6 +45,7 @@ from rlpipe.datasets.store import (
 from rlpipe.errors import RlpipeError
 
 FORMATS = ("arrow", "hdf5", "both")
+KINDS = ("episodes", "transitions")  # what the rows are; docs/dataset-format.md gives each kind's invariant
 DEFAULT_SHARD_BYTES = 256 << 20
 
 
@@ -74,6 +75,8 @@ class DatasetWriter:
         force: replace an existing dataset of the same name on success.
         multi_agent: add an `agent` column (Arrow only; Minari has no multi-agent layout).
         info_space: a Dict of the env info keys stored as `info`/`next_info` columns (None: none).
+        kind: "episodes" (whole trajectories) or "transitions" (e.g. relabelled copies: rows
+            that need not form trajectories; Arrow only, no episode statistics).
         shard_bytes: approximate size of one Arrow shard.
     """
 
@@ -90,10 +93,16 @@ class DatasetWriter:
         force: bool = False,
         multi_agent: bool = False,
         info_space: gym.spaces.Dict | None = None,
+        kind: str = "episodes",
         shard_bytes: int = DEFAULT_SHARD_BYTES,
     ) -> None:
         self.name = check_name(name)
         self.formats = formats_for(fmt)
+        if kind not in KINDS:
+            raise RlpipeError(f"unknown dataset kind {kind!r}: choose one of {', '.join(KINDS)}")
+        if kind == "transitions" and "hdf5" in self.formats:
+            raise RlpipeError("transition datasets are Arrow-only (Minari's layout holds trajectories): use --format arrow")
+        self.kind = kind
         if multi_agent and "hdf5" in self.formats:
             raise RlpipeError("multi-agent datasets are Arrow-only (Minari has no multi-agent layout): use --format arrow")
         self.root = store_root(store)
@@ -196,8 +205,8 @@ class DatasetWriter:
             "producer": producer,
             "total_episodes": int(len(returns)),
             "total_steps": int(self.total_steps),
-            "episode_return": _stats(returns),
-            "episode_length": _stats(lengths),
+            "kind": self.kind,
+            **({"episode_return": _stats(returns), "episode_length": _stats(lengths)} if self.kind == "episodes" else {}),
             "formats": list(self.formats),
             "files": file_hashes,
             "content_hash": content_hash,
