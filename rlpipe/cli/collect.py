@@ -31,8 +31,9 @@ def collect_command(
         False, "--from-training", help="Store every transition the expert saw while training from scratch (mixed quality)."
     ),
     stochastic: bool = typer.Option(False, "--stochastic", help="Sample expert actions instead of taking the mode."),
-    episodes: Optional[int] = typer.Option(None, "--episodes", help="Number of whole episodes to store."),
-    steps: Optional[int] = typer.Option(None, "--steps", help="Store whole episodes until at least this many transitions."),
+    episodes: Optional[int] = typer.Option(None, "--episodes", help="Number of whole episodes to store (an even quota per env)."),
+    steps: Optional[int] = typer.Option(None, "--steps", help="Store at least this many transitions in whole episodes (each env "
+                                        "keeps whole episodes until its even share is reached)."),
     seed: int = typer.Option(0, "--seed", help="Seed for the envs and the policy; same seed, same bytes."),
     num_envs: int = typer.Option(8, "--num-envs", help="Parallel environments (gymnasium vector env)."),
     fmt: str = typer.Option("both", "--format", help="arrow, hdf5 (Minari layout, plus Arrow) or both."),
