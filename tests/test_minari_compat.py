@@ -224,7 +224,9 @@ def test_import_keeps_the_source_env_spec(store: Path, tmp_path: Path, monkeypat
     meta = json.loads((store / "short" / "metadata.json").read_text())
     assert json.loads(meta["env_spec"])["max_episode_steps"] == 37 and meta["env_id"] == "Pendulum-v1"
     assert cli("datasets", "export", "short", "--id", "test/back-v0", "--store", store).code == 0
-    assert minari.load_dataset("test/back-v0").recover_environment().spec.max_episode_steps == 37
+    back = minari.load_dataset("test/back-v0")
+    assert back.recover_environment().spec.max_episode_steps == 37
+    assert all(len(e.rewards) == 37 and e.truncations[-1] and not e.terminations.any() for e in back.iterate_episodes())
 
     env_id = dataset_env_id("short", store)
     assert env_id != "Pendulum-v1" and env_id.endswith("/Pendulum-v1")
@@ -356,3 +358,23 @@ def test_import_refuses_tuple_spaces_in_one_line(store: Path, tmp_path: Path, mo
     result = cli("datasets", "import", "test/tuple-v0", "--name", "tuple", "--store", store)
     assert result.code == 2 and result.err.count("\n") == 1 and "unsupported space" in result.err
     assert list(store.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_expert_dataset_export_is_scored_by_minari(store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli) -> None:
+    """An expert collection records ref_max_score (its rollouts' mean return) beside the random
+    ref_min_score, so Minari normalises returns on the export: expert 1, random 0."""
+    from rlpipe.datasets.scores import random_policy_return
+
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
+    result = cli("collect", "--env", "CartPole-v1", "--expert", "ppo", "--expert-run", tmp_path / "ppo", "--expert-steps", "2048",
+                 "--episodes", "4", "--num-envs", "2", "--name", "expert", "--quiet", "--store", store)
+    assert result.code == 0, result.err
+    meta = json.loads((store / "expert" / "metadata.json").read_text())
+    assert meta["ref_max_score"] == pytest.approx(meta["episode_return"]["mean"])
+    assert meta["ref_min_score"] == random_policy_return("CartPole-v1")
+    assert cli("datasets", "export", "expert", "--store", store).code == 0
+    exported = minari.load_dataset("rlpipe/expert-v0")
+    scores = minari.get_normalized_score(exported, np.array([meta["ref_max_score"], meta["ref_min_score"]]))
+    np.testing.assert_allclose(scores, [1.0, 0.0])
+    assert exported.storage.metadata["algorithm_name"] == "ppo"
