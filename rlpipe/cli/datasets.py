@@ -79,7 +79,7 @@ def rm_command(name: str = typer.Argument(..., help="Dataset name."), store: Opt
 
 @datasets_app.command("import")
 def import_command(
-    minari_id: str = typer.Argument(..., help="Id of a local Minari dataset (either backend)."),
+    minari_id: str = typer.Argument(..., help="Id of a local Minari dataset, ns/name-vN (either backend; Tuple and Text spaces are refused)."),
     name: Optional[str] = typer.Option(None, "--name", help="Dataset name (default: the Minari id with '/' as '-')."),
     fmt: str = typer.Option("both", "--format", help="arrow, hdf5 or both."),
     force: bool = typer.Option(False, "--force", help="Replace an existing dataset of the same name."),

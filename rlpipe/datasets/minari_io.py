@@ -1,8 +1,10 @@
 """Moving datasets between rlpipe and Minari.
 
 Export hard-links our Minari-layout HDF5 (`data/`) into Minari's dataset root, so any
-Minari tool can read it. Import reads any local Minari dataset (HDF5 or Arrow backend)
-through Minari's own API and writes it in our format, a batch of episodes at a time.
+Minari tool can read it. Import reads a local Minari dataset (HDF5 or Arrow backend;
+spaces other than Box, Discrete, MultiDiscrete, MultiBinary and Dict, such as Tuple and
+Text, are refused) through Minari's own API and writes it in our format, a batch of
+episodes at a time, keeping its env spec, optional metadata, episode seeds and infos.
 """
 
 from __future__ import annotations
