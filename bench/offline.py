@@ -66,13 +66,13 @@ def ensure_peer_venv() -> None:
 
 def build_dataset(store: Path, steps: int) -> Path:
     """A random-policy Pendulum dataset in `store` and its .npz export for the peer."""
+    from rlpipe.datasets.d4rl import d4rl_arrays
     from rlpipe.datasets.loader import load_dataset
 
     random_dataset(store, ENV_ID, NAME, steps)
     data = load_dataset(NAME, store)
     npz = store / f"{NAME}.npz"
-    np.savez(npz, obs=np.asarray(data.obs), action=np.asarray(data.action), reward=data.reward,
-             terminated=data.terminated, truncated=data.truncated)
+    np.savez(npz, **d4rl_arrays(data))  # timeouts = truncated & ~terminated, as d3rlpy requires
     return npz
 
 

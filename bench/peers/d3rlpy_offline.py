@@ -1,6 +1,6 @@
 """Peer side of bench/offline.py, run inside the d3rlpy virtualenv (d3rlpy pins gymnasium 1.0.0).
 
-Reads transitions from an .npz, trains d3rlpy's CQL or BC for a fixed number of gradient
+Reads transitions from an .npz (rlpipe.datasets.d4rl.d4rl_arrays), trains d3rlpy's CQL or BC for a fixed number of gradient
 updates with 256x256 networks and prints one JSON line: {"algo", "updates", "seconds",
 "cpu_seconds"} (wall and process CPU time of the timed updates).
 """
@@ -31,8 +31,8 @@ def main() -> None:
 
     data = np.load(args.npz)
     dataset = d3rlpy.dataset.MDPDataset(
-        observations=data["obs"], actions=data["action"], rewards=data["reward"],
-        terminals=data["terminated"].astype(np.float32), timeouts=data["truncated"].astype(np.float32),
+        observations=data["observations"], actions=data["actions"], rewards=data["rewards"],
+        terminals=data["terminals"].astype(np.float32), timeouts=data["timeouts"].astype(np.float32),
     )
     encoder = d3rlpy.models.encoders.VectorEncoderFactory([args.hidden, args.hidden])
     if args.algo == "cql":

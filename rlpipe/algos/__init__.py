@@ -66,6 +66,7 @@ def load_policy(run_dir: str | Path, device: str = "cpu", deterministic: bool = 
     (scaled to the env's bounds / Discrete indices); ``.env_id`` and
     ``.checkpoint_sha256`` identify it. Nothing is unpickled; the weights' hash is checked.
     """
+    from rlpipe.envs import env_id_for_spec
     from rlpipe.models.checkpoint import load_checkpoint
     from rlpipe.models.networks import build_policy
     from rlpipe.training.env import ActionScaler, resolve_device, space_from_json
@@ -82,7 +83,8 @@ def load_policy(run_dir: str | Path, device: str = "cpu", deterministic: bool = 
     actor.eval()
     space = space_from_json(meta["action_space"])
     fn = policy_fn(actor, ActionScaler(space), dev, deterministic)
-    return LoadedPolicy(meta["algo"], meta["env_id"], ckpt.sha256, Path(run_dir), space, meta.get("config", {}), actor, fn)
+    env_id = env_id_for_spec(meta["env_spec"]) if meta.get("env_spec") else meta["env_id"]
+    return LoadedPolicy(meta["algo"], env_id, ckpt.sha256, Path(run_dir), space, meta.get("config", {}), actor, fn)
 
 
 __all__ = ["LoadedPolicy", "ONLINE", "OFFLINE", "REGISTRY", "get_algo", "load_policy"]

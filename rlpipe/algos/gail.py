@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from rlpipe.algos import ppo
+from rlpipe.envs import base_env_id
 from rlpipe.errors import RlpipeError
 from rlpipe.models.networks import mlp
 from rlpipe.training import Batch, TrainResult, config_for_env
@@ -114,7 +115,7 @@ def discriminator_update(
 def train(config: Config, out_dir: str | Path | None = None, *, progress: bool = True) -> TrainResult:
     """Train GAIL on ``config.dataset``; with ``out_dir`` also write checkpoint, metrics and curve."""
     data = load_offline("gail", config, ACTION_SPACES)
-    if data.info.env_id != config.env_id:
+    if data.info.env_id != base_env_id(config.env_id):
         raise RlpipeError(f"dataset {data.info.name!r} was collected in {data.info.env_id!r}, not {config.env_id!r}")
     disc = Discriminator(data.obs_dim, data.act_dim, data.discrete, config.disc_hidden).to(data.device)
     optimizer = adam(disc.parameters(), config.disc_learning_rate)

@@ -27,14 +27,17 @@ def collect_command(
         False, "--from-training", help="Store every transition the expert saw while training from scratch (mixed quality)."
     ),
     stochastic: bool = typer.Option(False, "--stochastic", help="Sample expert actions instead of taking the mode."),
-    episodes: Optional[int] = typer.Option(None, "--episodes", help="Number of whole episodes to store."),
-    steps: Optional[int] = typer.Option(None, "--steps", help="Store whole episodes until at least this many transitions."),
+    episodes: Optional[int] = typer.Option(None, "--episodes", help="Number of whole episodes to store (an even quota per env)."),
+    steps: Optional[int] = typer.Option(None, "--steps", help="Store at least this many transitions in whole episodes (each env "
+                                        "keeps whole episodes until its even share is reached)."),
     seed: int = typer.Option(0, "--seed", help="Seed for the envs and the policy; same seed, same bytes."),
     num_envs: int = typer.Option(8, "--num-envs", help="Parallel environments (gymnasium vector env)."),
     fmt: str = typer.Option("both", "--format", help="arrow, hdf5 (Minari layout, plus Arrow) or both."),
     store: Optional[Path] = typer.Option(None, "--store", help="Dataset store (default: $RLPIPE_DATASETS or ./datasets)."),
     force: bool = typer.Option(False, "--force", help="Replace an existing dataset of the same name."),
     metrics: Optional[Path] = typer.Option(None, "--metrics", help="Also write collection statistics to this JSON file."),
+    info_keys: list[str] = typer.Option(["is_success"], "--info-key", help="Env info key to store as info/next_info columns when the env "
+                                        "reports it (repeatable; default: is_success)."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
 ) -> None:
     """Collect trajectories from ENV into a versioned dataset (Arrow shards + metadata, Minari HDF5)."""
@@ -43,7 +46,7 @@ def collect_command(
     collected = collect_dataset(
         env, policy=policy, expert=expert, expert_run=expert_run, expert_steps=expert_steps, from_training=from_training,
         stochastic=stochastic, episodes=episodes, steps=steps, seed=seed, num_envs=num_envs, name=name, fmt=fmt, store=store,
-        force=force, progress=not quiet,
+        force=force, progress=not quiet, info_keys=tuple(info_keys),
     )
     summary = collected.summary()
     if metrics is not None:

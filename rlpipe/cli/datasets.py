@@ -34,7 +34,7 @@ def list_command(store: Optional[Path] = STORE_OPTION) -> None:
             str(meta["producer"].get("algorithm")),
             str(meta["total_episodes"]),
             str(meta["total_steps"]),
-            f"{meta['episode_return']['mean']:.2f}",
+            f"{meta['episode_return']['mean']:.2f}" if "episode_return" in meta else "-",  # transition datasets have none
             ",".join(meta["formats"]),
         )
     console = Console()
@@ -79,7 +79,7 @@ def rm_command(name: str = typer.Argument(..., help="Dataset name."), store: Opt
 
 @datasets_app.command("import")
 def import_command(
-    minari_id: str = typer.Argument(..., help="Id of a local Minari dataset (either backend)."),
+    minari_id: str = typer.Argument(..., help="Id of a local Minari dataset, ns/name-vN (either backend; Tuple and Text spaces are refused)."),
     name: Optional[str] = typer.Option(None, "--name", help="Dataset name (default: the Minari id with '/' as '-')."),
     fmt: str = typer.Option("both", "--format", help="arrow, hdf5 or both."),
     force: bool = typer.Option(False, "--force", help="Replace an existing dataset of the same name."),
@@ -96,14 +96,16 @@ def import_command(
 def export_command(
     name: str = typer.Argument(..., help="Dataset name."),
     to: str = typer.Option("minari", "--to", help="Target: minari."),
-    dataset_id: Optional[str] = typer.Option(None, "--id", help="Minari dataset id (default: the dataset name)."),
+    dataset_id: Optional[str] = typer.Option(None, "--id", help="Minari dataset id, (namespace/)name-vN (default: rlpipe/NAME-v0)."),
     force: bool = typer.Option(False, "--force", help="Replace an existing Minari dataset with that id."),
     store: Optional[Path] = STORE_OPTION,
 ) -> None:
     """Export a dataset to Minari's dataset root ($MINARI_DATASETS_PATH or Minari's default)."""
+    from rlpipe.datasets.hdf5 import default_minari_id
     from rlpipe.datasets.minari_io import export_to_minari
 
     if to != "minari":
         raise RlpipeError(f"unknown export target {to!r}: use --to minari")
-    path = export_to_minari(open_dataset(name, store), dataset_id, force=force)
-    typer.echo(f"exported {name} -> {path} (minari.load_dataset({(dataset_id or name)!r}))")
+    info = open_dataset(name, store)
+    path = export_to_minari(info, dataset_id, force=force)
+    typer.echo(f"exported {name} -> {path} (minari.load_dataset({(dataset_id or default_minari_id(info.name))!r}))")

@@ -105,13 +105,32 @@ def eval_(
 
     policy = load_policy(run_dir, device=device, deterministic=not stochastic)
     res = evaluate(policy, policy.env_id, episodes, seed)
+    score = _normalized_score(policy.config, res.mean)
     if as_json:
         typer.echo(json.dumps({
             "run_dir": str(run_dir), "algo": policy.algo, "env_id": policy.env_id, "episodes": episodes, "seed": seed,
             "deterministic": not stochastic, "return_mean": res.mean, "return_std": res.std, "returns": res.returns,
             **({} if res.success_rate is None else {"success_rate": res.success_rate}),
+            **({} if score is None else {"normalized_score": score}),
             "checkpoint_sha256": policy.checkpoint_sha256,
         }))
     else:
         success = "" if res.success_rate is None else f", success rate {res.success_rate:.2f}"
-        typer.echo(f"{policy.algo} {policy.env_id}: {res.mean:.2f} ± {res.std:.2f}{success} over {episodes} episodes")
+        normalized = "" if score is None else f", normalised score {score:.3f}"
+        typer.echo(f"{policy.algo} {policy.env_id}: {res.mean:.2f} ± {res.std:.2f}{success}{normalized} over {episodes} episodes")
+
+
+def _normalized_score(config: dict[str, Any], mean_return: float) -> float | None:
+    """The mean return normalised by the reference scores of the run's dataset (offline runs
+    whose dataset records `ref_min_score` and `ref_max_score`), else None."""
+    from rlpipe.datasets.scores import normalized_score
+    from rlpipe.datasets.store import open_dataset
+
+    if not config.get("dataset"):
+        return None
+    try:
+        metadata = open_dataset(config["dataset"], config.get("store")).metadata
+    except RlpipeError:  # the dataset was removed or moved since training: no reference
+        return None
+    score = normalized_score(metadata, mean_return)
+    return None if score is None else float(score)

@@ -9,9 +9,11 @@ own `data/metadata.json` sits beside it. Timestamps are off so the bytes are rep
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import h5py
 import minari
 import numpy as np
@@ -22,22 +24,56 @@ from rlpipe.datasets.schema import Columnar, map_columnar
 from rlpipe.datasets.store import MINARI_DIR, MINARI_HDF5_FILE, MINARI_METADATA_FILE
 from rlpipe.errors import RlpipeError
 
+# Minari's optional dataset metadata, kept under the same names in our metadata.json and
+# copied both ways by import and export (Minari's meanings: see minari.create_dataset_from_buffers).
+MINARI_METADATA_KEYS = (
+    "author",
+    "author_email",
+    "code_permalink",
+    "description",
+    "eval_env_spec",
+    "num_episodes_average_score",
+    "ref_max_score",
+    "ref_min_score",
+    "requirements",
+)
+
+
+def default_minari_id(name: str) -> str:
+    """The Minari id of dataset `name`: `rlpipe/<name>-v0` (or `rlpipe/<name>` when it already
+    ends in `-v<N>`), with characters Minari ids refuse (`.`) turned into `_`.
+
+    Minari parses every id as `(namespace/)name-v<N>`; an id without a version breaks
+    `.spec`, `minari show` and `minari list local` for the whole root.
+    """
+    base = re.sub(r"[^-\w]", "_", name)
+    return f"rlpipe/{base}" if re.search(r"-v\d+$", base) else f"rlpipe/{base}-v0"
+
+
+def check_minari_id(dataset_id: str) -> str:
+    """Return `dataset_id` if Minari accepts it, with its version; else a one-line RlpipeError."""
+    from minari.dataset.minari_dataset import DATASET_ID_RE
+
+    match = DATASET_ID_RE.fullmatch(dataset_id)
+    if match is None or match.group("version") is None:
+        raise RlpipeError(f"invalid Minari dataset id {dataset_id!r}: Minari ids are (namespace/)name-v<N>, e.g. rlpipe/{dataset_id.rsplit('/', 1)[-1]}-v0")
+    return dataset_id
+
 
 def _with_final_observations(obs: Columnar, next_obs: Columnar, starts: np.ndarray, count: int) -> Columnar:
     """Interleave each episode's last next_obs after its observations (Minari stores steps + 1)."""
     episode_of_row = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, count]))
     ends = np.r_[starts[1:], count] - 1
 
-    def merge(pair: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-        current, following = pair
+    def merge(current: Columnar, following: Columnar) -> Columnar:
+        if isinstance(current, dict):  # Dict spaces nest to any depth
+            return {key: merge(current[key], following[key]) for key in current}
         out = np.empty((count + len(starts),) + current.shape[1:], dtype=current.dtype)
         out[np.arange(count) + episode_of_row] = current
         out[ends + np.arange(len(starts)) + 1] = following[ends]
         return out
 
-    if isinstance(obs, dict):
-        return {key: merge((obs[key], next_obs[key])) for key in obs}
-    return merge((obs, next_obs))
+    return merge(obs, next_obs)
 
 
 def _chained(obs: Columnar, next_obs: Columnar, starts: np.ndarray, count: int) -> bool:
@@ -58,38 +94,66 @@ def _write_leaves(group: h5py.Group, name: str, values: Columnar) -> None:
         group.create_dataset(name, data=values, track_times=False)
 
 
-def write_minari_layout(dataset_dir: Path, shard_rels: list[str], minari_metadata: dict[str, Any]) -> list[str]:
+def _episode_statistics(rewards: np.ndarray) -> dict[str, float]:
+    """What Minari's default `EpisodeMetadataCallback` records on every episode group."""
+    rewards = rewards.astype(np.float64)
+    return {
+        "rewards_sum": float(rewards.sum()),
+        "rewards_mean": float(rewards.mean()),
+        "rewards_std": float(rewards.std()),
+        "rewards_max": float(rewards.max()),
+        "rewards_min": float(rewards.min()),
+    }
+
+
+def write_minari_layout(
+    dataset_dir: Path,
+    shard_rels: list[str],
+    minari_metadata: dict[str, Any],
+    info_space: gym.spaces.Dict | None = None,
+    episode_seeds: dict[str, int] | None = None,
+) -> list[str]:
     """Write `data/main_data.hdf5` and Minari's `data/metadata.json` from the Arrow shards.
 
     Returns the written paths relative to `dataset_dir`. Shards hold whole episodes with
-    ids 0..E-1 in order, which Minari requires for its `episode_{i}` groups.
+    ids 0..E-1 in order, which Minari requires for its `episode_{i}` groups. Each group
+    gets Minari's per-episode attributes (`id`, `total_steps`, `seed` where known, reward
+    statistics) and `infos` with one entry per observation (the `info`/`next_info` columns).
     """
     obs_space = deserialize_space(minari_metadata["observation_space"])
     act_space = deserialize_space(minari_metadata["action_space"])
+    seeds = episode_seeds or {}
     data_dir = dataset_dir / MINARI_DIR
     data_dir.mkdir(exist_ok=True)
     total_episodes = total_steps = 0
     with h5py.File(data_dir / MINARI_HDF5_FILE, "w") as file:
         for rel in shard_rels:
-            rows = read_shard(dataset_dir / rel, obs_space, act_space)
+            rows = read_shard(dataset_dir / rel, obs_space, act_space, info_space)
             episode_id, count = rows["episode_id"], len(rows["reward"])
             starts = np.flatnonzero(np.r_[True, episode_id[1:] != episode_id[:-1]])
             if episode_id[0] != total_episodes or not np.array_equal(episode_id[starts], np.arange(len(starts)) + total_episodes):
                 raise RlpipeError("Minari's HDF5 layout needs episode ids 0, 1, 2, ... in order: use --format arrow")
-            if not _chained(rows["obs"], rows["next_obs"], starts, count):
+            chained = _chained(rows["obs"], rows["next_obs"], starts, count)
+            if not chained or (info_space is not None and not _chained(rows["info"], rows["next_info"], starts, count)):
                 raise RlpipeError("Minari's HDF5 layout stores trajectories, but next_obs differs from the next row's obs within an episode: use --format arrow")
             observations = _with_final_observations(rows["obs"], rows["next_obs"], starts, count)
+            infos = {} if info_space is None else _with_final_observations(rows["info"], rows["next_info"], starts, count)
             bounds = np.r_[starts, count]
             for index, (begin, end) in enumerate(zip(bounds[:-1], bounds[1:])):
-                group = file.create_group(f"episode_{total_episodes + index}")
-                group.attrs["id"] = total_episodes + index
+                number = total_episodes + index
+                group = file.create_group(f"episode_{number}")
+                group.attrs["id"] = number
                 group.attrs["total_steps"] = end - begin
-                _write_leaves(group, "observations", map_columnar(observations, lambda a: a[begin + index : end + index + 1]))
+                if str(number) in seeds:
+                    group.attrs["seed"] = seeds[str(number)]
+                group.attrs.update(_episode_statistics(rows["reward"][begin:end]))
+                with_final = slice(begin + index, end + index + 1)
+                _write_leaves(group, "observations", map_columnar(observations, lambda a: a[with_final]))
                 _write_leaves(group, "actions", map_columnar(rows["action"], lambda a: a[begin:end]))
                 _write_leaves(group, "rewards", rows["reward"][begin:end])
                 _write_leaves(group, "terminations", rows["terminated"][begin:end])
                 _write_leaves(group, "truncations", rows["truncated"][begin:end])
-                group.create_group("infos")
+                _write_leaves(group, "infos", map_columnar(infos, lambda a: a[with_final]))
             total_episodes += len(starts)
             total_steps += count
     metadata = {
@@ -99,9 +163,10 @@ def write_minari_layout(dataset_dir: Path, shard_rels: list[str], minari_metadat
         "data_format": "hdf5",
         "jpeg_encoding": False,
         "minari_version": minari.__version__,
+        # Minari's size of data/ in MB (one decimal); `minari list local` needs it for every dataset.
+        "dataset_size": round((data_dir / MINARI_HDF5_FILE).stat().st_size / 1e6, 1),
     }
     if metadata.get("env_spec") is None:
         metadata.pop("env_spec", None)
     (dataset_dir / MINARI_METADATA_FILE).write_text(json.dumps(metadata, sort_keys=True))
     return [f"{MINARI_DIR}/{MINARI_HDF5_FILE}", MINARI_METADATA_FILE]
-

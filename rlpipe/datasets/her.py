@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterator
 import gymnasium as gym
 import numpy as np
 
+from rlpipe.datasets.hdf5 import MINARI_METADATA_KEYS
 from rlpipe.datasets.loader import TransitionArrays, load_shards
 from rlpipe.datasets.schema import Columnar, map_columnar
 from rlpipe.datasets.store import DatasetInfo
@@ -140,8 +141,10 @@ def relabel_dataset(
     """Write dataset `name`: the transitions of `info` (episode ids 0..E-1) followed by k
     relabelled copies of every transition (episode id E + e*k + j for copy j of episode e).
 
-    The copies are transition tables, not replayable trajectories (each row may carry its
-    own goal), so the result is Arrow-only. Memory is bounded by `episodes_per_chunk`.
+    The copies are transition tables, not replayable trajectories (a copy may terminate
+    mid-episode and end with neither flag, each row may carry its own goal), so the result
+    is a dataset of kind "transitions": Arrow-only, no episode statistics. It keeps the
+    source's env spec and Minari metadata. Memory is bounded by `episodes_per_chunk`.
     """
     if strategy not in STRATEGIES:
         raise RlpipeError(f"unknown HER strategy {strategy!r}: choose one of {', '.join(STRATEGIES)}")
@@ -186,8 +189,10 @@ def relabel_dataset(
         info.observation_space,
         info.action_space,
         env_id=info.env_id,
+        env_spec=info.metadata.get("env_spec"),
+        kind="transitions",
         producer={**info.metadata["producer"], "relabelled_by": "her"},
-        extra={"provenance": provenance},
+        extra={"provenance": provenance, **{key: info.metadata[key] for key in MINARI_METADATA_KEYS if key in info.metadata}},
         store=store,
         fmt="arrow",
         force=force,

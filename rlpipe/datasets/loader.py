@@ -11,8 +11,9 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pyarrow as pa
+from minari.serialization import deserialize_space
 
-from rlpipe.datasets.schema import Columnar, concat_columnar, from_arrow, scalar_from_arrow
+from rlpipe.datasets.schema import INFO_COLUMNS, Columnar, concat_columnar, from_arrow, map_columnar, scalar_from_arrow
 from rlpipe.datasets.store import DatasetInfo, open_dataset
 from rlpipe.errors import RlpipeError
 
@@ -30,6 +31,8 @@ class TransitionArrays:
     episode_id: np.ndarray
     step: np.ndarray
     agent: np.ndarray | None = None
+    info: Columnar | None = None  # selected env info keys (metadata `info_space`), with obs
+    next_info: Columnar | None = None  # ... and with next_obs
 
     def __len__(self) -> int:
         return len(self.reward)
@@ -55,7 +58,9 @@ def _read_shard(path: Path) -> pa.RecordBatch:
         raise RlpipeError(f"corrupted shard {path}: {exc} (run `rlpipe datasets validate`)") from None
 
 
-def read_shard(path: Path, observation_space: gym.Space, action_space: gym.Space) -> dict[str, Columnar]:
+def read_shard(
+    path: Path, observation_space: gym.Space, action_space: gym.Space, info_space: gym.spaces.Dict | None = None
+) -> dict[str, Columnar]:
     """One shard's columns as numpy arrays (zero-copy views of the memory map where possible)."""
     batch = _read_shard(path)
     columns = {
@@ -67,7 +72,15 @@ def read_shard(path: Path, observation_space: gym.Space, action_space: gym.Space
         columns[name] = scalar_from_arrow(batch.column(name))
     if "agent" in batch.schema.names:
         columns["agent"] = batch.column("agent").to_numpy(zero_copy_only=False)
+    if info_space is not None:
+        columns.update({name: from_arrow(batch.column(name), info_space) for name in INFO_COLUMNS})
     return columns
+
+
+def info_space_of(info: DatasetInfo) -> gym.spaces.Dict | None:
+    """The space of a dataset's `info`/`next_info` columns (None when it stores no infos)."""
+    serialized = info.metadata.get("info_space")
+    return None if serialized is None else deserialize_space(serialized)
 
 
 def load_shards(info: DatasetInfo) -> TransitionArrays:
@@ -85,7 +98,7 @@ def load_shards(info: DatasetInfo) -> TransitionArrays:
             raise RlpipeError(f"dataset {info.name!r} is missing {rel} (run `rlpipe datasets validate`)")
         if path.stat().st_size != expected[rel]["bytes"]:
             raise RlpipeError(f"corrupted shard {path}: size differs from metadata (truncated or modified)")
-        parts.append(read_shard(path, obs_space, act_space))
+        parts.append(read_shard(path, obs_space, act_space, info_space_of(info)))
     if not parts:
         raise RlpipeError(f"dataset {info.name!r} has no step shards")
     merged = {key: concat_columnar([part[key] for part in parts]) for key in parts[0]}

@@ -1,8 +1,10 @@
 """Moving datasets between rlpipe and Minari.
 
 Export hard-links our Minari-layout HDF5 (`data/`) into Minari's dataset root, so any
-Minari tool can read it. Import reads any local Minari dataset (HDF5 or Arrow backend)
-through Minari's own API and writes it in our format, a batch of episodes at a time.
+Minari tool can read it. Import reads a local Minari dataset (HDF5 or Arrow backend;
+spaces other than Box, Discrete, MultiDiscrete, MultiBinary and Dict, such as Tuple and
+Text, are refused) through Minari's own API and writes it in our format, a batch of
+episodes at a time, keeping its env spec, optional metadata, episode seeds and infos.
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ import shutil
 from pathlib import Path
 from typing import Any, Iterator
 
+import gymnasium as gym
 import numpy as np
 
-from rlpipe.datasets.schema import Columnar, concat_columnar, map_columnar
+from rlpipe.datasets.hdf5 import MINARI_METADATA_KEYS, check_minari_id, default_minari_id
+from rlpipe.datasets.schema import Columnar, concat_columnar, info_value_space, map_columnar
 from rlpipe.datasets.store import MINARI_DIR, DatasetInfo
 from rlpipe.datasets.writer import write_rows
 from rlpipe.errors import RlpipeError
@@ -32,13 +36,7 @@ def export_to_minari(info: DatasetInfo, dataset_id: str | None = None, force: bo
     """Make dataset `info` loadable as `minari.load_dataset(dataset_id)`; returns its Minari directory."""
     if info.hdf5_path is None:
         raise RlpipeError(f"dataset {info.name!r} has no HDF5 copy (it was written with --format arrow)")
-    dataset_id = dataset_id or info.name
-    from minari.dataset.minari_dataset import parse_dataset_id
-
-    try:
-        parse_dataset_id(dataset_id)
-    except ValueError as exc:
-        raise RlpipeError(str(exc)) from None
+    dataset_id = check_minari_id(dataset_id or default_minari_id(info.name))
     target = minari_root() / dataset_id
     if target.exists():
         if not force:
@@ -65,25 +63,56 @@ def _set_minari_id(metadata_path: Path, dataset_id: str) -> None:
     metadata_path.write_text(json.dumps(metadata, sort_keys=True))
 
 
-def _episode_rows(minari_dataset: Any, batch_episodes: int) -> Iterator[dict[str, Columnar]]:
+def _info_space(infos: dict[str, Any], length: int) -> gym.spaces.Dict | None:
+    """The `infos` entries an import keeps: numbers and booleans with one value per
+    observation (Minari's layout: the reset info, then one per step), nested Dicts included."""
+    kept: dict[str, gym.Space] = {}
+    for key, value in sorted(infos.items()):
+        if isinstance(value, dict):
+            space = _info_space(value, length)
+        else:
+            value = np.asarray(value)
+            space = info_value_space(value[0]) if value.ndim >= 1 and len(value) == length else None
+        if space is not None:
+            kept[key] = space
+    return gym.spaces.Dict(kept) if kept else None
+
+
+def _select_infos(infos: dict[str, Any], space: gym.spaces.Dict, episode: int) -> Columnar:
+    """The entries of `space` from one episode's infos, as arrays of the space's dtypes."""
+    out: dict[str, Columnar] = {}
+    for key, sub in space.spaces.items():
+        if key not in infos:
+            raise RlpipeError(f"Minari episode {episode} has no info {key!r}, which earlier episodes have")
+        out[key] = _select_infos(infos[key], sub, episode) if isinstance(sub, gym.spaces.Dict) else np.asarray(infos[key], dtype=sub.dtype)
+    return out
+
+
+def _episode_rows(minari_dataset: Any, info_space: gym.spaces.Dict | None, batch_episodes: int) -> Iterator[dict[str, Columnar]]:
+    """Row batches of the non-empty episodes, numbered 0, 1, 2, ... in Minari's order."""
     parts: list[dict[str, Columnar]] = []
-    for index, episode in enumerate(minari_dataset.iterate_episodes()):
+    number = 0
+    for episode in minari_dataset.iterate_episodes():
         length = len(episode.rewards)
         if length == 0:
             continue
         observations = episode.observations
-        parts.append(
-            {
-                "episode_id": np.full(length, index, dtype=np.int64),
-                "step": np.arange(length, dtype=np.int32),
-                "obs": map_columnar(observations, lambda a: np.asarray(a)[:-1]),
-                "action": np.asarray(episode.actions),
-                "reward": np.asarray(episode.rewards, dtype=np.float32),
-                "next_obs": map_columnar(observations, lambda a: np.asarray(a)[1:]),
-                "terminated": np.asarray(episode.terminations, dtype=bool),
-                "truncated": np.asarray(episode.truncations, dtype=bool),
-            }
-        )
+        part = {
+            "episode_id": np.full(length, number, dtype=np.int64),
+            "step": np.arange(length, dtype=np.int32),
+            "obs": map_columnar(observations, lambda a: np.asarray(a)[:-1]),
+            "action": np.asarray(episode.actions),
+            "reward": np.asarray(episode.rewards, dtype=np.float32),
+            "next_obs": map_columnar(observations, lambda a: np.asarray(a)[1:]),
+            "terminated": np.asarray(episode.terminations, dtype=bool),
+            "truncated": np.asarray(episode.truncations, dtype=bool),
+        }
+        if info_space is not None:
+            infos = _select_infos(episode.infos, info_space, episode.id)
+            part["info"] = map_columnar(infos, lambda a: a[:-1])
+            part["next_info"] = map_columnar(infos, lambda a: a[1:])
+        parts.append(part)
+        number += 1
         if len(parts) == batch_episodes:
             yield {key: concat_columnar([part[key] for part in parts]) for key in parts[0]}
             parts = []
@@ -91,29 +120,46 @@ def _episode_rows(minari_dataset: Any, batch_episodes: int) -> Iterator[dict[str
         yield {key: concat_columnar([part[key] for part in parts]) for key in parts[0]}
 
 
+def _minari_extras(source: Any) -> dict[str, Any]:
+    """Minari's optional metadata (authors as sorted lists) and the episodes' seeds, by our episode id."""
+    metadata = source.storage.metadata
+    extra = {key: metadata[key] for key in MINARI_METADATA_KEYS if metadata.get(key) is not None}
+    for key in ("author", "author_email"):
+        if key in extra:
+            extra[key] = sorted(extra[key])
+    episodes = [meta for meta in source.storage.get_episode_metadata(source.episode_indices) if meta.get("total_steps", 1) > 0]
+    seeds = {str(number): int(meta["seed"]) for number, meta in enumerate(episodes) if meta.get("seed") is not None}
+    return {**extra, **({"episode_seeds": seeds} if seeds else {})}
+
+
 def import_from_minari(dataset_id: str, name: str, *, store: Any = None, fmt: str = "both", force: bool = False) -> Path:
-    """Convert the local Minari dataset `dataset_id` into rlpipe dataset `name`."""
+    """Convert the local Minari dataset `dataset_id` into rlpipe dataset `name`, keeping its
+    env spec, Minari's optional metadata, episode seeds and the numeric `infos` entries."""
     import minari
 
     try:
-        source = minari.load_dataset(dataset_id)
+        source = minari.load_dataset(check_minari_id(dataset_id))
     except (FileNotFoundError, ValueError) as exc:
         raise RlpipeError(f"cannot open Minari dataset {dataset_id!r}: {exc}") from None
-    env_spec = source.spec.env_spec
-    source_metadata = source.storage.metadata
+    env_spec = source.env_spec
     producer = {
-        "algorithm": source_metadata.get("algorithm_name") or "unknown",
+        "algorithm": source.storage.metadata.get("algorithm_name") or "unknown",
         "imported_from": f"minari:{dataset_id}",
-        "minari_version": source.spec.minari_version,
+        "minari_version": source.minari_version,
         "checkpoint_sha256": None,
     }
+    first = next(iter(source.iterate_episodes(source.episode_indices[:1])), None)
+    info_space = None if first is None else _info_space(first.infos or {}, len(first.rewards) + 1)
     return write_rows(
         name,
-        _episode_rows(source, batch_episodes=1000),
+        _episode_rows(source, info_space, batch_episodes=1000),
         source.observation_space,
         source.action_space,
         env_id=env_spec.id if env_spec is not None else None,
+        env_spec=env_spec.to_json() if env_spec is not None else None,  # the source's time limit and kwargs, not ours
+        info_space=info_space,
         producer=producer,
+        extra=_minari_extras(source),
         store=store,
         fmt=fmt,
         force=force,

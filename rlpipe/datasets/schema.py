@@ -23,6 +23,7 @@ FORMAT_VERSION = 1
 Columnar = Union[np.ndarray, dict[str, "Columnar"]]
 
 SPACE_COLUMNS = ("obs", "action", "next_obs")
+INFO_COLUMNS = ("info", "next_info")  # selected env info keys, with obs and with next_obs
 SCALAR_COLUMNS: dict[str, pa.DataType] = {
     "episode_id": pa.int64(),
     "step": pa.int32(),
@@ -57,8 +58,10 @@ def arrow_type(space: gym.Space) -> pa.DataType:
     return value_type if shape == () else pa.list_(value_type, int(np.prod(shape)))
 
 
-def step_schema(observation_space: gym.Space, action_space: gym.Space, multi_agent: bool = False) -> pa.Schema:
-    """The Arrow schema of a dataset's step table."""
+def step_schema(
+    observation_space: gym.Space, action_space: gym.Space, multi_agent: bool = False, info_space: gym.spaces.Dict | None = None
+) -> pa.Schema:
+    """The Arrow schema of a dataset's step table (`info`/`next_info` columns when `info_space` is given)."""
     fields = [
         pa.field("episode_id", SCALAR_COLUMNS["episode_id"], nullable=False),
         pa.field("step", SCALAR_COLUMNS["step"], nullable=False),
@@ -73,7 +76,23 @@ def step_schema(observation_space: gym.Space, action_space: gym.Space, multi_age
         pa.field("terminated", SCALAR_COLUMNS["terminated"], nullable=False),
         pa.field("truncated", SCALAR_COLUMNS["truncated"], nullable=False),
     ]
+    if info_space is not None:
+        fields += [pa.field(name, arrow_type(info_space), nullable=False) for name in INFO_COLUMNS]
     return pa.schema(fields)
+
+
+def info_value_space(value: np.ndarray) -> gym.spaces.Box | None:
+    """The space an info value (one env's, no row axis) is stored under; None for values that
+    are not numbers or booleans (strings, objects), which are not stored."""
+    value = np.asarray(value)
+    if value.dtype == np.bool_:
+        return gym.spaces.Box(0, 1, value.shape, np.bool_)
+    if np.issubdtype(value.dtype, np.integer):
+        bounds = np.iinfo(value.dtype)
+        return gym.spaces.Box(bounds.min, bounds.max, value.shape, value.dtype)
+    if np.issubdtype(value.dtype, np.floating):
+        return gym.spaces.Box(-np.inf, np.inf, value.shape, value.dtype)
+    return None
 
 
 def to_arrow(values: Columnar, space: gym.Space) -> pa.Array:

@@ -50,8 +50,7 @@ def summary_tables(info: DatasetInfo) -> dict[str, pl.DataFrame]:
             "truncated": [int(episodes["truncated"].sum())],
         }
     )
-    return {
-        "totals": totals,
-        "episode returns and lengths": episodes.select("return", "length").describe(),
-        "actions": action_table(info),
-    }
+    tables = {"totals": totals}
+    if info.metadata.get("kind", "episodes") == "episodes":  # rows of a transition dataset are not trajectories
+        tables["episode returns and lengths"] = episodes.select("return", "length").describe()
+    return {**tables, "actions": action_table(info)}

@@ -1,9 +1,12 @@
-"""Re-checking a stored dataset: files, sizes, content hash, Arrow schema and row counts."""
+"""Re-checking a stored dataset: files, sizes, content hash, Arrow schema, row counts and
+the row invariant of its kind (docs/dataset-format.md)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 
+from rlpipe.datasets.loader import info_space_of
 from rlpipe.datasets.schema import step_schema
 from rlpipe.datasets.store import DatasetInfo, hash_files
 from rlpipe.errors import RlpipeError
@@ -22,20 +25,63 @@ def validate_dataset(info: DatasetInfo) -> list[str]:
             problems.append(f"{rel} does not match its recorded size/sha256 (modified or truncated)")
     if not missing and content_hash != info.metadata["content_hash"]:
         problems.append("content hash differs from metadata")
-    expected = step_schema(info.observation_space, info.action_space, info.metadata.get("multi_agent", False))
+    expected = step_schema(info.observation_space, info.action_space, info.metadata.get("multi_agent", False), info_space_of(info))
     rows = 0
+    kind = info.metadata.get("kind", "episodes")
+    if kind not in ("episodes", "transitions"):
+        problems.append(f"unknown dataset kind {kind!r}")
+    last_episode = -1
     for path in info.shard_paths:
         if not path.is_file():
             continue
         try:
-            reader = pa.ipc.open_file(pa.memory_map(str(path), "r"))
-            if not reader.schema.equals(expected):
+            table = pa.ipc.open_file(pa.memory_map(str(path), "r")).read_all()
+            rows += table.num_rows
+            if not table.schema.equals(expected):
                 problems.append(f"{path.name}: schema differs from the one the spaces imply")
-            rows += sum(reader.get_batch(i).num_rows for i in range(reader.num_record_batches))
+                continue
+            flags = {name: table.column(name).to_numpy() for name in ("episode_id", "step", "terminated", "truncated")}
+            problems += [f"{path.name}: {problem}" for problem in row_order_problems(kind, last_episode, **flags)]
+            last_episode = int(flags["episode_id"][-1]) if table.num_rows else last_episode
         except (pa.ArrowInvalid, OSError) as exc:
             problems.append(f"{path.name}: unreadable Arrow IPC file ({exc})")
     if not missing and rows != info.metadata["total_steps"]:
         problems.append(f"shards hold {rows} rows, metadata says {info.metadata['total_steps']}")
+    return problems
+
+
+def row_order_problems(
+    kind: str, last_episode: int, episode_id: np.ndarray, step: np.ndarray, terminated: np.ndarray, truncated: np.ndarray
+) -> list[str]:
+    """Where one shard's rows break their kind's invariant (`last_episode`: the previous
+    shard's last episode id, -1 for the first shard).
+
+    Both kinds: rows sorted by episode_id. "episodes" also: ids last_episode+1, +2, ... with
+    no gaps and no episode split across shards, `step` 0..length-1 within each episode, and
+    `terminated` or `truncated` (or both) on each episode's last row and on no other row.
+    """
+    if len(episode_id) == 0:
+        return []
+    problems = []
+    if episode_id[0] < last_episode or np.any(np.diff(episode_id) < 0):
+        problems.append("rows are not sorted by episode_id")
+    if kind != "episodes" or problems:
+        return problems
+    starts = np.flatnonzero(np.r_[True, episode_id[1:] != episode_id[:-1]])
+    if not np.array_equal(episode_id[starts], last_episode + 1 + np.arange(len(starts))):
+        problems.append(f"episode ids do not run {last_episode + 1}, {last_episode + 2}, ... without gaps (an episode split or missing)")
+    lengths = np.diff(np.r_[starts, len(episode_id)])
+    if not np.array_equal(step, np.arange(len(step)) - np.repeat(starts, lengths)):
+        problems.append("step does not count 0, 1, ... within every episode")
+    done = terminated | truncated
+    last = np.zeros(len(done), bool)
+    last[np.r_[starts[1:], len(done)] - 1] = True
+    if np.any(done & ~last):
+        row = int(np.flatnonzero(done & ~last)[0])
+        problems.append(f"episode {int(episode_id[row])} is terminated or truncated before its last row (step {int(step[row])})")
+    if np.any(last & ~done):
+        row = int(np.flatnonzero(last & ~done)[0])
+        problems.append(f"episode {int(episode_id[row])} ends with neither terminated nor truncated")
     return problems
 
 

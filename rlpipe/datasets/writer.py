@@ -26,6 +26,7 @@ from rlpipe.datasets import hdf5
 from rlpipe.datasets.schema import (
     FORMAT_NAME,
     FORMAT_VERSION,
+    INFO_COLUMNS,
     SCALAR_COLUMNS,
     Columnar,
     concat_columnar,
@@ -44,6 +45,7 @@ from rlpipe.datasets.store import (
 from rlpipe.errors import RlpipeError
 
 FORMATS = ("arrow", "hdf5", "both")
+KINDS = ("episodes", "transitions")  # what the rows are; docs/dataset-format.md gives each kind's invariant
 DEFAULT_SHARD_BYTES = 256 << 20
 
 
@@ -65,11 +67,16 @@ class DatasetWriter:
         name: dataset name (directory under the store).
         observation_space, action_space: the env's single-agent spaces.
         env_id: gymnasium id of the env that produced the data (None for synthetic data).
+        env_spec: that env's `EnvSpec.to_json()` as it was when the data was made (an import
+            keeps its source's); default: the locally registered spec of `env_id`.
         store: store directory (see `store_root`).
         fmt: "arrow", "hdf5" or "both". Arrow shards are always written (they are the
             source of truth); "hdf5" adds Minari's HDF5 layout.
         force: replace an existing dataset of the same name on success.
         multi_agent: add an `agent` column (Arrow only; Minari has no multi-agent layout).
+        info_space: a Dict of the env info keys stored as `info`/`next_info` columns (None: none).
+        kind: "episodes" (whole trajectories) or "transitions" (e.g. relabelled copies: rows
+            that need not form trajectories; Arrow only, no episode statistics).
         shard_bytes: approximate size of one Arrow shard.
     """
 
@@ -80,14 +87,22 @@ class DatasetWriter:
         action_space: gym.Space,
         *,
         env_id: str | None,
+        env_spec: str | None = None,
         store: str | os.PathLike | None = None,
         fmt: str = "both",
         force: bool = False,
         multi_agent: bool = False,
+        info_space: gym.spaces.Dict | None = None,
+        kind: str = "episodes",
         shard_bytes: int = DEFAULT_SHARD_BYTES,
     ) -> None:
         self.name = check_name(name)
         self.formats = formats_for(fmt)
+        if kind not in KINDS:
+            raise RlpipeError(f"unknown dataset kind {kind!r}: choose one of {', '.join(KINDS)}")
+        if kind == "transitions" and "hdf5" in self.formats:
+            raise RlpipeError("transition datasets are Arrow-only (Minari's layout holds trajectories): use --format arrow")
+        self.kind = kind
         if multi_agent and "hdf5" in self.formats:
             raise RlpipeError("multi-agent datasets are Arrow-only (Minari has no multi-agent layout): use --format arrow")
         self.root = store_root(store)
@@ -97,8 +112,10 @@ class DatasetWriter:
         self.observation_space = observation_space
         self.action_space = action_space
         self.env_id = env_id
+        self.env_spec = env_spec
         self.multi_agent = multi_agent
-        self.schema = step_schema(observation_space, action_space, multi_agent)
+        self.info_space = info_space
+        self.schema = step_schema(observation_space, action_space, multi_agent, info_space)
         self.shard_bytes = shard_bytes
         self.root.mkdir(parents=True, exist_ok=True)
         self.temp_path = self.root / f"{TEMP_PREFIX}{self.name}-{uuid.uuid4().hex[:8]}"
@@ -148,6 +165,8 @@ class DatasetWriter:
                 arrays.append(to_arrow(rows[field.name], self.observation_space))
             elif field.name == "action":
                 arrays.append(to_arrow(rows[field.name], self.action_space))
+            elif field.name in INFO_COLUMNS:
+                arrays.append(to_arrow(rows[field.name], self.info_space))
             elif field.name == "agent":
                 arrays.append(pa.array(np.asarray(rows["agent"], dtype=str), type=pa.string()))
             else:
@@ -166,7 +185,9 @@ class DatasetWriter:
         self._flush_shard()
         files = list(self._shards)
         if "hdf5" in self.formats:
-            files += hdf5.write_minari_layout(self.temp_path, self._shards, self._minari_metadata())
+            files += hdf5.write_minari_layout(
+                self.temp_path, self._shards, self._minari_metadata(producer, extra or {}), self.info_space, (extra or {}).get("episode_seeds")
+            )
         file_hashes, content_hash = hash_files(self.temp_path, files)
         returns = np.concatenate(self._episode_returns)
         lengths = np.concatenate(self._episode_lengths)
@@ -180,11 +201,12 @@ class DatasetWriter:
             "observation_space": serialize_space(self.observation_space),
             "action_space": serialize_space(self.action_space),
             "multi_agent": self.multi_agent,
+            **({} if self.info_space is None else {"info_space": serialize_space(self.info_space)}),
             "producer": producer,
             "total_episodes": int(len(returns)),
             "total_steps": int(self.total_steps),
-            "episode_return": _stats(returns),
-            "episode_length": _stats(lengths),
+            "kind": self.kind,
+            **({"episode_return": _stats(returns), "episode_length": _stats(lengths)} if self.kind == "episodes" else {}),
             "formats": list(self.formats),
             "files": file_hashes,
             "content_hash": content_hash,
@@ -211,20 +233,21 @@ class DatasetWriter:
             self.temp_path.rename(self.final_path)
 
     def _env_spec_json(self) -> str | None:
-        if self.env_id is None:
-            return None
+        if self.env_spec is not None or self.env_id is None:
+            return self.env_spec
         try:
             return gym.spec(self.env_id).to_json()
         except (gym.error.Error, TypeError, ValueError):
             return None
 
-    def _minari_metadata(self) -> dict[str, Any]:
+    def _minari_metadata(self, producer: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
         return {
-            "dataset_id": self.name,
+            **{key: extra[key] for key in hdf5.MINARI_METADATA_KEYS if extra.get(key) is not None},
+            "algorithm_name": str(producer.get("algorithm") or "rlpipe"),
+            "dataset_id": hdf5.default_minari_id(self.name),
             "observation_space": serialize_space(self.observation_space),
             "action_space": serialize_space(self.action_space),
             "env_spec": self._env_spec_json(),
-            "algorithm_name": "rlpipe",
         }
 
 

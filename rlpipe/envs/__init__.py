@@ -5,10 +5,14 @@ start fast."""
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 from typing import Any
 
 import gymnasium as gym
 from gymnasium import spaces
+from gymnasium.envs.registration import EnvSpec, load_env_creator
 
 from rlpipe.errors import RlpipeError
 
@@ -38,6 +42,8 @@ def make_vec_env(env_id: str, num_envs: int = 1, **kwargs: Any) -> gym.vector.Ve
         return gym.make_vec(env_id, num_envs=num_envs, **kwargs)
     except gym.error.DependencyNotInstalled as exc:
         raise RlpipeError(f"environment {env_id!r} needs an extra dependency: {exc}") from None
+    except ImportError as exc:
+        raise RlpipeError(f"environment {env_id!r} cannot be built here: {exc}") from None
     except gym.error.Error:
         raise RlpipeError(f"unknown environment {env_id!r} (not registered with gymnasium)") from None
 
@@ -49,3 +55,61 @@ def env_spaces(env_id: str) -> tuple[spaces.Space, spaces.Space]:
         return envs.single_observation_space, envs.single_action_space
     finally:
         envs.close()
+
+
+SPEC_NAMESPACE = "dataset-"  # ids registered for specs that differ from the local registry's
+
+
+def parse_env_spec(spec_json: str) -> EnvSpec:
+    """An `EnvSpec.to_json()` string (from any gymnasium 1.x, keys it lacks ignored) as an EnvSpec."""
+    known = {field.name for field in dataclasses.fields(EnvSpec) if field.init}
+    try:
+        fields = {key: value for key, value in json.loads(spec_json).items() if key in known}
+        return EnvSpec.from_json(json.dumps(fields))
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise RlpipeError(f"unreadable environment spec: {exc}") from None
+
+
+def _spec_json(spec: EnvSpec) -> str | None:
+    try:
+        return spec.to_json()
+    except (TypeError, ValueError):  # a callable entry point or kwargs JSON cannot hold
+        return None
+
+
+def env_id_for_spec(spec_json: str) -> str:
+    """A registered gymnasium id whose env is exactly the one `spec_json` describes.
+
+    The spec's own id when the local registry holds the same spec (registered here when the
+    id is unknown, e.g. a dataset from an env rlpipe does not ship); otherwise the spec is
+    registered as `dataset-<sha256[:8]>/<name>-v<N>` (say `max_episode_steps` differs), the
+    same id for the same spec in every process.
+    """
+    spec = parse_env_spec(spec_json)
+    wanted = _spec_json(spec)
+    registered = gym.registry.get(spec.id)
+    if registered is not None and _spec_json(registered) == wanted:
+        return spec.id
+    if registered is not None:
+        digest = hashlib.sha256(str(wanted).encode()).hexdigest()[:8]
+        version = "" if spec.version is None else f"-v{spec.version}"
+        spec = dataclasses.replace(spec, id=f"{SPEC_NAMESPACE}{digest}/{spec.name}{version}")
+    if spec.id not in gym.registry:
+        try:
+            if isinstance(spec.entry_point, str):
+                load_env_creator(spec.entry_point)
+        except (ImportError, AttributeError) as exc:
+            raise RlpipeError(f"environment {spec.id!r} cannot be built here ({spec.entry_point}): {exc}") from None
+        gym.registry[spec.id] = spec
+    return spec.id
+
+
+def base_env_id(env_id: str) -> str:
+    """The id a spec was registered from: `dataset-<hash>/CartPole-v1` -> `CartPole-v1`."""
+    namespace, _, rest = env_id.partition("/")
+    return rest if rest and namespace.startswith(SPEC_NAMESPACE) else env_id
+
+
+def env_spec_json(env_id: str) -> str | None:
+    """The registered spec of `env_id` as JSON (None when it is unknown or not serialisable)."""
+    return _spec_json(gym.spec(env_id)) if env_id in gym.registry else None

@@ -87,7 +87,7 @@ class VecStepper:
     ) -> None:
         require_next_step_autoreset(envs)
         self.envs, self.scaler, self.step_sink = envs, scaler, step_sink
-        self.obs, _ = envs.reset(seed=seed)
+        self.obs, self.infos = envs.reset(seed=seed)  # infos: what came with ``obs``
         self.num_envs = envs.num_envs
         self.valid = np.ones(self.num_envs, bool)
         self.env_steps = 0
@@ -113,5 +113,5 @@ class VecStepper:
         self._ep_return = np.where(finished, 0.0, ep_return)
         self._ep_length = np.where(finished, 0, ep_length)
         self.valid = ~batch.done
-        self.obs = next_obs
+        self.obs, self.infos = next_obs, infos
         return batch

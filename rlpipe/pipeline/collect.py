@@ -12,12 +12,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from rlpipe.datasets.collector import RandomPolicy, collect
+from rlpipe.datasets.collector import RandomPolicy, collect, probe_info_space
+from rlpipe.datasets.scores import reference_scores
 from rlpipe.datasets.writer import DatasetWriter
 from rlpipe.envs import env_slug, env_spaces
 from rlpipe.errors import RlpipeError
 
 POLICIES = ("random",)  # behaviour policies that need no expert
+INFO_KEYS = ("is_success",)  # env info keys stored as info/next_info columns by default
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,7 @@ def collect_dataset(
     store: str | os.PathLike | None = None,
     force: bool = False,
     progress: bool = True,
+    info_keys: tuple[str, ...] = INFO_KEYS,
 ) -> CollectedDataset:
     """Collect a dataset from `env_id` into the store and return where it went.
 
@@ -107,21 +110,28 @@ def collect_dataset(
     `from_training` the expert is trained from scratch and every transition it saw is
     stored (a mixed-quality dataset). Give `episodes` or `steps` (whole episodes either way),
     except with `from_training`, whose budget is `expert_steps`. The default name is
-    `<env>-random`, `<env>-expert` or `<env>-mixed`. Nothing is left in the store on failure.
+    `<env>-random`, `<env>-expert` or `<env>-mixed`. Those `info_keys` the env reports are
+    stored as `info`/`next_info` columns (not for training runs). The metadata gets reference
+    scores (`rlpipe.datasets.scores`). Nothing is left in the store on failure.
     """
     _check_choice(policy, expert, from_training, episodes, steps)
     kind = "mixed" if from_training else ("expert" if expert else policy)
     obs_space, act_space = env_spaces(env_id)  # validates the id before any file is made
-    rollout: dict[str, Any] = {"episodes": episodes, "steps": steps, "num_envs": num_envs, "seed": seed, "show_progress": progress}
-    with DatasetWriter(name or dataset_name(env_id, kind), obs_space, act_space, env_id=env_id, store=store, fmt=fmt, force=force) as writer:
+    info_space = None if from_training else probe_info_space(env_id, info_keys)
+    rollout: dict[str, Any] = {"episodes": episodes, "steps": steps, "num_envs": num_envs, "seed": seed, "show_progress": progress,
+                               "info_space": info_space}
+    with DatasetWriter(name or dataset_name(env_id, kind), obs_space, act_space, env_id=env_id, store=store, fmt=fmt, force=force,
+                       info_space=info_space) as writer:
         if expert is None:
             collect(env_id, lambda envs: RandomPolicy(envs.single_action_space, envs.num_envs, seed=seed), writer.write, **rollout)
             producer: Producer = RandomProducer(seed, num_envs, {"episodes": episodes, "steps": steps})
+            expert_return = None
         elif from_training:
             producer = _store_training_run(expert, env_id, writer, expert_run, expert_steps, seed, progress)
+            expert_return = producer.final_eval_return_mean
         else:
-            producer = _roll_out_expert(expert, env_id, writer, expert_run, expert_steps, stochastic, rollout)
-        path = writer.finalize(asdict(producer))
+            producer, expert_return = _roll_out_expert(expert, env_id, writer, expert_run, expert_steps, stochastic, rollout)
+        path = writer.finalize(asdict(producer), reference_scores(env_id, expert_return))
     return CollectedDataset(path, writer.metadata)
 
 
@@ -152,8 +162,9 @@ def _store_training_run(expert: str, env_id: str, writer: DatasetWriter, expert_
 
 
 def _roll_out_expert(expert: str, env_id: str, writer: DatasetWriter, expert_run: Path | None, expert_steps: int | None,
-                     stochastic: bool, rollout: dict[str, Any]) -> ExpertProducer:
-    """Load (or first train) the expert and collect `rollout`'s budget of its episodes into `writer`.
+                     stochastic: bool, rollout: dict[str, Any]) -> tuple[ExpertProducer, float]:
+    """Load (or first train) the expert and collect `rollout`'s budget of its episodes into
+    `writer`; returns the producer record and the mean return of the stored episodes.
 
     Without `expert_run` the default run is retrained when its saved params differ; a given
     run is used as it is.
@@ -164,6 +175,7 @@ def _roll_out_expert(expert: str, env_id: str, writer: DatasetWriter, expert_run
     overrides = {"env_steps": expert_steps, "seed": rollout["seed"]}
     loaded, _ = experts.ensure_expert(expert, env_id, run_dir, overrides, match_params=expert_run is None,
                                       deterministic=not stochastic, progress=rollout["show_progress"])
-    collect(env_id, lambda envs: loaded, writer.write, **rollout)
-    return ExpertProducer(expert, loaded.checkpoint_sha256, str(run_dir), not stochastic, rollout["seed"], rollout["num_envs"],
-                          {"episodes": rollout["episodes"], "steps": rollout["steps"]})
+    stats = collect(env_id, lambda envs: loaded, writer.write, **rollout)
+    producer = ExpertProducer(expert, loaded.checkpoint_sha256, str(run_dir), not stochastic, rollout["seed"], rollout["num_envs"],
+                              {"episodes": rollout["episodes"], "steps": rollout["steps"]})
+    return producer, stats.mean_return

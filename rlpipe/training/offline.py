@@ -19,7 +19,9 @@ from gymnasium import spaces
 from torch import nn
 
 from rlpipe.datasets.loader import TransitionArrays, load_shards
+from rlpipe.datasets.schema import map_columnar
 from rlpipe.datasets.store import DatasetInfo, open_dataset
+from rlpipe.envs import env_id_for_spec
 from rlpipe.envs.goals import flat_observation_space, flatten_obs, is_goal_space
 from rlpipe.errors import RlpipeError
 from rlpipe.training.buffer import Update
@@ -32,10 +34,14 @@ from rlpipe.training.seeding import seed_everything
 
 
 def dataset_env_id(name: str, store: str | os.PathLike | None = None) -> str:
-    """The env a dataset was collected in (where offline policies are evaluated)."""
+    """The env a dataset was collected in (where offline policies are evaluated), built from
+    its recorded spec (time limit, kwargs) when it has one: see `rlpipe.envs.env_id_for_spec`."""
     info = open_dataset(name, store)
     if not info.env_id:
         raise RlpipeError(f"dataset {name!r} names no environment, so a policy trained on it cannot be evaluated")
+    spec = info.metadata.get("eval_env_spec") or info.metadata.get("env_spec")  # Minari's env meant for evaluation first
+    if spec:
+        return env_id_for_spec(spec)
     try:
         gym.spec(info.env_id)
     except gym.error.Error:
@@ -57,8 +63,7 @@ def subset_rows(data: TransitionArrays, max_samples: int, seed: int) -> np.ndarr
 
 def take_rows(data: TransitionArrays, rows: np.ndarray) -> TransitionArrays:
     """A new TransitionArrays holding `rows` of `data`."""
-    pick = lambda values: {k: v[rows] for k, v in values.items()} if isinstance(values, dict) else values[rows]  # noqa: E731
-    return TransitionArrays(**{name: None if values is None else pick(values) for name, values in vars(data).items()})
+    return TransitionArrays(**{name: None if values is None else map_columnar(values, lambda a: a[rows]) for name, values in vars(data).items()})
 
 
 @dataclass

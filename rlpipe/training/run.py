@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from torch import nn
 
+from rlpipe.envs import base_env_id, env_spec_json
 from rlpipe.errors import RlpipeError
 from rlpipe.models.checkpoint import save_checkpoint
 from rlpipe.training.env import space_to_json
@@ -33,7 +34,7 @@ def config_for_env(cls: type[C], tuned: dict[str, dict[str, Any]], env_id: str, 
     Unknown keys are an RlpipeError naming the field (typos must not be silently ignored).
     """
     names = {f.name for f in fields(cls)}
-    values = {**tuned.get(env_id, {}), **{k: v for k, v in overrides.items() if v is not None}}
+    values = {**tuned.get(base_env_id(env_id), {}), **{k: v for k, v in overrides.items() if v is not None}}
     unknown = sorted(set(values) - names)
     if unknown:
         raise RlpipeError(f"unknown {cls.__module__.rsplit('.', 1)[-1]} option(s): {', '.join(unknown)}")
@@ -200,6 +201,7 @@ class Run:
             meta = {
                 "algo": self.algo,
                 "env_id": self.config.env_id,
+                "env_spec": env_spec_json(self.config.env_id),  # rebuilds a dataset's env spec in `rlpipe eval`
                 "action_space": space_to_json(action_space),
                 "policy": {"kind": actor.kind, "spec": actor.spec},
                 "config": asdict(self.config) if is_dataclass(self.config) else dict(self.config),
