@@ -19,7 +19,7 @@ app = typer.Typer(
 
 def _register_commands() -> None:
     # Each module adds its commands to `app` on import.
-    from rlpipe.cli import collect, datasets, relabel, train  # noqa: F401
+    from rlpipe.cli import collect, datasets, relabel, report, train  # noqa: F401
 
 
 def main() -> None:
