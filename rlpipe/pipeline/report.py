@@ -101,9 +101,12 @@ def find_runs(patterns: list[str]) -> tuple[list[Path], list[Path]]:
         if not matches:
             raise RlpipeError(f"no run directories match {pattern!r}")
         for match in matches:
-            children = [] if (match / METRICS_FILE).is_file() else [c for c in sorted(match.iterdir()) if (c / METRICS_FILE).is_file()]
-            if (match / METRICS_FILE).is_file() or children:
-                runs.update(children or [match])
+            if (match / METRICS_FILE).is_file():
+                runs.add(match)
+                continue
+            children = [child for child in match.iterdir() if (child / METRICS_FILE).is_file()]
+            if children:
+                runs.update(children)
             elif glob.has_magic(pattern):
                 skipped.append(match)
             else:
