@@ -2,7 +2,8 @@
 
 Act only like the dataset: a conditional VAE learns which actions the data takes in each
 state, a perturbation model may shift a generated action by at most ``max_shift`` (of the
-[-1, 1] range), and twin critics pick the best of ``n_candidates`` such actions.
+[-1, 1] range), and twin critics pick the best of such actions: ``n_candidates`` (10) in
+the target, ``act_candidates`` (100) when acting, as in the paper's code.
 
 Read top to bottom: config and tuned defaults, then ``train``: the networks (the acting
 part, decoder + perturbation + critics, is one ``BCQPolicy`` that ``rlpipe eval`` loads),
@@ -48,7 +49,8 @@ class Config:
     kl_weight: float = 0.5
     max_shift: float = 0.05  # the paper's Phi
     lmbda: float = 0.75  # target = lmbda * min + (1 - lmbda) * max of the twin critics
-    n_candidates: int = 10  # generated actions per state, for the target and for acting
+    n_candidates: int = 10  # generated actions per next state in the critics' target (the paper's code: 10)
+    act_candidates: int = 100  # generated actions per state when acting (the paper's code: 100)
     seed: int = 0
     eval_every: int = 1_000
     eval_episodes: int = 10
@@ -67,8 +69,9 @@ TUNED: dict[str, dict[str, Any]] = {
 def make_config(env_id: str, **overrides: Any) -> Config:
     """The tuned config for ``env_id`` with ``overrides`` (None values ignored) applied."""
     config = config_for_env(Config, TUNED, env_id, **overrides)
-    if config.n_candidates < 1:
-        raise RlpipeError(f"n_candidates must be at least 1, got {config.n_candidates}")
+    for name in ("n_candidates", "act_candidates"):
+        if getattr(config, name) < 1:
+            raise RlpipeError(f"{name} must be at least 1, got {getattr(config, name)}")
     if not 0.0 <= config.lmbda <= 1.0:
         raise RlpipeError(f"lmbda must lie in [0, 1], got {config.lmbda}")
     return config
@@ -85,13 +88,26 @@ def generator_loss(encoder: nn.Module, policy: BCQPolicy, obs: torch.Tensor, act
     return recon_loss + kl_weight * kl
 
 
+@torch.no_grad()
+def bcq_target(policy: BCQPolicy, critic_target: nn.Module, perturbation_target: nn.Module, b: Batch,
+               gamma: float, lmbda: float, n: int) -> torch.Tensor:
+    """r + gamma * (1 - terminated) * max over ``n`` generated, perturbed next actions of the
+    soft clipped double-Q value lmbda * min + (1 - lmbda) * max of the twin target critics.
+    All n*B candidates go through the critics in one batch (row j*B + i: candidate j of state i)."""
+    batch = b.next_obs.shape[0]
+    next_obs = b.next_obs.repeat(n, 1)
+    q = critic_target(next_obs, perturbation_target(next_obs, policy.decode(next_obs)))
+    q = lmbda * q.min(0).values + (1.0 - lmbda) * q.max(0).values
+    return b.rewards + gamma * (1.0 - b.terminated) * q.view(n, batch).max(0).values
+
+
 def train(config: Config, out_dir: str | Path | None = None, *, progress: bool = True) -> TrainResult:
     """Train BCQ on ``config.dataset``; with ``out_dir`` also write checkpoint, metrics and curve."""
     data = load_offline("bcq", config, ACTION_SPACES)
     obs_dim, act_dim, device = data.obs_dim, data.act_dim, data.device
     latent_dim = config.latent_dim or 2 * act_dim
     policy = BCQPolicy(obs_dim, act_dim, config.hidden, config.vae_hidden, latent_dim, config.max_shift,
-                       config.n_candidates).to(device)
+                       config.act_candidates).to(device)
     encoder = mlp(obs_dim + act_dim, 2 * latent_dim, config.vae_hidden).to(device)  # q(z | s, a)
     critic, perturbation = policy.critic, policy.perturbation
     critic_target, perturbation_target = target_copy(critic), target_copy(perturbation)
@@ -99,7 +115,6 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
     critic_opt = adam(critic.parameters(), config.critic_lr)
     actor_opt = adam(perturbation.parameters(), config.actor_lr)
     critic_params = list(critic.parameters())
-    n = config.n_candidates
     stats: dict[str, torch.Tensor] = {}
 
     def update(b: Batch, _: int) -> None:
@@ -108,14 +123,9 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
         vae_loss.backward()
         vae_opt.step()
 
-        # Critics: best of n generated, perturbed next actions, valued by a soft clipped
-        # double-Q (mostly the min of the twins, a little of the max). All n*B in one batch.
-        with torch.no_grad():
-            batch = b.obs.shape[0]
-            next_obs = b.next_obs.repeat(n, 1)  # row j*B + i: candidate j for state i
-            q = critic_target(next_obs, perturbation_target(next_obs, policy.decode(next_obs)))
-            q = config.lmbda * q.min(0).values + (1.0 - config.lmbda) * q.max(0).values
-            target = b.rewards + config.gamma * (1.0 - b.terminated) * q.view(n, batch).max(0).values
+        # Critics: the best of n generated, perturbed next actions, valued by a soft clipped
+        # double-Q (mostly the min of the twins, a little of the max).
+        target = bcq_target(policy, critic_target, perturbation_target, b, config.gamma, config.lmbda, config.n_candidates)
         critic_loss = (critic(b.obs, b.actions) - target).square().mean(-1).sum()
         critic_opt.zero_grad(set_to_none=True)
         critic_loss.backward()

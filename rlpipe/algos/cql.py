@@ -160,6 +160,12 @@ def continuous_cql(config: Config, data: OfflineData) -> tuple[nn.Module, dict[s
     return sac.actor, {"policy": sac.actor, "critic": sac.critic, "critic_target": sac.critic_target}, update, extra
 
 
+@torch.no_grad()
+def dqn_target(q_target: nn.Module, b: Batch, rewards: torch.Tensor, gamma: float) -> torch.Tensor:
+    """DQN's target rewards + gamma * (1 - terminated) * max_a Q'(s', a)."""
+    return rewards + gamma * (1.0 - b.terminated) * q_target(b.next_obs).max(-1).values
+
+
 def discrete_cql(config: Config, data: OfflineData) -> tuple[nn.Module, dict[str, nn.Module], Update, Callable[[], dict[str, Any]]]:
     """DQN-based CQL: the greedy Q-policy, the modules to save, the update and extra metrics."""
     q_net = GreedyQPolicy(data.obs_dim, data.act_dim, config.hidden).to(data.device)
@@ -168,9 +174,7 @@ def discrete_cql(config: Config, data: OfflineData) -> tuple[nn.Module, dict[str
     stats: dict[str, torch.Tensor] = {}
 
     def update(b: Batch, _: int) -> None:
-        rewards = (b.rewards + config.reward_shift) * config.reward_scale
-        with torch.no_grad():
-            target = rewards + config.gamma * (1.0 - b.terminated) * q_target(b.next_obs).max(-1).values
+        target = dqn_target(q_target, b, (b.rewards + config.reward_shift) * config.reward_scale, config.gamma)
         q_all = q_net(b.obs)
         q_data = q_all.gather(-1, b.actions.long().view(-1, 1)).squeeze(-1)
         gap = (torch.logsumexp(q_all, dim=-1) - q_data).mean()

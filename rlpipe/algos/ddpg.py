@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
 from rlpipe.models.networks import DeterministicActor, EnsembleQ
 from rlpipe.training import Batch, StepSink, TrainResult, config_for_env
@@ -63,6 +64,13 @@ def make_config(env_id: str, **overrides: Any) -> Config:
     return config_for_env(Config, TUNED, env_id, **overrides)
 
 
+@torch.no_grad()
+def ddpg_target(actor_target: nn.Module, critic_target: EnsembleQ, b: Batch, gamma: float) -> torch.Tensor:
+    """One-step TD target r + gamma * (1 - terminated) * Q'(s', mu'(s')) (truncated rows bootstrap)."""
+    next_q = critic_target(b.next_obs, actor_target(b.next_obs))[0]
+    return b.rewards + gamma * (1.0 - b.terminated) * next_q
+
+
 def make_agent(config: Config, env: OffPolicySetup) -> Agent:
     """DDPG's networks, update and noisy exploration for ``env``'s sizes and device."""
     obs_dim, act_dim, device = env.obs_dim, env.act_dim, env.device
@@ -75,10 +83,7 @@ def make_agent(config: Config, env: OffPolicySetup) -> Agent:
     critic_params = list(critic.parameters())
 
     def update(b: Batch, _: int) -> None:
-        # Critic: one-step TD target from the target actor and target critic.
-        with torch.no_grad():
-            next_q = critic_target(b.next_obs, actor_target(b.next_obs))[0]
-            target = b.rewards + config.gamma * (1.0 - b.terminated) * next_q
+        target = ddpg_target(actor_target, critic_target, b, config.gamma)
         critic_loss = (critic(b.obs, b.actions)[0] - target).square().mean()
         critic_opt.zero_grad(set_to_none=True)
         critic_loss.backward()

@@ -82,6 +82,18 @@ def expectile_loss(diff: torch.Tensor, expectile: float) -> torch.Tensor:
     return (weight * diff.square()).mean()
 
 
+@torch.no_grad()
+def q_target(value: ValueNet, b: Batch, gamma: float) -> torch.Tensor:
+    """IQL's Q target r + gamma * (1 - terminated) * V(s'): no next action needed."""
+    return b.rewards + gamma * (1.0 - b.terminated) * value(b.next_obs)
+
+
+def awr_weights(advantage: torch.Tensor, beta: float, max_weight: float) -> torch.Tensor:
+    """Advantage-weighted regression's weights exp(beta * A), clipped at ``max_weight``
+    (one state with a large advantage must not dominate the batch)."""
+    return torch.exp(beta * advantage).clamp(max=max_weight)
+
+
 def train(config: Config, out_dir: str | Path | None = None, *, progress: bool = True) -> TrainResult:
     """Train IQL on ``config.dataset``; with ``out_dir`` also write checkpoint, metrics and curve."""
     data = load_offline("iql", config, ACTION_SPACES)
@@ -108,8 +120,7 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
         value_opt.step()
 
         # Q: towards r + gamma V(s'), so the target needs no next action either.
-        with torch.no_grad():
-            target = b.rewards + config.gamma * (1.0 - b.terminated) * value(b.next_obs)
+        target = q_target(value, b, config.gamma)
         critic_loss = (critic(b.obs, b.actions) - target).square().mean(1).sum()
         critic_opt.zero_grad(set_to_none=True)
         critic_loss.backward()
@@ -117,7 +128,7 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
         polyak_update(critic_target, critic, config.tau)
 
         # Actor: advantage-weighted regression onto the dataset's actions.
-        weight = torch.exp(config.beta * advantage.detach()).clamp(max=config.max_weight)
+        weight = awr_weights(advantage.detach(), config.beta, config.max_weight)
         if config.actor == "gaussian":
             nll = -actor.log_prob(b.obs, b.actions)
         else:

@@ -78,6 +78,23 @@ def maximise_q(b: Batch, pi: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return -q.mean()
 
 
+@torch.no_grad()
+def smoothed_next_action(actor_target: nn.Module, next_obs: torch.Tensor, noise_std: float, noise_clip: float) -> torch.Tensor:
+    """Target policy smoothing: mu'(s') plus Gaussian noise clipped to +-noise_clip, the sum
+    clipped to the action range [-1, 1]."""
+    action = actor_target(next_obs)
+    noise = (torch.randn_like(action) * noise_std).clamp(-noise_clip, noise_clip)
+    return (action + noise).clamp(-1.0, 1.0)
+
+
+@torch.no_grad()
+def td3_target(actor_target: nn.Module, critic_target: EnsembleQ, b: Batch, config: Any) -> torch.Tensor:
+    """Clipped double-Q target r + gamma * (1 - terminated) * min_i Q'_i(s', smoothed a')."""
+    next_action = smoothed_next_action(actor_target, b.next_obs, config.target_noise, config.target_noise_clip)
+    next_q = critic_target(b.next_obs, next_action).min(0).values
+    return b.rewards + config.gamma * (1.0 - b.terminated) * next_q
+
+
 def td3_update(
     actor: DeterministicActor, critic: EnsembleQ, config: Any, actor_loss: ActorLoss = maximise_q
 ) -> tuple[Update, dict[str, nn.Module]]:
@@ -94,12 +111,7 @@ def td3_update(
     critic_params = list(critic.parameters())
 
     def update(b: Batch, i: int) -> None:
-        # Critic: target action smoothed with clipped noise, then the min of twin targets.
-        with torch.no_grad():
-            noise = (torch.randn_like(b.actions) * config.target_noise).clamp(-config.target_noise_clip, config.target_noise_clip)
-            next_action = (actor_target(b.next_obs) + noise).clamp(-1.0, 1.0)
-            next_q = critic_target(b.next_obs, next_action).min(0).values
-            target = b.rewards + config.gamma * (1.0 - b.terminated) * next_q
+        target = td3_target(actor_target, critic_target, b, config)
         critic_loss = (critic(b.obs, b.actions) - target).square().mean(1).sum()
         critic_opt.zero_grad(set_to_none=True)
         critic_loss.backward()

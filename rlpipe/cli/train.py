@@ -98,11 +98,17 @@ def eval_(
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     stochastic: bool = typer.Option(False, "--stochastic", help="Sample actions instead of acting deterministically."),
     device: str = typer.Option("cpu", "--device", help="auto, cpu or cuda."),
+    video: Optional[Path] = typer.Option(None, "--video", help="Also record episodes to this .gif or .mp4 (render_mode rgb_array)."),
+    video_episodes: int = typer.Option(1, "--video-episodes", min=1, help="Episodes in the video (seeds SEED, SEED+1, ...)."),
 ) -> None:
-    """Evaluate a saved policy and print the mean ± std episode return."""
+    """Evaluate a saved policy and print the mean ± std episode return; optionally record a video."""
     from rlpipe.algos import load_policy
     from rlpipe.training.evaluation import evaluate
 
+    if video is not None:
+        from rlpipe.pipeline.video import check_video_path, record_video
+
+        check_video_path(video)  # before any episode runs
     policy = load_policy(run_dir, device=device, deterministic=not stochastic)
     res = evaluate(policy, policy.env_id, episodes, seed)
     score = _normalized_score(policy.config, res.mean)
@@ -118,6 +124,10 @@ def eval_(
         success = "" if res.success_rate is None else f", success rate {res.success_rate:.2f}"
         normalized = "" if score is None else f", normalised score {score:.3f}"
         typer.echo(f"{policy.algo} {policy.env_id}: {res.mean:.2f} ± {res.std:.2f}{success}{normalized} over {episodes} episodes")
+    if video is not None:
+        recorded = record_video(policy, policy.env_id, video, video_episodes, seed)
+        returns = ", ".join(f"{r:.1f}" for r in recorded)
+        typer.echo(f"recorded {len(recorded)} episode(s) (return {returns}) -> {video}", err=as_json)
 
 
 def _normalized_score(config: dict[str, Any], mean_return: float) -> float | None:

@@ -3,7 +3,8 @@
 The agent starts at (0, 0) on the plane [0, 5]^2 and moves by an action in [-1, 1]^2 per
 step (the position is clipped to the plane). A goal is drawn uniformly from [3.5, 4.5]^2.
 Reward is -1 per step and 0 once within 0.15 of the goal, which ends the episode
-(terminated); the registered env truncates at 50 steps.
+(terminated); the registered env truncates at 50 steps. ``render_mode="rgb_array"`` draws
+the plane, the goal region, the goal's reach disc, the path so far and the agent.
 """
 
 from __future__ import annotations
@@ -17,6 +18,12 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 DISTANCE_THRESHOLD = 0.15
 GOAL_LOW, GOAL_HIGH = 3.5, 4.5
 PLANE_LOW, PLANE_HIGH = 0.0, 5.0
+RENDER_SIZE = 256  # pixels per side of rendered frames
+AGENT_RADIUS = 0.12  # plane units, for drawing only
+COLOURS = {  # RGB
+    "plane": (246, 246, 240), "grid": (220, 220, 214), "goal_region": (206, 234, 206),
+    "goal": (52, 160, 72), "path": (150, 170, 220), "agent": (40, 80, 210),
+}
 
 
 def goal_distance(achieved_goal: np.ndarray, desired_goal: np.ndarray) -> np.ndarray:
@@ -29,6 +36,29 @@ def _spaces() -> tuple[gym.spaces.Dict, gym.spaces.Box]:
     # Relabelled goals can be any reachable position, so desired_goal spans the plane.
     observation = gym.spaces.Dict({"observation": plane, "achieved_goal": plane, "desired_goal": plane})
     return observation, gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+
+
+def render_frame(position: np.ndarray, goal: np.ndarray, path: np.ndarray, distance_threshold: float,
+                 size: int = RENDER_SIZE) -> np.ndarray:
+    """An RGB frame [size, size, 3] (uint8) of the plane, y pointing up: unit grid, the goal
+    region [3.5, 4.5]^2, the disc within ``distance_threshold`` of ``goal``, the visited
+    ``path`` [T, 2] and the agent at ``position``. Pure numpy: every shape is a pixel mask."""
+    scale = (PLANE_HIGH - PLANE_LOW) / size
+    centres = PLANE_LOW + (np.arange(size) + 0.5) * scale
+    x, y = np.meshgrid(centres, centres[::-1])  # row 0 is the top of the plane
+    frame = np.empty((size, size, 3), np.uint8)
+    frame[:] = COLOURS["plane"]
+    frame[(np.abs(x - np.round(x)) < scale) | (np.abs(y - np.round(y)) < scale)] = COLOURS["grid"]
+    frame[(x >= GOAL_LOW) & (x <= GOAL_HIGH) & (y >= GOAL_LOW) & (y <= GOAL_HIGH)] = COLOURS["goal_region"]
+
+    def disc(centre: np.ndarray, radius: float) -> np.ndarray:
+        return (x - centre[0]) ** 2 + (y - centre[1]) ** 2 <= max(radius, 1.5 * scale) ** 2
+
+    frame[disc(goal, distance_threshold)] = COLOURS["goal"]
+    for point in path:
+        frame[disc(point, 0.45 * AGENT_RADIUS)] = COLOURS["path"]
+    frame[disc(position, AGENT_RADIUS)] = COLOURS["agent"]
+    return frame
 
 
 class _GoalAPI:
@@ -52,13 +82,15 @@ class _GoalAPI:
 class GoalWorldEnv(_GoalAPI, gym.Env):
     """Dict observation (`observation`, `achieved_goal`, `desired_goal`), Box(-1, 1, (2,)) actions."""
 
-    metadata = {"render_modes": []}
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
 
-    def __init__(self, distance_threshold: float = DISTANCE_THRESHOLD) -> None:
+    def __init__(self, distance_threshold: float = DISTANCE_THRESHOLD, render_mode: str | None = None) -> None:
         self.distance_threshold = distance_threshold
+        self.render_mode = render_mode
         self.observation_space, self.action_space = _spaces()
         self._position = np.zeros(2, np.float32)
         self._goal = np.zeros(2, np.float32)
+        self._path: list[np.ndarray] = []  # positions this episode, for rendering
 
     def _observation(self) -> dict[str, np.ndarray]:
         return {"observation": self._position.copy(), "achieved_goal": self._position.copy(), "desired_goal": self._goal.copy()}
@@ -67,15 +99,23 @@ class GoalWorldEnv(_GoalAPI, gym.Env):
         super().reset(seed=seed)
         self._position = np.zeros(2, np.float32)
         self._goal = self.np_random.uniform(GOAL_LOW, GOAL_HIGH, size=2).astype(np.float32)
+        self._path = [self._position.copy()]
         return self._observation(), {"is_success": False}
 
     def step(self, action: np.ndarray) -> tuple[dict[str, np.ndarray], float, bool, bool, dict]:
         move = np.clip(np.asarray(action, np.float32), -1.0, 1.0)
         self._position = np.clip(self._position + move, PLANE_LOW, PLANE_HIGH).astype(np.float32)
+        self._path.append(self._position.copy())
         obs = self._observation()
         reward = float(self.compute_reward(obs["achieved_goal"], obs["desired_goal"], None))
         success = reward == 0.0
         return obs, reward, success, False, {"is_success": success}
+
+    def render(self) -> np.ndarray | None:
+        """The current frame in ``rgb_array`` mode (None in any other mode)."""
+        if self.render_mode != "rgb_array":
+            return None
+        return render_frame(self._position, self._goal, np.asarray(self._path), self.distance_threshold)
 
 
 class GoalWorldVectorEnv(_GoalAPI, VectorEnv):

@@ -1,0 +1,25 @@
+"""`rlpipe report`: learning-curve PNGs and an HTML comparison page over training runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from rlpipe.cli.app import app
+
+
+@app.command("report")
+def report_command(
+    runs: list[str] = typer.Argument(None, help="Run directories or globs (quote them), e.g. 'models/*' or models/sac-*."),
+    out: Path = typer.Option(Path("report"), "--out", help="Output directory for index.html and the PNGs."),
+) -> None:
+    """Plot eval return curves (seeds of one setting as mean with a min-max band) and write
+    OUT/index.html with the comparison table."""
+    from rlpipe.pipeline.report import write_report
+
+    report = write_report(list(runs or []), out)
+    for path in report.skipped:
+        typer.echo(f"skipped {path}: no metrics.json", err=True)
+    n_runs = sum(len(group.runs) for group in report.groups)
+    typer.echo(f"wrote {report.index}: {n_runs} runs in {len(report.groups)} groups, {len(report.figures)} figures")

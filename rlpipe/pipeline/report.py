@@ -1,0 +1,286 @@
+"""`rlpipe report`: learning curves (PNG) and one HTML page comparing training runs.
+
+A run is a directory that `rlpipe train` wrote: ``metrics.json`` (final figures),
+``checkpoint.json`` (the config) and DVCLive's eval curve
+``dvclive/plots/metrics/eval/return_mean.tsv``. Runs that differ only by seed (same
+algorithm, env, dataset and config otherwise) form one group, drawn as the mean over
+seeds with a min-max band. One figure per env and x unit (env steps online, gradient
+updates offline), one line per group.
+"""
+
+from __future__ import annotations
+
+import csv
+import glob
+import html
+import json
+import math
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlpipe.errors import RlpipeError
+from rlpipe.models.checkpoint import META_FILE
+from rlpipe.training.run import METRICS_FILE
+
+CURVE_FILE = Path("dvclive") / "plots" / "metrics" / "eval" / "return_mean.tsv"
+# Config fields that do not change what a run learns (or are the seed itself).
+NOT_GROUPING = frozenset({"seed", "device", "torch_threads", "store", "env_id", "dataset"})
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One finished run: its final metrics, eval curve and the key it is grouped by."""
+
+    path: Path
+    metrics: dict[str, Any]
+    steps: np.ndarray  # x of the eval curve, in ``unit``
+    returns: np.ndarray  # eval mean return at each x
+    unit: str  # "env steps" or "updates"
+    group_key: str
+
+    @property
+    def seed(self) -> int | None:
+        return self.metrics.get("seed")
+
+    @property
+    def source(self) -> str:
+        """The env an online run trained in, or the dataset an offline run learned from (and its env)."""
+        dataset = self.metrics.get("dataset")
+        return f"{dataset} ({self.metrics['env_id']})" if dataset else self.metrics["env_id"]
+
+
+@dataclass(frozen=True)
+class RunGroup:
+    """Runs that differ only by seed; ``label`` names them in plots and the table."""
+
+    label: str
+    runs: tuple[RunRecord, ...]
+
+    @property
+    def first(self) -> RunRecord:
+        return self.runs[0]
+
+    def mean_curve(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(x, mean, min, max) over seeds on the union of their eval points, each curve
+        linearly interpolated there; x stops where the shortest curve ends."""
+        end = min(run.steps[-1] for run in self.runs)
+        x = np.unique(np.concatenate([run.steps[run.steps <= end] for run in self.runs]))
+        ys = np.stack([np.interp(x, run.steps, run.returns) for run in self.runs])
+        return x, ys.mean(0), ys.min(0), ys.max(0)
+
+
+@dataclass(frozen=True)
+class Report:
+    """What :func:`write_report` wrote."""
+
+    index: Path
+    figures: list[Path]
+    groups: list[RunGroup]
+    skipped: list[Path]  # directories a glob matched that hold no finished run
+
+
+def find_runs(patterns: list[str]) -> tuple[list[Path], list[Path]]:
+    """(run directories, skipped directories) named by ``patterns`` (paths or globs).
+
+    A directory with ``metrics.json`` is a run; one without it whose subdirectories hold
+    runs (e.g. ``models``) stands for those. A directory a glob matched that is neither is
+    skipped (globs sweep up unfinished runs and unrelated folders); one named explicitly
+    is an error, as is a pattern that matches no directory and a list that holds no run.
+    """
+    if not patterns:
+        raise RlpipeError("no runs given: name run directories or globs, e.g. rlpipe report 'models/*'")
+    runs: set[Path] = set()
+    skipped: list[Path] = []
+    for pattern in patterns:
+        matches = [Path(m) for m in (sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]) if Path(m).is_dir()]
+        if not matches:
+            raise RlpipeError(f"no run directories match {pattern!r}")
+        for match in matches:
+            if (match / METRICS_FILE).is_file():
+                runs.add(match)
+                continue
+            children = [child for child in match.iterdir() if (child / METRICS_FILE).is_file()]
+            if children:
+                runs.update(children)
+            elif glob.has_magic(pattern):
+                skipped.append(match)
+            else:
+                raise RlpipeError(f"{match} has no {METRICS_FILE}: not a finished training run")
+    if not runs:
+        raise RlpipeError(f"no finished runs (directories with {METRICS_FILE}) match {' '.join(patterns)}")
+    return sorted(runs), skipped
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise RlpipeError(f"cannot read {path}: {exc}") from None
+
+
+def _read_curve(run_dir: Path, metrics: dict[str, Any], unit_done: int) -> tuple[np.ndarray, np.ndarray]:
+    """The eval curve from DVCLive's TSV; a run without one is its final point alone."""
+    path = run_dir / CURVE_FILE
+    if not path.is_file():
+        return np.array([unit_done], float), np.array([metrics["eval_return_mean"]], float)
+    try:
+        with open(path, newline="") as fh:
+            rows = list(csv.DictReader(fh, delimiter="\t"))
+        steps = np.array([float(row["step"]) for row in rows])
+        returns = np.array([float(row["return_mean"]) for row in rows])
+    except (OSError, KeyError, ValueError) as exc:
+        raise RlpipeError(f"cannot read the eval curve {path}: {exc}") from None
+    if len(steps) == 0:
+        raise RlpipeError(f"the eval curve {path} is empty")
+    order = np.argsort(steps, kind="stable")
+    return steps[order], returns[order]
+
+
+def load_run(run_dir: Path) -> RunRecord:
+    """Read one run directory's metrics, config and eval curve."""
+    metrics = _read_json(run_dir / METRICS_FILE)
+    missing = [key for key in ("algo", "env_id", "eval_return_mean", "env_steps", "gradient_updates") if key not in metrics]
+    if missing:
+        raise RlpipeError(f"{run_dir / METRICS_FILE} lacks {', '.join(missing)}: not written by rlpipe train")
+    # Online runs count env steps; offline ones record none and count gradient updates.
+    unit = "env steps" if metrics["env_steps"] > 0 else "updates"
+    done = metrics["env_steps"] if unit == "env steps" else metrics["gradient_updates"]
+    steps, returns = _read_curve(run_dir, metrics, done)
+    config = _read_json(run_dir / META_FILE).get("config", {}) if (run_dir / META_FILE).is_file() else {}
+    settings = {key: value for key, value in config.items() if key not in NOT_GROUPING}
+    key = json.dumps([metrics["algo"], metrics["env_id"], metrics.get("dataset"), settings], sort_keys=True, default=str)
+    return RunRecord(run_dir, metrics, steps, returns, unit, key)
+
+
+def _group_label(names: list[str]) -> str:
+    """A group's name: its run directory's, or for several seeds their common name without
+    the seed suffix (['sac-s0', 'sac-s1'] -> 'sac')."""
+    if len(names) == 1:
+        return names[0]
+    stems = {re.sub(r"[-_]?(seed|s)?\d+$", "", name) for name in names}
+    if len(stems) == 1 and "" not in stems:
+        return stems.pop()
+    return os.path.commonprefix(names).rstrip("-_") or names[0]
+
+
+def group_runs(runs: list[RunRecord]) -> list[RunGroup]:
+    """Runs sharing everything but the seed, in the order their first run appears."""
+    by_key: dict[str, list[RunRecord]] = {}
+    for run in runs:
+        by_key.setdefault(run.group_key, []).append(run)
+    groups = []
+    for members in by_key.values():
+        members.sort(key=lambda run: (run.seed is None, run.seed))
+        groups.append(RunGroup(_group_label([run.path.name for run in members]), tuple(members)))
+    return groups
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def plot_curves(groups: list[RunGroup], out_dir: Path) -> list[Path]:
+    """One PNG per (env, unit): a line per group, a min-max band where it has several seeds."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display needed
+    import matplotlib.pyplot as plt
+
+    panels: dict[tuple[str, str], list[RunGroup]] = {}
+    for group in groups:
+        panels.setdefault((group.first.metrics["env_id"], group.first.unit), []).append(group)
+    paths = []
+    for (env_id, unit), members in panels.items():
+        fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
+        for group in members:
+            x, mean, low, high = group.mean_curve()
+            seeds = len(group.runs)
+            label = f"{group.label} ({seeds} seeds, band min-max)" if seeds > 1 else group.label
+            (line,) = ax.plot(x, mean, marker="o" if len(x) == 1 else None, label=label)
+            if seeds > 1:
+                ax.fill_between(x, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
+        ax.set_xlabel(unit)
+        ax.set_ylabel("eval return (mean over episodes)")
+        ax.set_title(f"{env_id}: eval return vs {unit}")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small")
+        fig.tight_layout()
+        path = out_dir / f"curves-{_slug(env_id)}-{_slug(unit)}.png"
+        fig.savefig(path)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def _mean_std(values: list[float]) -> str:
+    return f"{np.mean(values):.1f} ± {np.std(values):.1f}"
+
+
+def table_rows(groups: list[RunGroup]) -> list[dict[str, str]]:
+    """The comparison table: per group, the final eval return (one run: mean ± std over
+    its eval episodes; several seeds: mean ± std of the seeds' means) and the budgets."""
+    rows = []
+    for group in groups:
+        ms = [run.metrics for run in group.runs]
+        if len(ms) == 1:
+            final = f"{ms[0]['eval_return_mean']:.1f} ± {ms[0].get('eval_return_std', math.nan):.1f}"
+        else:
+            final = _mean_std([m["eval_return_mean"] for m in ms]) + " (over seeds)"
+        success = [m["eval_success_rate"] for m in ms if "eval_success_rate" in m]
+        rows.append({
+            "run": group.label,
+            "algo": str(ms[0]["algo"]),
+            "env / dataset": group.first.source,
+            "seeds": ", ".join(str(run.seed) for run in group.runs),
+            "final eval return": final,
+            "eval episodes": str(ms[0].get("eval_episodes", "")),
+            "success rate": f"{np.mean(success):.2f}" if success else "",
+            "env steps": f"{np.mean([m['env_steps'] for m in ms]):.0f}",
+            "updates": f"{np.mean([m['gradient_updates'] for m in ms]):.0f}",
+            "wall s": f"{np.mean([m.get('wall_seconds', math.nan) for m in ms]):.1f}",
+        })
+    return rows
+
+
+def render_html(rows: list[dict[str, str]], figures: list[Path]) -> str:
+    """The report page: the comparison table, then every figure (linked and shown)."""
+    head = "".join(f"<th>{html.escape(name)}</th>" for name in rows[0])
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(value)}</td>" for value in row.values()) + "</tr>\n" for row in rows)
+    images = "".join(f'<p><a href="{html.escape(p.name)}"><img src="{html.escape(p.name)}" alt="{html.escape(p.stem)}"></a></p>\n'
+                     for p in figures)
+    return f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>rlpipe report</title>
+<style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}
+td,th{{border:1px solid #bbb;padding:4px 8px;text-align:right}}td:first-child,th:first-child{{text-align:left}}
+img{{max-width:100%}}</style></head>
+<body><h1>rlpipe report</h1>
+<p>Final eval return: one run, mean ± std over its eval episodes; several seeds, mean ± std of their means.
+Curves: eval return (mean over episodes) against env steps (online) or gradient updates (offline);
+several seeds are drawn as their mean with a min-max band.</p>
+<table><tr>{head}</tr>
+{body}</table>
+<h2>Learning curves</h2>
+{images}</body></html>
+"""
+
+
+def write_report(patterns: list[str], out_dir: str | Path) -> Report:
+    """Read the runs ``patterns`` name, then write the PNGs and ``index.html`` to ``out_dir``.
+
+    Every run is read before anything is written, so bad input leaves no partial report.
+    """
+    paths, skipped = find_runs(patterns)
+    groups = group_runs([load_run(path) for path in paths])
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    figures = plot_curves(groups, out)
+    index = out / "index.html"
+    tmp = index.with_name(index.name + ".tmp")
+    tmp.write_text(render_html(table_rows(groups), figures))
+    os.replace(tmp, index)
+    return Report(index, figures, groups, skipped)

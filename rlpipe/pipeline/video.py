@@ -1,0 +1,128 @@
+"""Videos of a policy: episodes rendered with ``render_mode="rgb_array"``, written as a GIF
+(pillow) or an MP4 (an ffmpeg binary: imageio-ffmpeg's, ``pip install 'rlpipe[video]'``,
+or one on PATH). Frames stream from the env to the file, so long videos need no memory.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+
+from rlpipe.errors import RlpipeError
+from rlpipe.training.evaluation import PolicyFn
+
+# Gymnasium's renderers draw with pygame off-screen: no import banner on stdout, no display
+# or sound device to look for (headless machines print errors otherwise).
+for _name, _value in (("PYGAME_HIDE_SUPPORT_PROMPT", "1"), ("SDL_VIDEODRIVER", "dummy"), ("SDL_AUDIODRIVER", "dummy")):
+    os.environ.setdefault(_name, _value)
+FORMATS = (".gif", ".mp4")
+
+
+def check_video_path(path: Path) -> None:
+    """Refuse, before any episode runs, a suffix we cannot write or an MP4 without ffmpeg."""
+    if path.suffix.lower() not in FORMATS:
+        raise RlpipeError(f"cannot write video {path}: use a .gif or .mp4 file name")
+    if path.suffix.lower() == ".mp4":
+        ffmpeg_binary()
+
+
+def ffmpeg_binary() -> str:
+    """imageio-ffmpeg's bundled ffmpeg, else one on PATH; an RlpipeError naming the fix."""
+    try:
+        import imageio_ffmpeg
+
+        return imageio_ffmpeg.get_ffmpeg_exe()
+    except (ImportError, RuntimeError):
+        found = shutil.which("ffmpeg")
+    if found is None:
+        raise RlpipeError("writing .mp4 needs ffmpeg: pip install 'rlpipe[video]' (imageio-ffmpeg), "
+                          "or install ffmpeg on PATH, or write a .gif instead")
+    return found
+
+
+def _batch_of_one(obs: object) -> object:
+    return {key: value[None] for key, value in obs.items()} if isinstance(obs, dict) else np.asarray(obs)[None]
+
+
+def render_env(env_id: str) -> gym.Env:
+    """``env_id`` made with ``render_mode="rgb_array"``; a missing renderer is an RlpipeError."""
+    try:
+        return gym.make(env_id, render_mode="rgb_array")
+    except gym.error.DependencyNotInstalled as exc:
+        raise RlpipeError(f"rendering {env_id} needs an extra dependency: {exc}") from None
+
+
+def rendered_episodes(policy: PolicyFn, env: gym.Env, episodes: int, seed: int, returns: list[float]) -> Iterator[np.ndarray]:
+    """RGB frames of ``episodes`` episodes in ``env`` (episode i reset with ``seed + i``);
+    each finished episode's return is appended to ``returns``."""
+    for episode in range(episodes):
+        obs, _ = env.reset(seed=seed + episode)
+        frame = env.render()
+        if frame is None:
+            raise RlpipeError(f"{env.spec.id if env.spec else env} cannot render rgb_array frames")
+        yield frame
+        total, done = 0.0, False
+        while not done:
+            obs, reward, terminated, truncated, _ = env.step(policy(_batch_of_one(obs))[0])
+            total += float(reward)
+            done = terminated or truncated
+            yield env.render()
+        returns.append(total)
+
+
+def _write_gif(frames: Iterator[np.ndarray], path: Path, fps: float) -> None:
+    from PIL import Image
+
+    images = (Image.fromarray(frame) for frame in frames)
+    first = next(images)
+    first.save(path, format="GIF", save_all=True, append_images=images, duration=round(1000 / fps), loop=0)
+
+
+def _write_mp4(frames: Iterator[np.ndarray], path: Path, fps: float) -> None:
+    first = next(frames)
+    height, width = first.shape[:2]
+    command = [
+        ffmpeg_binary(), "-y", "-loglevel", "error", "-f", "rawvideo", "-pix_fmt", "rgb24", "-s", f"{width}x{height}",
+        "-r", str(fps), "-i", "-", "-vf", "pad=ceil(iw/2)*2:ceil(ih/2)*2",  # H.264 wants even sizes
+        "-c:v", "libx264", "-pix_fmt", "yuv420p", str(path),
+    ]
+    with subprocess.Popen(command, stdin=subprocess.PIPE, stderr=subprocess.PIPE) as encoder:
+        try:
+            encoder.stdin.write(first.tobytes())
+            for frame in frames:
+                encoder.stdin.write(frame.tobytes())
+        except BrokenPipeError:
+            pass  # the encoder died; its stderr says why
+        finally:
+            encoder.stdin.close()
+        error = encoder.stderr.read().decode(errors="replace").strip()
+    if encoder.returncode != 0:
+        raise RlpipeError(f"ffmpeg failed to write {path}: {error.splitlines()[-1] if error else encoder.returncode}")
+
+
+def record_video(policy: PolicyFn, env_id: str, path: str | Path, episodes: int = 1, seed: int = 0) -> list[float]:
+    """Run ``episodes`` episodes of ``policy`` in ``env_id`` and write their frames to
+    ``path`` (.gif or .mp4) at the env's ``render_fps``; returns the episode returns.
+    The file appears only when complete."""
+    path = Path(path)
+    check_video_path(path)
+    env = render_env(env_id)
+    fps = float(env.metadata.get("render_fps") or 30)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.stem}.partial{path.suffix}")
+    returns: list[float] = []
+    frames = rendered_episodes(policy, env, episodes, seed, returns)
+    try:
+        (_write_gif if path.suffix.lower() == ".gif" else _write_mp4)(frames, partial, fps)
+        os.replace(partial, path)
+    finally:
+        frames.close()
+        env.close()
+        partial.unlink(missing_ok=True)
+    return returns

@@ -1,0 +1,106 @@
+"""`rlpipe report`: PNG learning curves and the HTML comparison page over run directories."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from rlpipe.pipeline.report import CURVE_FILE, find_runs, group_runs, load_run, write_report
+
+
+def assert_not_blank(path: Path) -> None:
+    """The image has pixel variance and more than one colour."""
+    pixels = np.asarray(Image.open(path).convert("RGB"))
+    assert pixels.std() > 0
+    assert len(np.unique(pixels.reshape(-1, 3), axis=0)) > 1
+
+
+def fake_run(root: Path, name: str, seed: int, curve: list[tuple[int, float]], *, algo: str = "sac",
+             lr: float = 1e-3, dataset: str | None = None, success: float | None = None) -> Path:
+    """A run directory laid out as `rlpipe train` writes it (metrics, config, DVCLive TSV)."""
+    run = root / name
+    (run / CURVE_FILE).parent.mkdir(parents=True)
+    (run / CURVE_FILE).write_text("step\treturn_mean\n" + "".join(f"{x}\t{y}\n" for x, y in curve))
+    offline = dataset is not None
+    metrics = {"algo": algo, "env_id": "Pendulum-v1", "seed": seed, "eval_return_mean": curve[-1][1], "eval_return_std": 5.0,
+               "eval_episodes": 10, "env_steps": 0 if offline else curve[-1][0], "gradient_updates": curve[-1][0],
+               "wall_seconds": 3.0, **({"dataset": dataset} if offline else {}),
+               **({} if success is None else {"eval_success_rate": success})}
+    (run / "metrics.json").write_text(json.dumps(metrics))
+    (run / "checkpoint.json").write_text(json.dumps({"config": {"seed": seed, "actor_lr": lr, "env_id": "Pendulum-v1"}}))
+    return run
+
+
+def test_runs_differing_only_by_seed_form_one_group(tmp_path: Path) -> None:
+    fake_run(tmp_path, "sac-s0", 0, [(1000, -900.0), (2000, -300.0)])
+    fake_run(tmp_path, "sac-s1", 1, [(1000, -700.0), (2000, -100.0)])
+    fake_run(tmp_path, "sac-lr", 0, [(1000, -800.0), (2000, -500.0)], lr=3e-4)  # another setting
+    fake_run(tmp_path, "cql", 0, [(500, -600.0), (1000, -200.0)], algo="cql", dataset="pendulum-mixed")
+    paths, skipped = find_runs([str(tmp_path / "*")])
+    groups = {group.label: group for group in group_runs([load_run(p) for p in paths])}
+    assert skipped == [] and sorted(groups) == ["cql", "sac", "sac-lr"]
+    assert [run.seed for run in groups["sac"].runs] == [0, 1]
+    x, mean, low, high = groups["sac"].mean_curve()
+    assert x.tolist() == [1000, 2000] and mean.tolist() == [-800.0, -200.0]
+    assert low.tolist() == [-900.0, -300.0] and high.tolist() == [-700.0, -100.0]
+    assert groups["cql"].first.unit == "updates" and groups["sac"].first.unit == "env steps"
+
+
+def test_report_writes_table_and_curves(tmp_path: Path, cli) -> None:
+    runs = tmp_path / "models"
+    fake_run(runs, "sac-s0", 0, [(1000, -900.0), (2000, -300.0)])
+    fake_run(runs, "sac-s1", 1, [(1000, -700.0), (2000, -100.0)])
+    fake_run(runs, "cql", 0, [(500, -600.0), (1000, -200.0)], algo="cql", dataset="pendulum-mixed", success=0.5)
+    (runs / "unfinished").mkdir()  # a glob skips it (and says so); naming it is an error
+    res = cli("report", str(runs / "*"), "--out", tmp_path / "report")
+    assert res.code == 0, res.err
+    assert "3 runs in 2 groups, 2 figures" in res.out and "skipped" in res.err
+    page = (tmp_path / "report" / "index.html").read_text()
+    assert "-200.0 ± 100.0 (over seeds)" in page  # the two sac seeds' final means: -300, -100
+    assert "pendulum-mixed (Pendulum-v1)" in page and "0.50" in page
+    pngs = sorted((tmp_path / "report").glob("*.png"))
+    assert [p.name for p in pngs] == ["curves-pendulum-v1-env-steps.png", "curves-pendulum-v1-updates.png"]
+    for png in pngs:
+        assert f'src="{png.name}"' in page
+        assert_not_blank(png)
+
+
+def test_report_of_a_real_training_run(tmp_path: Path, cli) -> None:
+    from rlpipe.algos import get_algo
+
+    ppo = get_algo("ppo")
+    ppo.train(ppo.make_config("CartPole-v1", env_steps=2048, eval_every=1024, eval_episodes=2), tmp_path / "ppo", progress=False)
+    res = cli("report", tmp_path / "ppo", "--out", tmp_path / "report")
+    assert res.code == 0, res.err
+    [png] = (tmp_path / "report").glob("*.png")
+    assert_not_blank(png)
+    assert len(load_run(tmp_path / "ppo").steps) >= 2  # the DVCLive curve, not only the final point
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda root: [], "no runs given"),
+        (lambda root: [str(root / "nothing-*")], "no run directories match"),
+        (lambda root: [str(root / "empty")], "has no metrics.json"),
+        (lambda root: [str(root / "empty" / "*")], "no finished runs"),
+    ],
+)
+def test_report_bad_input_is_one_line(tmp_path: Path, cli, make, message: str) -> None:
+    (tmp_path / "empty" / "sub").mkdir(parents=True)
+    res = cli("report", *make(tmp_path), "--out", tmp_path / "report")
+    assert res.code == 2 and message in res.err and len(res.err.strip().splitlines()) == 1
+    assert not (tmp_path / "report").exists()
+
+
+def test_report_refuses_a_broken_curve(tmp_path: Path) -> None:
+    run = fake_run(tmp_path, "sac", 0, [(1000, -900.0)])
+    (run / CURVE_FILE).write_text("step\treturn_mean\n1000\tnot-a-number\n")
+    from rlpipe.errors import RlpipeError
+
+    with pytest.raises(RlpipeError, match="cannot read the eval curve"):
+        write_report([str(run)], tmp_path / "report")
