@@ -134,7 +134,7 @@ def train_offline(
     On CUDA the updates replay as a CUDA graph (:mod:`rlpipe.training.graphs`); an update
     whose work repeats every ``update_period`` indices is captured over that period.
     """
-    run = Run(algo, config, out_dir, progress, unit="updates")
+    run = Run(algo, config, out_dir, progress)
     eval_policy = policy_fn(actor, ActionScaler(data.action_space), data.device)
     step = UpdateStepper(update, data.sampler, config.batch_size, config.updates,
                          graph=graphs_enabled(data.device), period=update_period)
