@@ -14,7 +14,6 @@ from typing import Any, Literal
 
 import torch
 
-from rlpipe.errors import RlpipeError
 from rlpipe.models.networks import CategoricalActor, DeterministicActor, TanhGaussianActor
 from rlpipe.training import Batch, OfflineConfig, TrainResult
 from rlpipe.training.env import BOX, DISCRETE

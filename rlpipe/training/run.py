@@ -17,7 +17,6 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from torch import nn
 
-from rlpipe.errors import RlpipeError
 from rlpipe.models.checkpoint import save_checkpoint
 from rlpipe.training.config import OfflineConfig, OnlineConfig
 from rlpipe.training.env import space_to_json
