@@ -4,8 +4,8 @@ Policy and value are two MLPs fused into one ``ActorCritic`` (one batched matmul
 Read top to bottom: config and tuned defaults, then ``train``: collect a rollout of
 ``num_steps`` x ``num_envs`` transitions, compute advantages (GAE), run ``num_epochs``
 epochs of clipped minibatch updates, evaluate on schedule. Rollout storage, GAE and the
-clipped loss are :mod:`rlpipe.training.onpolicy`. Imitation learning (GAIL) reuses ``train`` with a
-``reward_fn`` that replaces the env reward of each rollout.
+clipped loss are :mod:`rlpipe.training.onpolicy`. Imitation learning (GAIL) reuses
+``train`` with a ``reward_fn`` that replaces the env reward of each rollout.
 """
 
 from __future__ import annotations
