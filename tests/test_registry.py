@@ -26,6 +26,9 @@ def test_every_spec_builds_its_own_config_with_the_run_fields() -> None:
         assert spec.records_training == ("step_sink" in inspect.signature(spec.train).parameters), spec.name
     assert set(ONLINE) | set(OFFLINE) == {spec.name for spec in SPECS} and not set(ONLINE) & set(OFFLINE)
     assert get_algo("gail").budget == "env_steps" and not get_algo("gail").online  # learns from a dataset, trains in the env
+    # offline learners take goal datasets (flattened when loaded); GAIL's generator acts in a flat-Box env
+    assert all("goal" in get_algo(name).observation_kinds for name in ("bc", "cql", "bcq", "td3bc", "iql"))
+    assert get_algo("gail").observation_kinds == ("box",)
 
 
 def test_her_variants_are_three_specs_on_their_base_configs() -> None:

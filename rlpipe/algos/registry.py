@@ -21,6 +21,7 @@ from rlpipe.algos.policy import LoadedPolicy, load_checkpoint_policy
 from rlpipe.errors import RlpipeError
 from rlpipe.models.checkpoint import read_meta
 from rlpipe.training.config import OnlineConfig, RunConfig, config_for_env
+from rlpipe.training import offline
 from rlpipe.training.env import BOX, require_spaces
 from rlpipe.training.run import TrainResult
 
@@ -87,16 +88,17 @@ SPECS: tuple[AlgoSpec, ...] = (
     _her("ddpg", her.DDPGHerConfig),
     _her("td3", her.TD3HerConfig),
     _her("sac", her.SACHerConfig),
-    AlgoSpec("bc", "imitation", False, bc.Config, bc.TUNED, bc.train, bc.ACTION_SPACES, summary="behaviour cloning"),
+    AlgoSpec("bc", "imitation", False, bc.Config, bc.TUNED, bc.train, bc.ACTION_SPACES, offline.OBSERVATION_KINDS,
+             summary="behaviour cloning"),
     AlgoSpec("gail", "imitation", False, gail.Config, gail.TUNED, gail.train, gail.ACTION_SPACES,
              summary="generative adversarial imitation (PPO generator, env-steps budget)"),
-    AlgoSpec("cql", "offline", False, cql.Config, cql.TUNED, cql.train, cql.ACTION_SPACES,
+    AlgoSpec("cql", "offline", False, cql.Config, cql.TUNED, cql.train, cql.ACTION_SPACES, offline.OBSERVATION_KINDS,
              summary="conservative Q-learning"),
-    AlgoSpec("bcq", "offline", False, bcq.Config, bcq.TUNED, bcq.train, bcq.ACTION_SPACES,
+    AlgoSpec("bcq", "offline", False, bcq.Config, bcq.TUNED, bcq.train, bcq.ACTION_SPACES, offline.OBSERVATION_KINDS,
              summary="batch-constrained Q-learning"),
     AlgoSpec("td3bc", "offline", False, td3_bc.Config, td3_bc.TUNED, td3_bc.train, td3_bc.ACTION_SPACES,
-             summary="TD3 with a behaviour-cloning term"),
-    AlgoSpec("iql", "offline", False, iql.Config, iql.TUNED, iql.train, iql.ACTION_SPACES,
+             offline.OBSERVATION_KINDS, summary="TD3 with a behaviour-cloning term"),
+    AlgoSpec("iql", "offline", False, iql.Config, iql.TUNED, iql.train, iql.ACTION_SPACES, offline.OBSERVATION_KINDS,
              summary="implicit Q-learning"),
 )
 REGISTRY: dict[str, AlgoSpec] = {spec.name: spec for spec in SPECS}

@@ -12,11 +12,29 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from rlpipe.models.networks import ActorCritic
-from rlpipe.training.rollout import VecStepper
+
+
+class RowStep(Protocol):
+    """One step's outcome per row (what a vector-env step batch provides)."""
+
+    rewards: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    valid: np.ndarray  # False on the reset steps of the NEXT_STEP autoreset
+
+
+class RowStepper(Protocol):
+    """Steps N rows at once: a vector env (rows = envs), or a team sharing one policy
+    (rows = env x agent pairs)."""
+
+    obs: np.ndarray  # [N, obs_dim], the rows' current observations
+
+    def step(self, actions: np.ndarray) -> RowStep: ...
 
 
 class PPOSettings(Protocol):
@@ -88,7 +106,7 @@ class RolloutStorage:
         return torch.as_tensor(array, device=self.device)
 
     @torch.no_grad()
-    def collect(self, actor: ActorCritic, stepper: VecStepper) -> None:
+    def collect(self, actor: ActorCritic, stepper: RowStepper) -> None:
         """Act with actions sampled from ``actor`` for T steps of ``stepper``; store each
         step and V of the observation after the last one."""
         for t in range(self.obs.shape[0]):
