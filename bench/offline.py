@@ -23,6 +23,8 @@ other processes share the core).
 
 from __future__ import annotations
 
+import importlib
+
 import _common  # noqa: F401  (sets thread limits before numpy/torch are imported)
 
 import argparse
@@ -84,8 +86,9 @@ def captured_update(algo: str, store: Path, device: str = "cpu") -> tuple[Any, A
     """(sampler, update, batch_size) exactly as `rlpipe train ALGO` would run them."""
     from rlpipe.algos import get_algo
 
-    module: ModuleType = get_algo(algo)
-    config = module.make_config(ENV_ID, dataset=NAME, store=str(store), device=device, **RLPIPE_CONFIGS[algo])
+    spec = get_algo(algo)
+    module: ModuleType = importlib.import_module(spec.train.__module__)
+    config = spec.make_config(ENV_ID, dataset=NAME, store=str(store), device=device, **RLPIPE_CONFIGS[algo])
     caught: dict[str, Any] = {}
 
     def stand_in(_algo: str, _config: Any, data: Any, _actor: Any, _modules: Any, update: Any, *args: Any, **kwargs: Any) -> None:

@@ -19,7 +19,7 @@ from rlpipe.algos import load_policy
         (["train", "ppo", "--env", "NoSuchEnv-v0"], "unknown environment 'NoSuchEnv-v0'"),
         (["train", "ppo", "--env", "CartPole-v1", "--dataset", "cartpole-expert"], "ppo is an online algorithm"),
         (["train", "td3"], "td3 needs --env"),
-        (["train", "ppo", "--env", "CartPole-v1", "--set", "lr=1"], "unknown option 'lr' for --set"),
+        (["train", "ppo", "--env", "CartPole-v1", "--set", "lr=1"], "unknown setting 'lr'"),
         (["eval", "no/such/run"], "no checkpoint in no/such/run"),
     ],
 )
@@ -28,6 +28,58 @@ def test_bad_input_is_one_line_and_exit_2(cli, tmp_path: Path, args: list[str], 
     assert result.code == 2
     assert result.err.strip().count("\n") == 0 and result.err.startswith("error: ") and message in result.err, result.err
     assert not (tmp_path / "run").exists()  # nothing half-written
+
+
+PENDULUM = ["train", "sac", "--env", "Pendulum-v1"]
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        # --set values are parsed against the config field's declared type.
+        ([*PENDULUM, "--set", "batch_size=1.5"], "setting batch_size=1.5: expected int"),
+        ([*PENDULUM, "--set", "hidden=[64, x]"], "setting hidden=[64, 'x']: expected list of int"),
+        ([*PENDULUM, "--set", "target_entropy=abc"], "setting target_entropy='abc': expected float or null"),
+        ([*PENDULUM, "--set", "actor_lr=nan"], "setting actor_lr='nan': expected float"),
+        (["train", "ddpg", "--env", "Pendulum-v1", "--set", "noise=foo"], "setting noise='foo': expected 'gaussian' or 'ou'"),
+        (["train", "ppo", "--env", "CartPole-v1", "--set", "anneal=maybe"], "setting anneal='maybe': expected bool"),
+        ([*PENDULUM, "--set", "noise=ou"], "unknown setting 'noise'"),
+        ([*PENDULUM, "--set", "batch_size"], "--set expects KEY=VALUE"),
+        # ... and their ranges checked (budgets, sizes, rates, schedules, seed).
+        ([*PENDULUM, "--set", "batch_size=0"], "setting batch_size=0: expected a positive number"),
+        ([*PENDULUM, "--set", "actor_lr=-1e-3"], "setting actor_lr=-0.001: expected a positive number"),
+        ([*PENDULUM, "--set", "hidden=[64, 0]"], "setting hidden=(64, 0): expected a positive number"),
+        ([*PENDULUM, "--set", "eval_episodes=0"], "setting eval_episodes=0: expected a positive number"),
+        ([*PENDULUM, "--set", "torch_threads=0"], "setting torch_threads=0: expected a positive number"),
+        ([*PENDULUM, "--env-steps", "0"], "setting env_steps=0: expected a positive number"),
+        ([*PENDULUM, "--seed", "-1"], "setting seed=-1: expected an integer >= 0"),
+        # A field that is also an option: merged when equal, an error when not; the env is an option only.
+        ([*PENDULUM, "--seed", "2", "--set", "seed=3"], "seed is given twice: as an option (2) and as a setting (3)"),
+        ([*PENDULUM, "--env-steps", "100", "--set", "env_steps=200"], "env_steps is given twice"),
+        ([*PENDULUM, "--set", "env_id=CartPole-v1"], "setting env_id: not a setting, use --env"),
+        (["train", "cql", "--dataset", "x", "--set", "dataset=y"], "setting dataset: not a setting, use --dataset"),
+        ([*PENDULUM, "--set-from", "no-such.yaml:a"], "cannot read settings from no-such.yaml"),
+    ],
+)
+def test_bad_settings_are_one_line_and_exit_2(cli, tmp_path: Path, args: list[str], message: str) -> None:
+    result = cli(*args, "--out", tmp_path / "run", "--no-progress")
+    assert result.code == 2, result.err
+    assert result.err.strip().count("\n") == 0 and result.err.startswith("error: ") and message in result.err, result.err
+    assert not (tmp_path / "run").exists()
+
+
+def test_settings_from_a_params_file_equal_the_same_set_options(cli, tmp_path: Path) -> None:
+    params = tmp_path / "params.yaml"
+    params.write_text("stage:\n  run:\n    set: {env_steps: 512, eval_every: 512, hidden: [16], anneal: false}\n")
+    from_file = cli("train", "ppo", "--env", "CartPole-v1", "--seed", "1", "--device", "cpu", "--no-progress",
+                    "--out", tmp_path / "a", "--set-from", f"{params}:stage.run.set", "--set", "env_steps=512")
+    as_options = cli("train", "ppo", "--env", "CartPole-v1", "--seed", "1", "--device", "cpu", "--no-progress",
+                     "--out", tmp_path / "b", "--env-steps", "512", "--set", "eval_every=512", "--set", "hidden=[16]",
+                     "--set", "anneal=false")
+    assert from_file.code == 0 and as_options.code == 0, from_file.err + as_options.err
+    a, b = (json.loads((tmp_path / run / "checkpoint.json").read_text()) for run in ("a", "b"))
+    assert a["config"] == b["config"] and a["config"]["hidden"] == [16] and a["config"]["anneal"] is False
+    assert a["sha256"] == b["sha256"]
 
 
 def _train(cli, out: Path, *extra: str) -> dict:

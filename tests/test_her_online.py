@@ -147,7 +147,7 @@ def test_cli_trains_and_evaluates_a_her_run(tmp_path: Path, cli) -> None:
         (["sac", "--env", "GoalWorld-v0"], "sac needs a flat Box observation space"),
         (["sac-her", "--env", "GoalWorld-v0", "--set", "strategy=past"], "unknown HER strategy 'past'"),
         (["ddpg-her", "--env", "GoalWorld-v0", "--set", "k=0"], "k must be at least 1"),
-        (["ddpg-her", "--env", "GoalWorld-v0", "--set", "alpha_lr=1e-3"], "unknown option 'alpha_lr'"),
+        (["ddpg-her", "--env", "GoalWorld-v0", "--set", "alpha_lr=1e-3"], "unknown setting 'alpha_lr'"),
     ]:
         result = cli("train", *args, "--out", tmp_path / "bad", "--no-progress")
         assert result.code == 2 and message in result.err, (args, result.err)

@@ -65,7 +65,7 @@ def test_offline_cli_and_bad_input(offline_store: Path, tmp_path: Path, cli) -> 
         (["bc", "--dataset", "cartpole-expert", "--env", "CartPole-v1"], "drop --env"),
         (["bc", "--dataset", "cartpole-expert", "--env-steps", "10"], "unknown bc option(s): env_steps"),
         (["sac", "--dataset", "pendulum-mixed"], "--dataset is for offline algorithms"),
-        (["bc", "--dataset", "cartpole-expert", "--set", "continuous_loss=l1"], "unknown continuous_loss"),
+        (["bc", "--dataset", "cartpole-expert", "--set", "continuous_loss=l1"], "setting continuous_loss='l1': expected 'mse' or 'gaussian'"),
     ]:
         result = cli("train", *args, "--store", offline_store, "--out", tmp_path / "bad", "--no-progress")
         assert result.code == 2 and message in result.err, (args, result.err)

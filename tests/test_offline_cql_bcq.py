@@ -156,9 +156,9 @@ def test_cql_and_bcq_cli_round_trip_and_bad_input(offline_store: Path, tmp_path:
         assert load_policy(out).actor.kind == kind
     for args, message in [
         (["bcq", "--dataset", "cartpole-expert"], "bcq needs a continuous (Box) action space"),
-        (["cql", "--dataset", "pendulum-mixed", "--set", "td_loss=l1"], "unknown td_loss"),
-        (["cql", "--dataset", "pendulum-mixed", "--set", "num_sampled_actions=0"], "num_sampled_actions must be at least 1"),
-        (["bcq", "--dataset", "pendulum-mixed", "--set", "lmbda=2"], "lmbda must lie in [0, 1]"),
+        (["cql", "--dataset", "pendulum-mixed", "--set", "td_loss=l1"], "setting td_loss='l1': expected 'mse' or 'huber'"),
+        (["cql", "--dataset", "pendulum-mixed", "--set", "num_sampled_actions=0"], "setting num_sampled_actions=0: expected a positive number"),
+        (["bcq", "--dataset", "pendulum-mixed", "--set", "lmbda=2"], "setting lmbda=2.0: expected a number in [0, 1]"),
     ]:
         result = cli("train", *args, "--store", offline_store, "--out", tmp_path / "bad", "--no-progress")
         assert result.code == 2 and message in result.err, (args, result.err)

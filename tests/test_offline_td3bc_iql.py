@@ -83,7 +83,7 @@ def test_discrete_dataset_is_refused(offline_store: Path, algo: str) -> None:
 
 def test_iql_rejects_bad_options() -> None:
     iql = get_algo("iql")
-    with pytest.raises(RlpipeError, match="unknown actor"):
+    with pytest.raises(RlpipeError, match="setting actor='beta': expected 'gaussian' or 'deterministic'"):
         iql.make_config("Pendulum-v1", actor="beta")
     with pytest.raises(RlpipeError, match="expectile"):
         iql.make_config("Pendulum-v1", expectile=1.0)

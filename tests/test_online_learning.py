@@ -34,8 +34,7 @@ def test_default_config_learns(algo: str, env_id: str, env_steps: int, threshold
 
 
 def test_ppo_continuous_with_obs_normalisation_runs() -> None:
-    from rlpipe.algos import ppo
-
+    ppo = get_algo("ppo")
     config = ppo.make_config("Pendulum-v1", env_steps=1024, num_envs=4, num_steps=128, num_epochs=2, minibatch_size=256,
                              normalize_obs=True, eval_every=1024, eval_episodes=2)
     result = ppo.train(config, progress=False)
@@ -45,8 +44,7 @@ def test_ppo_continuous_with_obs_normalisation_runs() -> None:
 
 
 def test_ddpg_with_ou_noise_runs_and_streams_transitions() -> None:
-    from rlpipe.algos import ddpg
-
+    ddpg = get_algo("ddpg")
     seen: list[StepBatch] = []
     config = ddpg.make_config("Pendulum-v1", env_steps=450, num_envs=2, noise="ou", learning_starts=200,
                               eval_every=450, eval_episodes=2)

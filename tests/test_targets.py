@@ -19,7 +19,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from rlpipe.algos import get_algo
+from rlpipe.algos import ddpg, get_algo, sac, td3
 from rlpipe.algos.bcq import bcq_target
 from rlpipe.algos.cql import continuous_cql, discrete_cql, dqn_target
 from rlpipe.algos.ddpg import ddpg_target
@@ -118,7 +118,7 @@ def test_continuous_cql_hands_shifted_scaled_rewards_and_terminals_to_sacs_targe
         return original(self, b, rewards, gamma)
 
     monkeypatch.setattr(SoftActorCritic, "soft_target", spy)
-    config = get_algo("cql").Config(hidden=(8, 8), reward_shift=1.0, reward_scale=2.0, gamma=GAMMA)
+    config = get_algo("cql").config_class(hidden=(8, 8), reward_shift=1.0, reward_scale=2.0, gamma=GAMMA)
     _, _, update, _ = continuous_cql(config, SimpleNamespace(obs_dim=3, act_dim=1, device=torch.device("cpu")))
     update(hand_batch(), 0)
     [(rewards, terminated)] = seen
@@ -161,11 +161,14 @@ def test_bcq_acts_with_100_candidates_and_bootstraps_with_10(cli, store) -> None
     assert bcq.train(config, progress=False).policy.n_candidates == 100
 
 
+MAKE_AGENT = {"ddpg": ddpg.make_agent, "td3": td3.make_agent, "sac": sac.make_agent}
+
+
 def _off_policy_update(name: str) -> tuple[object, nn.Module]:
     """A fresh (seed 0) update function of ``name`` on 3-d observations and its critic."""
     torch.manual_seed(0)
     if name == "cql-discrete":
-        config = get_algo("cql").Config(hidden=(16, 16), gamma=GAMMA)
+        config = get_algo("cql").config_class(hidden=(16, 16), gamma=GAMMA)
         q_net, _, update, _ = discrete_cql(config, SimpleNamespace(obs_dim=3, act_dim=2, device=torch.device("cpu")))
         return update, q_net
     if name == "td3bc":
@@ -173,10 +176,9 @@ def _off_policy_update(name: str) -> tuple[object, nn.Module]:
         actor, critic = DeterministicActor(3, 1, (16, 16)), EnsembleQ(3, 1, (16, 16))
         update, _ = td3_update(actor, critic, config, lambda b, pi, q: td3_bc_actor_loss(pi, q, b.actions, config.alpha))
         return update, critic
-    module = get_algo(name)
-    config = module.make_config("Pendulum-v1", hidden=(16, 16), gamma=GAMMA)
+    config = get_algo(name).make_config("Pendulum-v1", hidden=(16, 16), gamma=GAMMA)
     env = OffPolicySetup(None, spaces.Box(-2.0, 2.0, (1,)), 3, 1, torch.device("cpu"), np.random.default_rng(0))
-    agent = module.make_agent(config, env)
+    agent = MAKE_AGENT[name](config, env)
     return agent.update, agent.modules["critic"]
 
 

@@ -12,7 +12,7 @@ import torch
 from gymnasium import spaces
 
 from rlpipe.algos import load_policy
-from rlpipe.algos.ppo import compute_gae
+from rlpipe.training.onpolicy import compute_gae
 from rlpipe.errors import RlpipeError
 from rlpipe.models.checkpoint import load_checkpoint, save_checkpoint
 from rlpipe.models.networks import CategoricalActor, TanhGaussianActor

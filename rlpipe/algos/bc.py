@@ -10,51 +10,32 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
-from rlpipe.errors import RlpipeError
 from rlpipe.models.networks import CategoricalActor, DeterministicActor, TanhGaussianActor
-from rlpipe.training import Batch, TrainResult, config_for_env
+from rlpipe.training import Batch, OfflineConfig, TrainResult
 from rlpipe.training.env import BOX, DISCRETE
 from rlpipe.training.offline import load_offline, train_offline
 from rlpipe.training.optim import adam
 
 ACTION_SPACES = (DISCRETE, BOX)
-LOSSES = ("mse", "gaussian")
 
 
 @dataclass
-class Config:
-    env_id: str = ""  # filled from the dataset's metadata
-    dataset: str = "cartpole-expert"
-    store: str | None = None
+class Config(OfflineConfig):
     updates: int = 2_000
+    eval_every: int = 500
     batch_size: int = 64
     learning_rate: float = 1e-3
     hidden: tuple[int, ...] = (256, 256)
-    continuous_loss: str = "mse"  # continuous actions: "mse" or "gaussian" (likelihood)
-    max_samples: int | None = None  # train on a subset (the reference text: 30 pairs)
-    seed: int = 0
-    eval_every: int = 500
-    eval_episodes: int = 10
-    stop_at_return: float | None = None
-    device: str = "cpu"
-    torch_threads: int = 1
+    continuous_loss: Literal["mse", "gaussian"] = "mse"  # continuous actions: "mse" or "gaussian" (likelihood)
 
 
 TUNED: dict[str, dict[str, Any]] = {
     "Pendulum-v1": dict(updates=5_000, batch_size=256, continuous_loss="mse", eval_every=1_000),
 }
-
-
-def make_config(env_id: str, **overrides: Any) -> Config:
-    """The tuned config for ``env_id`` with ``overrides`` (None values ignored) applied."""
-    config = config_for_env(Config, TUNED, env_id, **overrides)
-    if config.continuous_loss not in LOSSES:
-        raise RlpipeError(f"unknown continuous_loss {config.continuous_loss!r}: choose one of {', '.join(LOSSES)}")
-    return config
 
 
 def train(config: Config, out_dir: str | Path | None = None, *, progress: bool = True) -> TrainResult:

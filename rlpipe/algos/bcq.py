@@ -22,7 +22,7 @@ from torch import nn
 
 from rlpipe.errors import RlpipeError
 from rlpipe.models.networks import BCQPolicy, mlp
-from rlpipe.training import Batch, TrainResult, config_for_env
+from rlpipe.training import Batch, OfflineConfig, TrainResult
 from rlpipe.training.env import BOX
 from rlpipe.training.offline import load_offline, train_offline
 from rlpipe.training.optim import adam, frozen, polyak_update, target_copy
@@ -32,10 +32,7 @@ LOG_STD_MIN, LOG_STD_MAX = -4.0, 15.0  # the encoder's log std range in the BCQ 
 
 
 @dataclass
-class Config:
-    env_id: str = ""  # filled from the dataset's metadata
-    dataset: str = "pendulum-mixed"
-    store: str | None = None
+class Config(OfflineConfig):
     updates: int = 20_000
     batch_size: int = 256
     gamma: float = 0.99
@@ -51,12 +48,12 @@ class Config:
     lmbda: float = 0.75  # target = lmbda * min + (1 - lmbda) * max of the twin critics
     n_candidates: int = 10  # generated actions per next state in the critics' target (the paper's code: 10)
     act_candidates: int = 100  # generated actions per state when acting (the paper's code: 100)
-    seed: int = 0
-    eval_every: int = 1_000
-    eval_episodes: int = 10
-    stop_at_return: float | None = None
-    device: str = "cpu"
-    torch_threads: int = 1
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not 0.0 <= self.lmbda <= 1.0:
+            raise RlpipeError(f"setting lmbda={self.lmbda!r}: expected a number in [0, 1]")
+
 
 
 TUNED: dict[str, dict[str, Any]] = {
@@ -64,17 +61,6 @@ TUNED: dict[str, dict[str, Any]] = {
     # longer runs drifted down on some seeds.
     "Pendulum-v1": dict(updates=5_000, hidden=(128, 128), vae_hidden=(128, 128)),
 }
-
-
-def make_config(env_id: str, **overrides: Any) -> Config:
-    """The tuned config for ``env_id`` with ``overrides`` (None values ignored) applied."""
-    config = config_for_env(Config, TUNED, env_id, **overrides)
-    for name in ("n_candidates", "act_candidates"):
-        if getattr(config, name) < 1:
-            raise RlpipeError(f"{name} must be at least 1, got {getattr(config, name)}")
-    if not 0.0 <= config.lmbda <= 1.0:
-        raise RlpipeError(f"lmbda must lie in [0, 1], got {config.lmbda}")
-    return config
 
 
 def generator_loss(encoder: nn.Module, policy: BCQPolicy, obs: torch.Tensor, actions: torch.Tensor, kl_weight: float) -> torch.Tensor:

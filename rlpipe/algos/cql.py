@@ -20,7 +20,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -29,21 +29,17 @@ from torch import nn
 from rlpipe.algos.sac import SoftActorCritic
 from rlpipe.errors import RlpipeError
 from rlpipe.models.networks import EnsembleQ, GreedyQPolicy, TanhGaussianActor
-from rlpipe.training import Batch, TrainResult, Update, config_for_env
+from rlpipe.training import Batch, OfflineConfig, TrainResult, Update
 from rlpipe.training.env import BOX, DISCRETE
 from rlpipe.training.offline import OfflineData, load_offline, train_offline
 from rlpipe.training.optim import adam, polyak_update, target_copy
 
 ACTION_SPACES = (BOX, DISCRETE)
-TD_LOSSES = ("mse", "huber")
 CPU_BLOCK_ROWS = 512  # critic rows per pass on CPU (see data_and_sampled_q)
 
 
 @dataclass
-class Config:
-    env_id: str = ""  # filled from the dataset's metadata
-    dataset: str = "pendulum-mixed"
-    store: str | None = None
+class Config(OfflineConfig):
     updates: int = 20_000
     batch_size: int = 256
     gamma: float = 0.99
@@ -56,15 +52,15 @@ class Config:
     hidden: tuple[int, ...] = (256, 256)
     beta: float = 5.0  # weight of the conservative term (the text: 5)
     num_sampled_actions: int = 5  # per proposal (uniform, pi(s), pi(s')) and state (the text: 5)
-    td_loss: str = "mse"  # "mse" or "huber"
+    td_loss: Literal["mse", "huber"] = "mse"
     reward_scale: float = 1.0  # rewards are learnt as (r + reward_shift) * reward_scale
     reward_shift: float = 0.0
-    seed: int = 0
-    eval_every: int = 1_000
-    eval_episodes: int = 10
-    stop_at_return: float | None = None
-    device: str = "cpu"
-    torch_threads: int = 1
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.beta < 0:
+            raise RlpipeError(f"setting beta={self.beta!r}: expected a number >= 0 (the conservative weight)")
+
 
 
 TUNED: dict[str, dict[str, Any]] = {
@@ -73,18 +69,6 @@ TUNED: dict[str, dict[str, Any]] = {
     "Pendulum-v1": dict(updates=8_000, hidden=(64, 64), actor_lr=1e-3, critic_lr=1e-3, alpha_lr=1e-3, beta=2.0),
     "CartPole-v1": dict(updates=2_000, td_loss="huber"),  # DQN's Huber loss; 500 from 1k updates
 }
-
-
-def make_config(env_id: str, **overrides: Any) -> Config:
-    """The tuned config for ``env_id`` with ``overrides`` (None values ignored) applied."""
-    config = config_for_env(Config, TUNED, env_id, **overrides)
-    if config.td_loss not in TD_LOSSES:
-        raise RlpipeError(f"unknown td_loss {config.td_loss!r}: choose one of {', '.join(TD_LOSSES)}")
-    if config.num_sampled_actions < 1:
-        raise RlpipeError(f"num_sampled_actions must be at least 1, got {config.num_sampled_actions}")
-    if config.beta < 0:
-        raise RlpipeError(f"beta (the conservative weight) must be >= 0, got {config.beta}")
-    return config
 
 
 def td_error_loss(config: Config, q: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import nn
 
 from rlpipe.models.networks import DeterministicActor, EnsembleQ
-from rlpipe.training import Batch, StepSink, TrainResult, config_for_env
+from rlpipe.training import Batch, OnlineConfig, StepSink, TrainResult
 from rlpipe.training.env import BOX
 from rlpipe.training.noise import make_noise
 from rlpipe.training.offpolicy import Agent, OffPolicySetup, noisy_explore, setup, train_off_policy
@@ -26,11 +26,8 @@ ACTION_SPACES = (BOX,)
 
 
 @dataclass
-class Config:
-    env_id: str = "Pendulum-v1"
+class Config(OnlineConfig):
     env_steps: int = 20_000
-    seed: int = 0
-    num_envs: int = 1
     buffer_size: int = 1_000_000
     batch_size: int = 256
     gamma: float = 0.99
@@ -38,17 +35,12 @@ class Config:
     actor_lr: float = 3e-4
     critic_lr: float = 3e-4
     hidden: tuple[int, ...] = (256, 256)
-    noise: str = "gaussian"  # exploration noise: "gaussian" or "ou" (Ornstein-Uhlenbeck)
+    noise: Literal["gaussian", "ou"] = "gaussian"  # exploration noise; "ou": Ornstein-Uhlenbeck
     noise_sigma: float = 0.1  # in units of the [-1, 1] action range
     ou_theta: float = 0.15
     ou_dt: float = 1e-2
     learning_starts: int = 10_000  # uniform random actions before this many env steps
     updates_per_step: float = 1.0
-    eval_every: int = 1_000
-    eval_episodes: int = 10
-    stop_at_return: float | None = None
-    device: str = "cpu"
-    torch_threads: int = 1
 
 
 TUNED: dict[str, dict[str, Any]] = {
@@ -57,11 +49,6 @@ TUNED: dict[str, dict[str, Any]] = {
         hidden=(64, 64), learning_starts=1_000,
     ),
 }
-
-
-def make_config(env_id: str, **overrides: Any) -> Config:
-    """The tuned config for ``env_id`` with ``overrides`` (None values ignored) applied."""
-    return config_for_env(Config, TUNED, env_id, **overrides)
 
 
 @torch.no_grad()

@@ -36,7 +36,7 @@ from rlpipe.algos import ppo
 from rlpipe.envs import base_env_id
 from rlpipe.errors import RlpipeError
 from rlpipe.models.networks import mlp
-from rlpipe.training import Batch, TrainResult, config_for_env
+from rlpipe.training import Batch, DatasetFields, TrainResult
 from rlpipe.training.env import BOX, DISCRETE
 from rlpipe.training.offline import dataset_metrics, load_offline
 from rlpipe.training.optim import adam
@@ -45,13 +45,11 @@ ACTION_SPACES = (DISCRETE, BOX)
 
 
 @dataclass
-class Config(ppo.Config):
-    """PPO's settings (the generator: env_steps, num_envs, learning_rate, ...) plus these."""
+class Config(DatasetFields, ppo.Config):
+    """PPO's settings (the generator: env_steps, num_envs, learning_rate, ...), the expert
+    dataset (``env_id`` is filled from its metadata; ``max_samples``: the reference text
+    imitates 30 pairs of one episode) and the discriminator's settings."""
 
-    env_id: str = ""  # filled from the dataset's metadata: the env the generator interacts with
-    dataset: str = "cartpole-expert"
-    store: str | None = None
-    max_samples: int | None = None  # expert pairs to imitate (the reference text: 30 of one episode)
     disc_learning_rate: float = 1e-3
     disc_hidden: tuple[int, ...] = (128,)
     disc_updates: int = 1  # discriminator updates per PPO rollout
@@ -62,14 +60,6 @@ TUNED: dict[str, dict[str, Any]] = {
     # From 30 expert pairs: 475 after 4-17k env steps (55-132 episodes, 10 seeds); ends at 500.
     "CartPole-v1": dict(ppo.TUNED["CartPole-v1"], env_steps=50_000, eval_every=2_048),
 }
-
-
-def make_config(env_id: str, **overrides: Any) -> Config:
-    """The tuned config for ``env_id`` with ``overrides`` (None values ignored) applied."""
-    config = config_for_env(Config, TUNED, env_id, **overrides)
-    if config.disc_updates < 1:
-        raise RlpipeError(f"disc_updates must be at least 1 (the reward comes from D), got {config.disc_updates}")
-    return config
 
 
 class Discriminator(nn.Module):

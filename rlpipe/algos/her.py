@@ -1,7 +1,7 @@
 """Hindsight experience replay (HER) on top of DDPG, TD3 or SAC, for goal-conditioned envs.
 
-One module registered under three names, ``ddpg-her``, ``td3-her`` and ``sac-her``:
-:func:`variant` gives each name its view (the base algorithm's Config plus the HER fields).
+One module registered under three names, ``ddpg-her``, ``td3-her`` and ``sac-her``: one
+Config per base (the base algorithm's Config plus the HER fields), one ``train`` for all.
 Read top to bottom: configs and tuned defaults, the episode replay buffer that relabels
 goals when a minibatch is sampled, then ``train``: the base algorithm's agent (its
 networks, update and exploration, unchanged) on the shared off-policy loop with this buffer.
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from types import ModuleType
 from typing import Any, ClassVar
@@ -29,7 +28,7 @@ from rlpipe.algos import ddpg, sac, td3
 from rlpipe.datasets.her import STRATEGIES, goal_functions, goal_rows
 from rlpipe.envs.goals import flatten_obs
 from rlpipe.errors import RlpipeError
-from rlpipe.training import Batch, StepBatch, StepSink, TrainResult, config_for_env
+from rlpipe.training import Batch, StepBatch, StepSink, TrainResult
 from rlpipe.training.env import BOX, GOAL
 from rlpipe.training.offpolicy import setup, train_off_policy
 
@@ -45,6 +44,13 @@ class HerFields:
     her: bool = True  # False: the same agent and buffer without relabelling (the baseline)
     strategy: str = "future"  # future, final, episode or random (see rlpipe.datasets.her.goal_rows)
     k: int = 4  # relabelled goals per real one: a share k / (k + 1) of every minibatch is relabelled
+
+    def __post_init__(self) -> None:
+        super().__post_init__()  # the base algorithm's config (next in the MRO) checks its fields
+        if self.strategy not in STRATEGIES:
+            raise RlpipeError(f"unknown HER strategy {self.strategy!r}: choose one of {', '.join(STRATEGIES)}")
+        if self.k < 1:
+            raise RlpipeError(f"k must be at least 1, got {self.k} (use her=false to train without relabelling)")
 
 
 @dataclass
@@ -62,8 +68,6 @@ class SACHerConfig(HerFields, sac.Config):
     base: ClassVar[str] = "sac"
 
 
-CONFIGS: dict[str, type] = {cls.base: cls for cls in (DDPGHerConfig, TD3HerConfig, SACHerConfig)}
-
 TUNED: dict[str, dict[str, Any]] = {
     # The reference text's networks and rates (128x128, lr 1e-3, gamma 0.98, batch 256).
     # With HER, 10k steps are ~1650 episodes (the reference's budget is 2000): episodes
@@ -73,18 +77,6 @@ TUNED: dict[str, dict[str, Any]] = {
         hidden=(128, 128), learning_starts=1_000, eval_every=1_000, eval_episodes=100,
     ),
 }
-
-
-def make_config(env_id: str, base: str = "ddpg", **overrides: Any) -> Any:
-    """The tuned ``base``+HER config for ``env_id`` with ``overrides`` (None values ignored) applied."""
-    if base not in CONFIGS:
-        raise RlpipeError(f"unknown HER base algorithm {base!r}; choose one of {', '.join(CONFIGS)}")
-    config = config_for_env(CONFIGS[base], TUNED, env_id, **overrides)
-    if config.strategy not in STRATEGIES:
-        raise RlpipeError(f"unknown HER strategy {config.strategy!r}: choose one of {', '.join(STRATEGIES)}")
-    if config.k < 1:
-        raise RlpipeError(f"k must be at least 1, got {config.k} (use her=false to train without relabelling)")
-    return config
 
 
 class HerReplayBuffer:
@@ -221,15 +213,3 @@ def train(
         device=env.device, rng=env.rng.spawn(1)[0],
     )
     return train_off_policy(name, config, env, agent, out_dir, progress, step_sink, buffer)
-
-
-def variant(name: str) -> ModuleType:
-    """This module as registered under ``name`` (``ddpg-her``, ``td3-her``, ``sac-her``): the
-    registry's contract (Config, TUNED, ACTION_SPACES, make_config, train) for that base."""
-    base = name.removesuffix("-her")
-    view = ModuleType(name, __doc__)
-    view.__dict__.update(
-        Config=CONFIGS[base], TUNED=TUNED, ACTION_SPACES=ACTION_SPACES, OBSERVATION_SPACES=OBSERVATION_SPACES,
-        make_config=partial(make_config, base=base), train=train,
-    )
-    return view

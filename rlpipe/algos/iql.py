@@ -12,28 +12,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
 
 from rlpipe.errors import RlpipeError
 from rlpipe.models.networks import DeterministicActor, EnsembleQ, TanhGaussianActor, ValueNet
-from rlpipe.training import Batch, TrainResult, config_for_env
+from rlpipe.training import Batch, OfflineConfig, TrainResult
 from rlpipe.training.env import BOX
 from rlpipe.training.offline import load_offline, train_offline
 from rlpipe.training.optim import adam, polyak_update, target_copy
 
 ACTION_SPACES = (BOX,)
-ACTORS = ("gaussian", "deterministic")
 
 
 @dataclass
-class Config:
-    env_id: str = ""  # filled from the dataset's metadata
-    dataset: str = "pendulum-mixed"
-    store: str | None = None
+class Config(OfflineConfig):
     updates: int = 100_000
+    eval_every: int = 5_000
     batch_size: int = 256
     gamma: float = 0.99
     tau: float = 0.005  # target critics' Polyak rate
@@ -44,15 +41,14 @@ class Config:
     expectile: float = 0.7  # 0.5 = mean (SARSA-like); towards 1 = max over dataset actions
     beta: float = 3.0  # inverse temperature of the advantage weights
     max_weight: float = 100.0  # clip of exp(beta * advantage)
-    actor: str = "gaussian"  # "gaussian" (tanh-Gaussian likelihood) or "deterministic" (MSE)
+    actor: Literal["gaussian", "deterministic"] = "gaussian"  # tanh-Gaussian likelihood, or MSE
     normalize_obs: bool = True  # with the dataset's mean and std
-    max_samples: int | None = None  # train on a subset of the dataset
-    seed: int = 0
-    eval_every: int = 5_000
-    eval_episodes: int = 10
-    stop_at_return: float | None = None
-    device: str = "cpu"
-    torch_threads: int = 1
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not 0.0 < self.expectile < 1.0:
+            raise RlpipeError(f"setting expectile={self.expectile!r}: expected a number in (0, 1)")
+
 
 
 TUNED: dict[str, dict[str, Any]] = {
@@ -60,16 +56,6 @@ TUNED: dict[str, dict[str, Any]] = {
     # V rates fast-spinning states at half their true cost, and AWR learns to spin (about -700).
     "Pendulum-v1": dict(updates=20_000, hidden=(64, 64), gamma=0.9, eval_every=2_000),
 }
-
-
-def make_config(env_id: str, **overrides: Any) -> Config:
-    """The tuned config for ``env_id`` with ``overrides`` (None values ignored) applied."""
-    config = config_for_env(Config, TUNED, env_id, **overrides)
-    if config.actor not in ACTORS:
-        raise RlpipeError(f"unknown actor {config.actor!r}: choose one of {', '.join(ACTORS)}")
-    if not 0.0 < config.expectile < 1.0:
-        raise RlpipeError(f"expectile must be in (0, 1), got {config.expectile}")
-    return config
 
 
 def expectile_loss(diff: torch.Tensor, expectile: float) -> torch.Tensor:

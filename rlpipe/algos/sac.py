@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from rlpipe.models.networks import EnsembleQ, TanhGaussianActor
-from rlpipe.training import Batch, StepSink, TrainResult, config_for_env
+from rlpipe.training import Batch, OnlineConfig, StepSink, TrainResult
 from rlpipe.training.env import BOX
 from rlpipe.training.offpolicy import Agent, OffPolicySetup, setup, train_off_policy
 from rlpipe.training.optim import adam, frozen, polyak_update, target_copy
@@ -26,11 +26,7 @@ ACTION_SPACES = (BOX,)
 
 
 @dataclass
-class Config:
-    env_id: str = "Pendulum-v1"
-    env_steps: int = 10_000
-    seed: int = 0
-    num_envs: int = 1
+class Config(OnlineConfig):
     buffer_size: int = 1_000_000
     batch_size: int = 256
     gamma: float = 0.99
@@ -43,11 +39,6 @@ class Config:
     hidden: tuple[int, ...] = (256, 256)
     learning_starts: int = 5_000  # uniform random actions before this many env steps
     updates_per_step: float = 1.0  # gradient updates per collected transition
-    eval_every: int = 1_000
-    eval_episodes: int = 10
-    stop_at_return: float | None = None
-    device: str = "cpu"
-    torch_threads: int = 1
 
 
 TUNED: dict[str, dict[str, Any]] = {
@@ -57,11 +48,6 @@ TUNED: dict[str, dict[str, Any]] = {
         alpha_lr=1e-3, hidden=(64, 64), learning_starts=1_000,
     ),
 }
-
-
-def make_config(env_id: str, **overrides: Any) -> Config:
-    """The tuned config for ``env_id`` with ``overrides`` (None values ignored) applied."""
-    return config_for_env(Config, TUNED, env_id, **overrides)
 
 
 @dataclass

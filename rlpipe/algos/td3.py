@@ -16,8 +16,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from rlpipe.algos import ddpg
 from rlpipe.models.networks import DeterministicActor, EnsembleQ
-from rlpipe.training import Batch, StepSink, TrainResult, Update, config_for_env
+from rlpipe.training import Batch, StepSink, TrainResult, Update
 from rlpipe.training.env import BOX
 from rlpipe.training.noise import make_noise
 from rlpipe.training.offpolicy import Agent, OffPolicySetup, noisy_explore, setup, train_off_policy
@@ -27,45 +28,15 @@ ACTION_SPACES = (BOX,)
 
 
 @dataclass
-class Config:
-    env_id: str = "Pendulum-v1"
-    env_steps: int = 20_000
-    seed: int = 0
-    num_envs: int = 1
-    buffer_size: int = 1_000_000
-    batch_size: int = 256
-    gamma: float = 0.99
-    tau: float = 0.005
-    actor_lr: float = 3e-4
-    critic_lr: float = 3e-4
-    hidden: tuple[int, ...] = (256, 256)
-    noise: str = "gaussian"  # exploration noise: "gaussian" or "ou"
-    noise_sigma: float = 0.1  # in units of the [-1, 1] action range
-    ou_theta: float = 0.15
-    ou_dt: float = 1e-2
+class Config(ddpg.Config):
+    """DDPG's settings (networks, rates, exploration noise) plus TD3's three changes."""
+
     policy_delay: int = 2
     target_noise: float = 0.2  # target policy smoothing
     target_noise_clip: float = 0.5
-    learning_starts: int = 10_000  # uniform random actions before this many env steps
-    updates_per_step: float = 1.0
-    eval_every: int = 1_000
-    eval_episodes: int = 10
-    stop_at_return: float | None = None
-    device: str = "cpu"
-    torch_threads: int = 1
 
 
-TUNED: dict[str, dict[str, Any]] = {
-    "Pendulum-v1": dict(
-        env_steps=20_000, buffer_size=100_000, batch_size=128, actor_lr=1e-3, critic_lr=1e-3,
-        hidden=(64, 64), learning_starts=1_000,
-    ),
-}
-
-
-def make_config(env_id: str, **overrides: Any) -> Config:
-    """The tuned config for ``env_id`` with ``overrides`` (None values ignored) applied."""
-    return config_for_env(Config, TUNED, env_id, **overrides)
+TUNED = ddpg.TUNED  # DDPG's tuned values serve TD3 as well
 
 
 ActorLoss = Callable[[Batch, torch.Tensor, torch.Tensor], torch.Tensor]

@@ -18,7 +18,7 @@ import torch
 
 from rlpipe.algos.td3 import td3_update
 from rlpipe.models.networks import DeterministicActor, EnsembleQ
-from rlpipe.training import Batch, TrainResult, config_for_env
+from rlpipe.training import Batch, OfflineConfig, TrainResult
 from rlpipe.training.env import BOX
 from rlpipe.training.offline import load_offline, train_offline
 
@@ -26,11 +26,9 @@ ACTION_SPACES = (BOX,)
 
 
 @dataclass
-class Config:
-    env_id: str = ""  # filled from the dataset's metadata
-    dataset: str = "pendulum-mixed"
-    store: str | None = None
+class Config(OfflineConfig):
     updates: int = 100_000
+    eval_every: int = 5_000
     batch_size: int = 256
     gamma: float = 0.99
     tau: float = 0.005
@@ -42,13 +40,6 @@ class Config:
     policy_delay: int = 2
     target_noise: float = 0.2  # target policy smoothing, in units of the [-1, 1] action range
     target_noise_clip: float = 0.5
-    max_samples: int | None = None  # train on a subset of the dataset
-    seed: int = 0
-    eval_every: int = 5_000
-    eval_episodes: int = 10
-    stop_at_return: float | None = None
-    device: str = "cpu"
-    torch_threads: int = 1
 
 
 TUNED: dict[str, dict[str, Any]] = {
@@ -57,11 +48,6 @@ TUNED: dict[str, dict[str, Any]] = {
     # paper's 2.5) scores about -150 over 100 episodes instead of about -215.
     "Pendulum-v1": dict(updates=10_000, hidden=(64, 64), alpha=10.0, eval_every=1_000),
 }
-
-
-def make_config(env_id: str, **overrides: Any) -> Config:
-    """The tuned config for ``env_id`` with ``overrides`` (None values ignored) applied."""
-    return config_for_env(Config, TUNED, env_id, **overrides)
 
 
 def td3_bc_actor_loss(pi: torch.Tensor, q: torch.Tensor, actions: torch.Tensor, alpha: float) -> torch.Tensor:

@@ -1,92 +1,60 @@
-"""`rlpipe train` and `rlpipe eval`: thin wrappers around rlpipe.algos."""
+"""`rlpipe train` and `rlpipe eval`: parse, call rlpipe.pipeline.runs / the registry, print."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import fields
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
-import yaml
 
+from rlpipe.algos.registry import SPECS
 from rlpipe.cli.app import app
 from rlpipe.errors import RlpipeError
 
-
-def _parse_overrides(pairs: list[str], config_cls: type) -> dict[str, Any]:
-    """``KEY=VALUE`` strings -> config overrides (values parsed as YAML: 3e-4, [64, 64], null)."""
-    names = {f.name for f in fields(config_cls)}
-    overrides: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        key = key.strip().replace("-", "_")
-        if not sep or not key:
-            raise RlpipeError(f"--set expects KEY=VALUE, got {pair!r}")
-        if key not in names:
-            raise RlpipeError(f"unknown option {key!r} for --set; known: {', '.join(sorted(names))}")
-        value = yaml.safe_load(raw)
-        if isinstance(value, str):  # YAML 1.1 reads 3e-4 as a string
-            try:
-                value = float(value)
-            except ValueError:
-                pass
-        overrides[key] = tuple(value) if isinstance(value, list) else value
-    return overrides
+_ALGOS = (f"online, with --env: {', '.join(s.name for s in SPECS if s.online)}; "
+          f"offline, with --dataset: {', '.join(s.name for s in SPECS if not s.online)}")
 
 
 @app.command()
 def train(
-    algo: str = typer.Argument(..., help="Algorithm: online ppo, sac, ddpg, td3 (--env); offline bc, ... (--dataset)."),
+    algo: str = typer.Argument(..., help=f"Algorithm: {_ALGOS}."),
     env: Optional[str] = typer.Option(None, "--env", help="Gymnasium env id for online algorithms, e.g. CartPole-v1."),
     dataset: Optional[str] = typer.Option(None, "--dataset", help="Dataset name for offline algorithms (the env comes from its metadata)."),
     env_steps: Optional[int] = typer.Option(None, "--env-steps", help="Environment steps to train for (default: tuned per env)."),
     updates: Optional[int] = typer.Option(None, "--updates", help="Gradient updates for offline algorithms (default: tuned per env)."),
     max_samples: Optional[int] = typer.Option(None, "--max-samples", help="Offline: train on this many transitions of the dataset."),
-    seed: int = typer.Option(0, "--seed", help="Random seed; the same seed gives the same metrics on CPU."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Random seed (default 0); the same seed gives the same metrics on CPU."),
     out: Optional[Path] = typer.Option(None, "--out", help="Run directory for checkpoint, metrics.json and dvclive/ (default: runs/ALGO-ENV or runs/ALGO-DATASET)."),
     num_envs: Optional[int] = typer.Option(None, "--num-envs", help="Parallel (vectorised) envs (default: tuned per env)."),
-    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
+    device: Optional[str] = typer.Option(None, "--device", help="auto, cpu or cuda (default: auto)."),
     store: Optional[Path] = typer.Option(None, "--store", help="Dataset store (default: $RLPIPE_DATASETS or ./datasets)."),
-    overrides: list[str] = typer.Option([], "--set", help="Override a config field, KEY=VALUE (repeatable), e.g. --set learning_rate=3e-4."),
+    overrides: list[str] = typer.Option([], "--set", help="Override a config field, KEY=VALUE (repeatable, checked against the field's type), e.g. --set learning_rate=3e-4."),
+    settings_from: Optional[str] = typer.Option(None, "--set-from", help="Read settings from a YAML mapping, FILE:DOTTED.KEY (e.g. params.yaml:train_online.ppo-cartpole.set)."),
     stop_at_return: Optional[float] = typer.Option(None, "--stop-at-return", help="Stop early once the eval mean return reaches this."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar (steps/s, latest return) on stderr."),
 ) -> None:
     """Train ALGO (online on --env, offline on --dataset) and save a safe checkpoint, metrics.json and a DVCLive curve."""
-    from rlpipe.algos import ONLINE, get_algo
+    from rlpipe.algos import get_algo
+    from rlpipe.pipeline.runs import merge_settings, prepare_run, read_settings, train_run
+    from rlpipe.training.config import parse_settings
 
-    module = get_algo(algo)
-    options: dict[str, Any] = dict(seed=seed, device=device, stop_at_return=stop_at_return, env_steps=env_steps,
-                                   num_envs=num_envs, updates=updates, max_samples=max_samples)
-    if algo in ONLINE:
-        from rlpipe.training.env import BOX, env_spaces, require_spaces
-
-        if dataset is not None:
-            raise RlpipeError(f"{algo} is an online algorithm and trains in the environment; --dataset is for offline algorithms")
-        if env is None:
-            raise RlpipeError(f"{algo} needs --env (a Gymnasium env id, e.g. CartPole-v1)")
-        obs_space, act_space = env_spaces(env)
-        require_spaces(algo, env, obs_space, act_space, module.ACTION_SPACES, getattr(module, "OBSERVATION_SPACES", (BOX,)))
-        name = env
-    else:
-        from rlpipe.training.offline import dataset_env_id
-
-        if dataset is None:
-            raise RlpipeError(f"{algo} is an offline algorithm: give --dataset NAME (see `rlpipe datasets list`)")
-        if env is not None:
-            raise RlpipeError(f"{algo} evaluates in the env recorded in the dataset's metadata; drop --env")
-        env = dataset_env_id(dataset, store)
-        options.update(dataset=dataset, store=None if store is None else str(store))
-        name = dataset
-    config = module.make_config(env, **options, **_parse_overrides(overrides, module.Config))
-    run_dir = out if out is not None else Path("runs") / f"{algo}-{name}"
-    result = module.train(config, run_dir, progress=progress)
+    config_class = get_algo(algo).config_class
+    settings = merge_settings(
+        read_settings(settings_from, config_class) if settings_from else {}, parse_settings(overrides, config_class)
+    )
+    if device is None and "device" not in settings:
+        device = "auto"  # the CLI's default; library configs default to cpu
+    options = dict(seed=seed, device=device, stop_at_return=stop_at_return, env_steps=env_steps, num_envs=num_envs,
+                   updates=updates, max_samples=max_samples)
+    run = prepare_run(algo, env_id=env, dataset=dataset, store=store, options=options, settings=settings, run_dir=out)
+    result = train_run(run, progress=progress)
     m = result.metrics
     budget = f"{m['env_steps']} env steps, {m['gradient_updates']} updates" if m["env_steps"] else f"{m['gradient_updates']} updates on {dataset}"
     success = f", success rate {m['eval_success_rate']:.2f}" if "eval_success_rate" in m else ""
     typer.echo(
-        f"{algo} {env}: eval return {m['eval_return_mean']:.1f} ± {m['eval_return_std']:.1f}{success} after "
-        f"{budget} ({m['wall_seconds']:.1f} s) -> {run_dir}"
+        f"{algo} {run.config.env_id}: eval return {m['eval_return_mean']:.1f} ± {m['eval_return_std']:.1f}{success} after "
+        f"{budget} ({m['wall_seconds']:.1f} s) -> {run.run_dir}"
     )
 
 

@@ -8,7 +8,6 @@ checkpoint hash in their metadata.
 
 from __future__ import annotations
 
-import inspect
 import json
 from dataclasses import asdict
 from pathlib import Path
@@ -61,14 +60,14 @@ def ensure_expert(
     provided it is an `algo` run on `env_id`. Returns the policy and whether it was trained now.
     """
     check_expert(algo)
-    module = get_algo(algo)
-    config = module.make_config(env_id, **overrides)
+    spec = get_algo(algo)
+    config = spec.make_config(env_id, **overrides)
     if match_params:
         trained = not _saved_config_matches(run_dir, config)
     else:
         trained = not (run_dir / METRICS_FILE).is_file()
     if trained:
-        module.train(config, run_dir, progress=progress)
+        spec.train(config, run_dir, progress=progress)
     policy = load_policy(run_dir, deterministic=deterministic)
     if (policy.algo, policy.env_id) != (algo, env_id):
         raise RlpipeError(f"{run_dir} holds a {policy.algo} run on {policy.env_id}, not {algo} on {env_id}")
@@ -89,11 +88,11 @@ def collect_training_transitions(
     The run's checkpoint is saved to `run_dir`; returns the training metrics.
     """
     check_expert(algo)
-    module = get_algo(algo)
-    if "step_sink" not in inspect.signature(module.train).parameters:
+    spec = get_algo(algo)
+    if not spec.records_training:
         raise RlpipeError(f"{algo} cannot report its training transitions; use --expert sac")
-    config = module.make_config(env_id, **overrides)
+    config = spec.make_config(env_id, **overrides)
     assembler = EpisodeAssembler(config.num_envs, writer.write)
-    result = module.train(config, run_dir, progress=progress, step_sink=assembler.add_step)
+    result = spec.train(config, run_dir, progress=progress, step_sink=assembler.add_step)
     assembler.close()
     return {**result.metrics, "checkpoint_sha256": result.checkpoint_sha256}

@@ -32,6 +32,9 @@ from rlpipe.training.run import Run, TrainResult
 from rlpipe.training.sampler import TransitionSampler
 from rlpipe.training.seeding import seed_everything
 
+# Offline algorithms train on flat Box observations or goal Dicts (flattened when loaded).
+OBSERVATION_KINDS = (BOX, GOAL)
+
 
 def dataset_env_id(name: str, store: str | os.PathLike | None = None) -> str:
     """The env a dataset was collected in (where offline policies are evaluated), built from
@@ -98,7 +101,7 @@ def load_offline(algo: str, config: Any, action_kinds: tuple[str, ...]) -> Offli
     seed_everything(config.seed, config.torch_threads)
     info = open_dataset(config.dataset, config.store)
     obs_space, act_space = info.observation_space, info.action_space
-    require_spaces(algo, f"dataset {info.name!r}", obs_space, act_space, action_kinds, (BOX, GOAL))
+    require_spaces(algo, f"dataset {info.name!r}", obs_space, act_space, action_kinds, OBSERVATION_KINDS)
     data = load_shards(info)
     if len(data) == 0:
         raise RlpipeError(f"dataset {info.name!r} is empty")
@@ -140,7 +143,7 @@ def train_offline(
     On CUDA the updates replay as a CUDA graph (:mod:`rlpipe.training.graphs`); an update
     whose work repeats every ``update_period`` indices is captured over that period.
     """
-    run = Run(algo, config, out_dir, progress, unit="updates")
+    run = Run(algo, config, out_dir, progress)
     eval_policy = policy_fn(actor, ActionScaler(data.action_space), data.device)
     step = UpdateStepper(update, data.sampler, config.batch_size, config.updates,
                          graph=graphs_enabled(data.device), period=update_period)

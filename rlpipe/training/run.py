@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 from gymnasium import spaces
@@ -17,29 +17,15 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from torch import nn
 
-from rlpipe.envs import base_env_id, env_spec_json
-from rlpipe.errors import RlpipeError
+from rlpipe.envs import env_spec_json
 from rlpipe.models.checkpoint import save_checkpoint
+from rlpipe.training.config import OfflineConfig, OnlineConfig
 from rlpipe.training.env import space_to_json
 from rlpipe.training.evaluation import PolicyFn, evaluate
 
 METRICS_FILE = "metrics.json"
 EVAL_SEED_OFFSET = 10_000  # eval envs never share seeds with training envs
-C = TypeVar("C")
-
-
-def config_for_env(cls: type[C], tuned: dict[str, dict[str, Any]], env_id: str, **overrides: Any) -> C:
-    """Build ``cls(env_id=..)`` from the per-env tuned table, then non-None ``overrides``.
-
-    Unknown keys are an RlpipeError naming the field (typos must not be silently ignored).
-    """
-    names = {f.name for f in fields(cls)}
-    values = {**tuned.get(base_env_id(env_id), {}), **{k: v for k, v in overrides.items() if v is not None}}
-    unknown = sorted(set(values) - names)
-    if unknown:
-        raise RlpipeError(f"unknown {cls.__module__.rsplit('.', 1)[-1]} option(s): {', '.join(unknown)}")
-    return cls(env_id=env_id, **values)
-
+from rlpipe.envs import env_spec_json
 
 @dataclass(frozen=True)
 class EvalPoint:
@@ -84,17 +70,16 @@ def _make_live(out_dir: Path) -> Any:
 class Run:
     """Bookkeeping of one training run.
 
-    ``config`` must have ``env_id, seed, eval_every, eval_episodes`` and ``stop_at_return``
-    (None or a return at which training stops early). Progress is counted in ``unit``
-    ("steps": env steps, budget ``config.env_steps``; "updates": gradient updates for
-    offline training, budget ``config.updates``); ``eval_every`` is in the same unit.
+    Progress is counted in env steps for an :class:`OnlineConfig` (budget ``env_steps``)
+    and in gradient updates for an :class:`OfflineConfig` (budget ``updates``);
+    ``config.eval_every`` is in the same unit.
     """
 
-    def __init__(
-        self, algo: str, config: Any, out_dir: str | Path | None = None, progress: bool = True, unit: str = "steps"
-    ) -> None:
-        self.algo, self.config, self.unit = algo, config, unit
-        self.total = config.env_steps if unit == "steps" else config.updates
+    def __init__(self, algo: str, config: OnlineConfig | OfflineConfig, out_dir: str | Path | None = None,
+                 progress: bool = True) -> None:
+        self.algo, self.config = algo, config
+        self.unit = "steps" if isinstance(config, OnlineConfig) else "updates"
+        self.total = config.env_steps if isinstance(config, OnlineConfig) else config.updates
         self.out_dir = Path(out_dir) if out_dir is not None else None
         self.history: list[EvalPoint] = []
         self.next_eval = config.eval_every
@@ -108,7 +93,7 @@ class Run:
                 TextColumn(f"{algo} {config.env_id}"),
                 BarColumn(),
                 MofNCompleteColumn(),
-                TextColumn("{task.fields[sps]:>6.0f} " + unit + "/s"),
+                TextColumn("{task.fields[sps]:>6.0f} " + self.unit + "/s"),
                 TextColumn("return {task.fields[ret]}"),
                 TimeElapsedColumn(),
                 console=Console(stderr=True),
@@ -204,7 +189,7 @@ class Run:
                 "env_spec": env_spec_json(self.config.env_id),  # rebuilds a dataset's env spec in `rlpipe eval`
                 "action_space": space_to_json(action_space),
                 "policy": {"kind": actor.kind, "spec": actor.spec},
-                "config": asdict(self.config) if is_dataclass(self.config) else dict(self.config),
+                "config": asdict(self.config),
                 "torch_version": torch.__version__,
             }
             digest = save_checkpoint(self.out_dir, modules, meta)

@@ -1,0 +1,62 @@
+"""Loading a trained policy from a run directory (checkpoint + JSON meta, nothing unpickled)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium import spaces
+
+from rlpipe.errors import RlpipeError
+
+
+@dataclass
+class LoadedPolicy:
+    """A trained policy: call it on a batch of observations to get env-scaled actions."""
+
+    algo: str
+    env_id: str
+    checkpoint_sha256: str
+    run_dir: Path
+    action_space: spaces.Space
+    config: dict[str, Any]
+    actor: torch.nn.Module = field(repr=False)
+    _fn: Any = field(repr=False)
+
+    def __call__(self, obs: np.ndarray) -> np.ndarray:
+        return self._fn(obs)
+
+
+def load_checkpoint_policy(run_dir: str | Path, device: str = "cpu", deterministic: bool = True) -> LoadedPolicy:
+    """Load the policy of any saved run (``rlpipe train ... --out RUN_DIR``).
+
+    The result maps a batch of observations ``[B, obs_dim]`` (or a goal env's Dict of
+    batches, flattened as in training) to a batch of env actions
+    (scaled to the env's bounds / Discrete indices); ``.env_id`` and
+    ``.checkpoint_sha256`` identify it. Nothing is unpickled; the weights' hash is checked.
+    """
+    from rlpipe.envs import env_id_for_spec
+    from rlpipe.models.checkpoint import load_checkpoint
+    from rlpipe.models.networks import build_policy
+    from rlpipe.training.env import ActionScaler, resolve_device, space_from_json
+    from rlpipe.training.evaluation import policy_fn
+
+    dev = resolve_device(device)
+    ckpt = load_checkpoint(run_dir, dev)
+    meta = ckpt.meta
+    actor = build_policy(meta["policy"]["kind"], meta["policy"]["spec"]).to(dev)
+    try:
+        actor.load_state_dict(ckpt.state_dict("policy"))
+    except RuntimeError as exc:
+        raise RlpipeError(f"checkpoint in {run_dir} does not match its policy spec: {str(exc).splitlines()[0]}") from None
+    actor.eval()
+    space = space_from_json(meta["action_space"])
+    fn = policy_fn(actor, ActionScaler(space), dev, deterministic)
+    env_id = env_id_for_spec(meta["env_spec"]) if meta.get("env_spec") else meta["env_id"]
+    return LoadedPolicy(meta["algo"], env_id, ckpt.sha256, Path(run_dir), space, meta.get("config", {}), actor, fn)
+
+
+__all__ = ["LoadedPolicy", "load_checkpoint_policy"]

@@ -1,0 +1,113 @@
+"""Preparing and running one training run: what ``rlpipe train`` and the ``train_online`` /
+``train_offline`` DVC stages do.
+
+:func:`prepare_run` reads the algorithm's spec from the registry, checks that the env or
+dataset fits it, merges the options and typed settings into its config and names the run
+directory; :func:`train_run` trains. Nothing is written before training starts.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rlpipe.algos.registry import AlgoSpec, get_algo
+from rlpipe.datasets.store import open_dataset
+from rlpipe.envs import env_spaces
+from rlpipe.errors import RlpipeError
+from rlpipe.training.config import RunConfig, typed_value
+from rlpipe.training.offline import dataset_env_id
+from rlpipe.training.run import TrainResult
+
+
+@dataclass(frozen=True)
+class PreparedRun:
+    """A run ready to train: its algorithm, full config and output directory."""
+
+    spec: AlgoSpec
+    config: RunConfig
+    run_dir: Path
+    source: str  # the env id (online) or dataset name (offline) the run learns from
+
+
+def merge_settings(options: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str, Any]:
+    """Options (None = not given) and ``--set`` settings as one override mapping; a field
+    given both ways with different values is an RlpipeError."""
+    given = {key: value for key, value in options.items() if value is not None}
+    for key, value in settings.items():
+        if key in given and given[key] != value:
+            raise RlpipeError(f"{key} is given twice: as an option ({given[key]!r}) and as a setting ({value!r})")
+    return {**given, **settings}
+
+
+def read_settings(source: str, config_class: type) -> dict[str, Any]:
+    """Typed settings from ``FILE:DOTTED.KEY`` (a YAML mapping at that key of the file), e.g.
+    ``params.yaml:train_offline.bc-cartpole.set``: how DVC stages pass their ``set:`` mapping."""
+    path, _, key = source.partition(":")
+    try:
+        tree: Any = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise RlpipeError(f"cannot read settings from {path}: {exc}") from None
+    for part in filter(None, key.split(".")):
+        if not isinstance(tree, dict) or part not in tree:
+            raise RlpipeError(f"{path} has no key {key!r}")
+        tree = tree[part]
+    tree = {} if tree is None else tree
+    if not isinstance(tree, dict):
+        raise RlpipeError(f"{source}: expected a mapping of settings, got {type(tree).__name__}")
+    return {str(k): typed_value(config_class, str(k), v) for k, v in tree.items()}
+
+
+def prepare_run(
+    algo: str,
+    *,
+    env_id: str | None = None,
+    dataset: str | None = None,
+    store: str | os.PathLike | None = None,
+    options: Mapping[str, Any] | None = None,
+    settings: Mapping[str, Any] | None = None,
+    run_dir: str | os.PathLike | None = None,
+    runs_root: str | os.PathLike = "runs",
+) -> PreparedRun:
+    """Check and configure a run of ``algo``: online algorithms train in ``env_id``, offline
+    ones on ``dataset`` (evaluated in the env of its metadata).
+
+    ``options`` are config fields given as command options (None: not given), ``settings``
+    typed ``--set`` values; the run directory defaults to ``runs_root/ALGO-ENV`` or
+    ``runs_root/ALGO-DATASET``. Bad input is an RlpipeError before anything is written.
+    """
+    spec = get_algo(algo)
+    overrides = merge_settings(options or {}, settings or {})
+    if spec.online:
+        if dataset is not None:
+            raise RlpipeError(f"{algo} is an online algorithm and trains in the environment; --dataset is for offline algorithms")
+        if env_id is None:
+            raise RlpipeError(f"{algo} needs --env (a Gymnasium env id, e.g. CartPole-v1)")
+        spec.check_spaces(env_id, *env_spaces(env_id))
+        source = env_id
+    else:
+        if dataset is None:
+            raise RlpipeError(f"{algo} is an offline algorithm: give --dataset NAME (see `rlpipe datasets list`)")
+        if env_id is not None:
+            raise RlpipeError(f"{algo} evaluates in the env recorded in the dataset's metadata; drop --env")
+        info = open_dataset(dataset, store)
+        spec.check_spaces(f"dataset {info.name!r}", info.observation_space, info.action_space)
+        env_id = dataset_env_id(dataset, store)
+        overrides.update(dataset=dataset, store=None if store is None else str(store))
+        source = dataset
+    config = spec.make_config(env_id, **overrides)
+    out = Path(run_dir) if run_dir is not None else Path(runs_root) / f"{algo}-{source}"
+    return PreparedRun(spec, config, out, source)
+
+
+def train_run(run: PreparedRun, *, progress: bool = True) -> TrainResult:
+    """Train a prepared run; its checkpoint, ``metrics.json`` and curve go to ``run.run_dir``."""
+    return run.spec.train(run.config, run.run_dir, progress=progress)
+
+
+__all__ = ["PreparedRun", "merge_settings", "prepare_run", "read_settings", "train_run"]

@@ -1,0 +1,197 @@
+"""Typed run configuration: the fields every training run shares, the per-env tuned
+defaults, and ``KEY=VALUE`` overrides parsed and checked against a config's field types.
+
+Every algorithm's ``Config`` extends :class:`OnlineConfig` (budget: env steps) or
+:class:`OfflineConfig` (budget: gradient updates on a stored dataset); GAIL, which learns
+from a dataset but trains in the env, extends PPO's config with :class:`DatasetFields`.
+"""
+
+from __future__ import annotations
+
+import math
+import types
+from dataclasses import dataclass, fields
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
+
+import yaml
+
+from rlpipe.envs import base_env_id
+from rlpipe.errors import RlpipeError
+
+C = TypeVar("C")
+
+# Fields that must be > 0 wherever a config declares them (budgets, sizes, rates, schedules).
+POSITIVE_FIELDS = frozenset({
+    "env_steps", "updates", "eval_every", "eval_episodes", "torch_threads", "num_envs", "max_samples",
+    "batch_size", "minibatch_size", "buffer_size", "num_steps", "num_epochs", "hidden", "disc_hidden",
+    "vae_hidden", "learning_rate", "actor_lr", "critic_lr", "alpha_lr", "value_lr", "vae_lr",
+    "disc_learning_rate", "disc_updates", "n_candidates", "num_sampled_actions", "policy_delay",
+    "latent_dim",
+})
+# Fields set only by their own command option, never by a setting: field -> that option.
+NOT_SETTABLE = {"env_id": "--env (offline: the dataset's metadata)", "dataset": "--dataset", "store": "--store"}
+
+
+@dataclass
+class RunConfig:
+    """What every training run has: where, how seeded, on what device, how evaluated."""
+
+    env_id: str = ""  # online: the env trained in; offline: filled from the dataset's metadata
+    seed: int = 0
+    device: str = "cpu"
+    torch_threads: int = 1
+    eval_every: int = 1_000  # in the run's unit: env steps online, gradient updates offline
+    eval_episodes: int = 10
+    stop_at_return: float | None = None  # stop early once the eval mean return reaches this
+
+    def __post_init__(self) -> None:
+        check_values(self)
+
+
+@dataclass
+class OnlineConfig(RunConfig):
+    """A run that learns by acting in ``num_envs`` vectorised envs for ``env_steps`` steps."""
+
+    env_steps: int = 10_000
+    num_envs: int = 1
+
+
+@dataclass
+class DatasetFields:
+    """Which stored dataset a run learns from."""
+
+    dataset: str = ""
+    store: str | None = None  # default: $RLPIPE_DATASETS or ./datasets
+    max_samples: int | None = None  # train on a subset (leading whole episodes; the text: 30 pairs)
+
+
+@dataclass
+class OfflineConfig(DatasetFields, RunConfig):
+    """A run of ``updates`` gradient updates on a stored dataset."""
+
+    updates: int = 10_000
+
+
+def _type_name(tp: Any) -> str:
+    origin, args = get_origin(tp), get_args(tp)
+    if origin is Literal:
+        return " or ".join(repr(a) for a in args)
+    if origin in (Union, types.UnionType):
+        return " or ".join("null" if a is type(None) else _type_name(a) for a in args)
+    if origin is tuple:
+        return f"list of {_type_name(args[0])}"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _coerce(value: Any, tp: Any) -> Any:
+    """``value`` (as YAML read it) as type ``tp``; raises ValueError when it is not one."""
+    origin, args = get_origin(tp), get_args(tp)
+    if origin is Literal:
+        if value not in args:
+            raise ValueError
+        return value
+    if origin in (Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return _coerce(value, arg)
+            except ValueError:
+                pass
+        raise ValueError
+    if origin is tuple:
+        items = value if isinstance(value, (list, tuple)) else [value]
+        return tuple(_coerce(item, args[0]) for item in items)
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ValueError
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError
+        return value
+    if tp is float:
+        if isinstance(value, str):  # YAML 1.1 reads 3e-4 as a string
+            value = float(value)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ValueError
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ValueError
+        return value
+    raise ValueError
+
+
+def field_types(cls: type) -> dict[str, Any]:
+    """Field name -> declared type of a config dataclass."""
+    hints = get_type_hints(cls, include_extras=False)
+    return {f.name: hints[f.name] for f in fields(cls)}
+
+
+def typed_value(cls: type, key: str, value: Any) -> Any:
+    """``value`` for field ``key`` of config class ``cls``, checked against its declared type;
+    an unknown key or a value of the wrong type is an RlpipeError naming both."""
+    types_ = field_types(cls)
+    if key in NOT_SETTABLE and key in types_:
+        raise RlpipeError(f"setting {key}: not a setting, use {NOT_SETTABLE[key]}")
+    if key not in types_:
+        raise RlpipeError(f"unknown setting {key!r}; known: {', '.join(sorted(set(types_) - set(NOT_SETTABLE)))}")
+    try:
+        return _coerce(value, types_[key])
+    except (ValueError, TypeError):
+        raise RlpipeError(f"setting {key}={value!r}: expected {_type_name(types_[key])}") from None
+
+
+def parse_settings(pairs: list[str], cls: type) -> dict[str, Any]:
+    """``KEY=VALUE`` strings -> typed overrides for ``cls`` (values read as YAML: 3e-4,
+    [64, 64], null, true); a bad pair, unknown key or wrong type is an RlpipeError."""
+    settings: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key:
+            raise RlpipeError(f"--set expects KEY=VALUE, got {pair!r}")
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            value = raw
+        settings[key] = typed_value(cls, key, value)
+    return settings
+
+
+def check_values(config: Any) -> None:
+    """Raise an RlpipeError naming the first field out of range: the ``POSITIVE_FIELDS`` must
+    be > 0 (each element, for layer sizes), floats finite, ``seed`` >= 0, and a Literal
+    field one of its choices."""
+    if config.seed < 0:
+        raise RlpipeError(f"setting seed={config.seed!r}: expected an integer >= 0")
+    for name, tp in field_types(type(config)).items():
+        value = getattr(config, name)
+        if get_origin(tp) is Literal and value not in get_args(tp):
+            raise RlpipeError(f"setting {name}={value!r}: expected {_type_name(tp)}")
+        items = value if isinstance(value, tuple) else (value,)
+        for item in items:
+            if isinstance(item, float) and not math.isfinite(item):
+                raise RlpipeError(f"setting {name}={value!r}: expected a finite number")
+            if name in POSITIVE_FIELDS and isinstance(item, (int, float)) and not isinstance(item, bool) and item <= 0:
+                raise RlpipeError(f"setting {name}={value!r}: expected a positive number")
+
+
+def config_for_env(cls: type[C], tuned: dict[str, dict[str, Any]], env_id: str, **overrides: Any) -> C:
+    """Build ``cls(env_id=..)`` from the per-env tuned table, then non-None ``overrides``.
+
+    Unknown keys are an RlpipeError naming the field (typos must not be silently ignored).
+    """
+    names = {f.name for f in fields(cls)}
+    values = {**tuned.get(base_env_id(env_id), {}), **{k: v for k, v in overrides.items() if v is not None}}
+    unknown = sorted(set(values) - names)
+    if unknown:
+        raise RlpipeError(f"unknown {cls.__module__.rsplit('.', 1)[-1]} option(s): {', '.join(unknown)}")
+    return cls(env_id=env_id, **values)
+
+
+__all__ = [
+    "DatasetFields", "OfflineConfig", "OnlineConfig", "RunConfig", "check_values", "config_for_env",
+    "field_types", "parse_settings", "typed_value",
+]

@@ -1,0 +1,179 @@
+"""What on-policy actor-critics share (PPO, GAIL's generator; IPPO next): rollout storage,
+generalised advantage estimation and the clipped PPO update.
+
+A rollout is ``[T, N]``: T steps of N rows. A row is one env of a vector env today; for a
+team of agents sharing one policy a row is one (env, agent) pair, so nothing here changes.
+Rows that are reset steps of the NEXT_STEP autoreset (``valid`` False) are kept in the
+storage (they keep the [T, N] layout GAE needs) but are never trained on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from rlpipe.models.networks import ActorCritic
+
+
+class RowStep(Protocol):
+    """One step's outcome per row (what a vector-env step batch provides)."""
+
+    rewards: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    valid: np.ndarray  # False on the reset steps of the NEXT_STEP autoreset
+
+
+class RowStepper(Protocol):
+    """Steps N rows at once: a vector env (rows = envs), or a team sharing one policy
+    (rows = env x agent pairs)."""
+
+    obs: np.ndarray  # [N, obs_dim], the rows' current observations
+
+    def step(self, actions: np.ndarray) -> RowStep: ...
+
+
+class PPOSettings(Protocol):
+    """The config fields the clipped update reads (PPO's Config has them)."""
+
+    num_epochs: int
+    minibatch_size: int
+    normalize_advantages: bool
+    vf_coef: float
+    ent_coef: float
+    max_grad_norm: float
+    target_kl: float | None
+
+
+def compute_gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    next_value: torch.Tensor,
+    terminated: torch.Tensor,
+    truncated: torch.Tensor,
+    valid: torch.Tensor,
+    gamma: float,
+    gae_lambda: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised advantage estimates and returns for a [T, N] rollout.
+
+    ``values[t]`` is V(obs[t]); ``next_value`` is V of the observation after the last step.
+    With NEXT_STEP autoreset, the observation after a done step is the true final one, so
+    ``values[t + 1]`` bootstraps truncated episodes, terminated ones bootstrap 0, and the
+    advantage recursion stops at every episode end. Reset steps (``valid`` False) get 0.
+    """
+    adv = torch.zeros_like(rewards)
+    last = torch.zeros_like(next_value)
+    not_term, not_done = 1.0 - terminated.float(), 1.0 - (terminated | truncated).float()
+    for t in reversed(range(rewards.shape[0])):
+        nv = next_value if t == rewards.shape[0] - 1 else values[t + 1]
+        delta = rewards[t] + gamma * nv * not_term[t] - values[t]
+        last = (delta + gamma * gae_lambda * not_done[t] * last) * valid[t]
+        adv[t] = last
+    return adv, adv + values
+
+
+@dataclass
+class PPOBatch:
+    """The valid rows of a rollout, flattened: what the minibatch epochs train on."""
+
+    obs: torch.Tensor
+    actions: torch.Tensor
+    log_probs: torch.Tensor
+    advantages: torch.Tensor
+    returns: torch.Tensor
+
+
+class RolloutStorage:
+    """``[T, N]`` tensors of one rollout on ``device``, refilled by :meth:`collect`."""
+
+    def __init__(self, num_steps: int, num_rows: int, obs_dim: int, act_dim: int, discrete: bool,
+                 device: torch.device) -> None:
+        T, N = num_steps, num_rows
+        self.device = device
+        self.obs = torch.zeros(T, N, obs_dim, device=device)
+        self.actions = torch.zeros((T, N) if discrete else (T, N, act_dim),
+                                   dtype=torch.long if discrete else torch.float32, device=device)
+        self.log_probs, self.values, self.rewards = (torch.zeros(T, N, device=device) for _ in range(3))
+        self.terminated, self.truncated, self.valid = (torch.zeros(T, N, dtype=torch.bool, device=device) for _ in range(3))
+        self.next_value = torch.zeros(N, device=device)
+
+    def _as_tensor(self, array: object) -> torch.Tensor:
+        return torch.as_tensor(array, device=self.device)
+
+    @torch.no_grad()
+    def collect(self, actor: ActorCritic, stepper: RowStepper) -> None:
+        """Act with actions sampled from ``actor`` for T steps of ``stepper``; store each
+        step and V of the observation after the last one."""
+        for t in range(self.obs.shape[0]):
+            obs = torch.as_tensor(stepper.obs, dtype=torch.float32, device=self.device)
+            head, value = actor(obs)
+            action = actor.sample(head)
+            self.obs[t], self.actions[t], self.values[t] = obs, action, value
+            self.log_probs[t] = actor.log_prob_entropy(head, action)[0]
+            b = stepper.step(action.cpu().numpy())
+            self.rewards[t], self.terminated[t] = self._as_tensor(b.rewards), self._as_tensor(b.terminated)
+            self.truncated[t], self.valid[t] = self._as_tensor(b.truncated), self._as_tensor(b.valid)
+        self.next_value = actor(torch.as_tensor(stepper.obs, dtype=torch.float32, device=self.device))[1]
+
+    def batch(self, rewards: torch.Tensor, gamma: float, gae_lambda: float) -> PPOBatch:
+        """Advantages and returns of ``rewards`` (the env's, or a learnt reward), and the
+        valid rows flattened for the update."""
+        with torch.no_grad():
+            adv, ret = compute_gae(rewards, self.values, self.next_value, self.terminated, self.truncated, self.valid,
+                                   gamma, gae_lambda)
+        keep = self.valid.reshape(-1)
+        rows = lambda x: x.reshape(-1, *x.shape[2:])[keep]  # noqa: E731
+        return PPOBatch(rows(self.obs), rows(self.actions), rows(self.log_probs), rows(adv), rows(ret))
+
+
+def clipped_loss(
+    actor: ActorCritic, batch: PPOBatch, idx: torch.Tensor, clip: float, settings: PPOSettings
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO's loss on rows ``idx``: clipped surrogate + ``vf_coef`` * value MSE -
+    ``ent_coef`` * entropy; also returns the approximate KL to the rollout policy."""
+    head, value = actor(batch.obs[idx])
+    logp, entropy = actor.log_prob_entropy(head, batch.actions[idx])
+    log_ratio = logp - batch.log_probs[idx]
+    ratio = log_ratio.exp()
+    adv = batch.advantages[idx]
+    if settings.normalize_advantages and len(idx) > 1:
+        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+    pg_loss = -torch.min(ratio * adv, ratio.clamp(1 - clip, 1 + clip) * adv).mean()
+    v_loss = F.mse_loss(value, batch.returns[idx])
+    with torch.no_grad():
+        approx_kl = ((ratio - 1) - log_ratio).mean()
+    return pg_loss + settings.vf_coef * v_loss - settings.ent_coef * entropy.mean(), approx_kl
+
+
+def ppo_update(
+    actor: ActorCritic,
+    optimizer: torch.optim.Optimizer,
+    batch: PPOBatch,
+    clip: float,
+    settings: PPOSettings,
+    generator: torch.Generator,
+) -> int:
+    """``num_epochs`` epochs of shuffled minibatches (about ``minibatch_size`` rows each) of
+    the clipped loss; an epoch whose last KL exceeds ``target_kl`` ends the update early.
+    Returns the number of gradient steps taken."""
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    n = batch.obs.shape[0]
+    n_minibatches = max(1, round(n / settings.minibatch_size))
+    steps = 0
+    for _ in range(settings.num_epochs):
+        approx_kl = torch.zeros(())
+        for idx in torch.randperm(n, generator=generator, device=batch.obs.device).tensor_split(n_minibatches):
+            loss, approx_kl = clipped_loss(actor, batch, idx, clip, settings)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, settings.max_grad_norm, foreach=True)
+            optimizer.step()
+            steps += 1
+        if settings.target_kl is not None and approx_kl > settings.target_kl:
+            break
+    return steps

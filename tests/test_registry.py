@@ -1,0 +1,76 @@
+"""The algorithm registry and the typed run config: what the CLI and pipeline read from them."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from dataclasses import fields
+
+import pytest
+import torch
+
+from rlpipe.algos import OFFLINE, ONLINE, SPECS, get_algo
+from rlpipe.errors import RlpipeError
+from rlpipe.training.config import OfflineConfig, OnlineConfig, RunConfig, parse_settings
+from rlpipe.training.onpolicy import RolloutStorage
+
+
+def test_every_spec_builds_its_own_config_with_the_run_fields() -> None:
+    run_fields = {f.name for f in fields(RunConfig)}
+    for spec in SPECS:
+        config = spec.make_config("Pendulum-v1" if spec.online else "CartPole-v1")
+        assert type(config) is spec.config_class and run_fields <= {f.name for f in fields(config)}
+        budget_base = OnlineConfig if spec.budget == "env_steps" else OfflineConfig
+        assert isinstance(config, budget_base), spec.name
+        # records_training is what train() accepts, not a guess
+        assert spec.records_training == ("step_sink" in inspect.signature(spec.train).parameters), spec.name
+    assert set(ONLINE) | set(OFFLINE) == {spec.name for spec in SPECS} and not set(ONLINE) & set(OFFLINE)
+    assert get_algo("gail").budget == "env_steps" and not get_algo("gail").online  # learns from a dataset, trains in the env
+    # offline learners take goal datasets (flattened when loaded); GAIL's generator acts in a flat-Box env
+    assert all("goal" in get_algo(name).observation_kinds for name in ("bc", "cql", "bcq", "td3bc", "iql"))
+    assert get_algo("gail").observation_kinds == ("box",)
+
+
+def test_her_variants_are_three_specs_on_their_base_configs() -> None:
+    her = [get_algo(f"{base}-her") for base in ("ddpg", "td3", "sac")]
+    assert len({spec.config_class for spec in her}) == 3
+    for spec, base in zip(her, ("ddpg", "td3", "sac")):
+        config = spec.make_config("GoalWorld-v0")
+        assert isinstance(config, get_algo(base).config_class) and config.her and config.base == base
+        assert spec.observation_kinds == ("goal",)
+
+
+def test_cli_help_lists_the_registry(cli) -> None:
+    result = cli("train", "--help")
+    assert result.code == 0
+    text = " ".join(result.out.split())
+    for spec in SPECS:
+        assert spec.name in text
+
+
+def test_settings_are_parsed_against_declared_types() -> None:
+    ppo, cql = get_algo("ppo").config_class, get_algo("cql").config_class
+    parsed = parse_settings(["hidden=[32, 16]", "target_kl=null", "anneal=false", "learning-rate=3e-4", "stop_at_return=500"], ppo)
+    assert parsed == {"hidden": (32, 16), "target_kl": None, "anneal": False, "learning_rate": 3e-4, "stop_at_return": 500.0}
+    assert parse_settings(["target_kl=0.02", "hidden=64"], ppo) == {"target_kl": 0.02, "hidden": (64,)}
+    assert parse_settings(["td_loss=huber", "max_samples=30"], cql) == {"td_loss": "huber", "max_samples": 30}
+    for bad, message in [
+        ("num_steps=true", "setting num_steps=True: expected int"),
+        ("gamma=inf", "setting gamma='inf': expected float"),
+        ("ent_coef=[1]", "setting ent_coef=[1]: expected float"),
+        ("hidden=null", "setting hidden=None: expected list of int"),
+    ]:
+        with pytest.raises(RlpipeError, match=f"^{re.escape(message)}$"):
+            parse_settings([bad], ppo)
+    with pytest.raises(RlpipeError, match=r"^setting td_loss='l2': expected 'mse' or 'huber'$"):
+        get_algo("cql").make_config("CartPole-v1", td_loss="l2")  # library callers get the same checks
+
+
+def test_rollout_storage_trains_on_valid_rows_only() -> None:
+    storage = RolloutStorage(num_steps=3, num_rows=2, obs_dim=1, act_dim=2, discrete=True, device=torch.device("cpu"))
+    storage.obs[:, :, 0] = torch.arange(6.0).reshape(3, 2)
+    storage.valid[:] = torch.tensor([[True, True], [False, True], [True, True]])
+    storage.terminated[0, 0] = True
+    batch = storage.batch(torch.ones(3, 2), gamma=0.9, gae_lambda=0.95)
+    assert batch.obs[:, 0].tolist() == [0.0, 1.0, 3.0, 4.0, 5.0]  # the reset step (row 0, t=1) is dropped
+    assert batch.advantages[0] == pytest.approx(1.0)  # terminated: no bootstrap, no carry-over
