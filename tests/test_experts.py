@@ -10,6 +10,7 @@ import numpy as np
 from rlpipe.algos import load_policy
 from rlpipe.datasets.loader import load_dataset
 from rlpipe.datasets.store import open_dataset
+from tests.conftest import store_contents
 from tests.test_collector import assert_episodes_well_formed
 
 
@@ -53,7 +54,7 @@ def test_expert_bad_input(store: Path, cli) -> None:
     ]:
         result = cli("collect", "--env", "Pendulum-v1", *args, "--store", store, "--quiet")
         assert result.code == 2 and message in result.err, result.err
-    assert list(store.iterdir()) == []
+    assert store_contents(store) == []
 
 
 def test_default_expert_dir_is_retrained_when_params_change(store: Path, tmp_path: Path, cli, monkeypatch) -> None:

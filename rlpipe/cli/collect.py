@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
 
 from rlpipe.cli.main import app
+from rlpipe.datasets.atomic import check_output_file, json_text, write_file_atomic
 from rlpipe.datasets.collector import RandomPolicy, collect
 from rlpipe.datasets.writer import DatasetWriter
 from rlpipe.errors import RlpipeError
@@ -32,7 +32,7 @@ def collect_command(
     stochastic: bool = typer.Option(False, "--stochastic", help="Sample expert actions instead of taking the mode."),
     episodes: Optional[int] = typer.Option(None, "--episodes", help="Number of whole episodes to store."),
     steps: Optional[int] = typer.Option(None, "--steps", help="Store whole episodes until at least this many transitions."),
-    seed: int = typer.Option(0, "--seed", help="Seed for the envs and the policy; same seed, same bytes."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Seed for the envs and the policy; same seed, same bytes."),
     num_envs: int = typer.Option(8, "--num-envs", help="Parallel environments (gymnasium vector env)."),
     fmt: str = typer.Option("both", "--format", help="arrow, hdf5 (Minari layout, plus Arrow) or both."),
     store: Optional[Path] = typer.Option(None, "--store", help="Dataset store (default: $RLPIPE_DATASETS or ./datasets)."),
@@ -54,6 +54,8 @@ def collect_command(
     kind = "mixed" if from_training else ("expert" if expert else policy)
     dataset_name = name or f"{experts.env_slug(env)}-{kind}"
     obs_space, act_space = env_spaces(env)  # validates the id before any file is made
+    if metrics is not None:
+        check_output_file(metrics)
     run_dir = expert_run or (experts.default_run_dir(expert, env) if expert else None)
     overrides: dict[str, Any] = {"env_steps": expert_steps, "seed": seed}
 
@@ -82,6 +84,5 @@ def collect_command(
     summary = {"dataset": dataset_name, "episodes": meta["total_episodes"], "steps": meta["total_steps"],
                "return_mean": returns["mean"], "return_std": returns["std"]}
     if metrics is not None:
-        metrics.parent.mkdir(parents=True, exist_ok=True)
-        metrics.write_text(json.dumps(summary, indent=2) + "\n")
+        write_file_atomic(metrics, json_text(summary))
     typer.echo(f"wrote {path}: {summary['episodes']} episodes, {summary['steps']} steps, mean return {returns['mean']:.2f}")

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 
 import typer
 
+from rlpipe.datasets.atomic import handle_termination, interrupt_signal
 from rlpipe.errors import RlpipeError
 
 app = typer.Typer(
@@ -25,6 +27,7 @@ def _register_commands() -> None:
 def main() -> None:
     """Entry point: run the app; RlpipeError and usage errors become one line and exit 2."""
     _register_commands()
+    handle_termination()  # SIGTERM (timeout, CI) cleans up like Ctrl-C
     try:
         code = app(standalone_mode=False)
     except RlpipeError as exc:
@@ -34,6 +37,10 @@ def main() -> None:
         typer.echo(f"error: {exc.format_message()} (see rlpipe --help)", err=True)
         sys.exit(exc.exit_code)
     except (KeyboardInterrupt, typer.Abort):
+        code = 130
+    # typer turns KeyboardInterrupt into a silent return of 130; a signal that C code
+    # swallowed is remembered by handle_termination: either way, say so and exit 128 + signal.
+    if code == 130 or interrupt_signal() is not None:
         typer.echo("error: interrupted", err=True)
-        sys.exit(130)
+        sys.exit(128 + (interrupt_signal() or signal.SIGINT))
     sys.exit(code if isinstance(code, int) else 0)
