@@ -56,8 +56,8 @@ def collect_command(
     obs_space, act_space = env_spaces(env)  # validates the id before any file is made
     if metrics is not None:
         check_output_file(metrics)
-    run_dir = expert_run or (experts.default_run_dir(expert, env) if expert else None)
     overrides: dict[str, Any] = {"env_steps": expert_steps, "seed": seed}
+    run_dir = expert_run or (experts.expert_run_dir(expert, env, overrides) if expert else None)
 
     with DatasetWriter(dataset_name, obs_space, act_space, env_id=env, store=store, fmt=fmt, force=force) as writer:
         if from_training:
