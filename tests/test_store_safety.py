@@ -363,3 +363,58 @@ def test_names_differing_only_in_case_are_refused(store: Path) -> None:
     with pytest.raises(RlpipeError, match="differs only in case from the existing 'Data'"):
         write(store, "data")
     assert store_contents(store) == ["Data"]
+
+
+# --- 3 and 9. Minari exports: validated, copied, replaced atomically, only at the exact id ---
+
+
+def exported_store(store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
+    write_rows("data", [synthetic_rows([6] * 4, BOX, ACT)], BOX, ACT, env_id=None, producer={}, store=store, fmt="both")
+    return tmp_path / "minari"
+
+
+def test_export_copies_and_never_touches_another_dataset(store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli) -> None:
+    import h5py
+
+    root = exported_store(store, tmp_path, monkeypatch)
+    assert cli("datasets", "export", "data", "--id", "team-v1/keep-v0", "--store", store).code == 0
+    one_line_exit_2(cli("datasets", "export", "data", "--id", "team-v1", "--force", "--store", store), "is not a Minari dataset")
+    assert (root / "team-v1" / "keep-v0" / "data" / "main_data.hdf5").is_file()
+    assert cli("datasets", "export", "data", "--id", "cp-v0", "--store", store).code == 0
+    with h5py.File(root / "cp-v0" / "data" / "main_data.hdf5", "r+") as file:  # a tool writing to the export
+        file["episode_0"]["rewards"][0] = 1e6
+    assert validate_dataset(open_dataset("data", store)) == []  # ... does not reach the store
+    assert cli("datasets", "export", "data", "--id", "cp-v0", "--force", "--store", store).code == 0
+
+
+def test_export_validates_first(store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli) -> None:
+    exported_store(store, tmp_path, monkeypatch)
+    hdf5 = store / "data" / "data" / "main_data.hdf5"
+    raw = bytearray(hdf5.read_bytes())
+    raw[len(raw) // 2] ^= 0x01
+    hdf5.write_bytes(bytes(raw))
+    one_line_exit_2(cli("datasets", "export", "data", "--id", "cp-v0", "--store", store), "is corrupted")
+    assert not (tmp_path / "minari" / "cp-v0").exists()
+
+
+def test_export_replace_killed_midway_is_rolled_back(store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli) -> None:
+    root = exported_store(store, tmp_path, monkeypatch)
+    assert cli("datasets", "export", "data", "--id", "cp-v0", "--store", store).code == 0
+    env = {**os.environ, FAULT_ENV: "old-moved"}
+    proc = subprocess.run([RLPIPE, "datasets", "export", "data", "--id", "cp-v0", "--force", "--store", str(store)],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == FAULT_EXIT_CODE and not (root / "cp-v0").exists()
+    again = cli("datasets", "export", "data", "--id", "cp-v0", "--store", store)  # the next start rolls back
+    one_line_exit_2(again, "already exists")
+    assert (root / "cp-v0" / "data" / "main_data.hdf5").is_file()
+    assert sorted(p.name for p in root.iterdir()) == [".locks", "cp-v0"]
+
+
+def test_import_stays_inside_the_minari_root(store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli) -> None:
+    exported_store(store, tmp_path, monkeypatch)
+    assert cli("datasets", "export", "data", "--id", "cp-v0", "--store", store).code == 0
+    (tmp_path / "minari" / "inner").mkdir()
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari" / "inner"))
+    one_line_exit_2(cli("datasets", "import", "../cp-v0", "--name", "escaped", "--store", store), "Malformed dataset ID")
+    assert not (store / "escaped").exists()
