@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import gymnasium as gym
 import pytest
+
+from rlpipe.datasets.writer import write_rows
+from tests.test_dataset_store import BOX, synthetic_rows
+
+ACT = gym.spaces.Discrete(2)
 
 RLPIPE = str(Path(sys.executable).with_name("rlpipe"))
 QUICK = ["train", "ppo", "--env", "CartPole-v1", "--env-steps", "1024", "--no-progress"]
@@ -64,3 +72,42 @@ def test_out_that_is_not_a_run_directory_is_refused(tmp_path: Path, cli) -> None
     (tmp_path / "file").write_text("x")
     result = cli(*QUICK, "--out", tmp_path / "file")
     assert result.code == 2 and "must name a directory" in result.err
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from rlpipe.algos import get_algo
+
+    out = tmp_path_factory.mktemp("trained") / "run"
+    ppo = get_algo("ppo")
+    ppo.train(ppo.make_config("CartPole-v1", env_steps=1024), out, progress=False)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda m: m.pop("sha256"), "'sha256' is missing"),
+        (lambda m: m["policy"].update(kind="Nope"), "unknown policy kind 'Nope'"),
+        (lambda m: m["policy"]["spec"].update(wings=2), "policy spec does not fit"),
+        (lambda m: m.update(env_id="Pendulum-v1"), "does not fit Pendulum-v1"),
+        (lambda m: m.update(weights_file="../model.safetensors"), "is not a file name in the run directory"),
+        (lambda m: m.update(action_space={"type": "Box"}), "malformed action space"),
+        (lambda m: m.update(config=[]), "'config' is not an object"),
+    ],
+)
+def test_malformed_checkpoint_is_one_line(trained_run: Path, tmp_path: Path, cli, edit, message: str) -> None:
+    out = tmp_path / "run"
+    shutil.copytree(trained_run, out)
+    meta = json.loads((out / "checkpoint.json").read_text())
+    edit(meta)
+    (out / "checkpoint.json").write_text(json.dumps(meta))
+    result = cli("eval", out, "--episodes", "1")
+    assert result.code == 2 and message in result.err and len(result.err.strip().splitlines()) == 1, result.err
+
+
+def test_dataset_whose_spaces_differ_from_its_env_fails_before_training(store: Path, tmp_path: Path, cli) -> None:
+    write_rows("wrong", [synthetic_rows([5] * 4, BOX, ACT)], BOX, ACT, env_id="CartPole-v1", producer={}, store=store, fmt="arrow")
+    result = cli("train", "bc", "--dataset", "wrong", "--store", store, "--out", tmp_path / "run", "--no-progress")
+    assert result.code == 2 and "has observations Box(-1.0, 1.0, (3,), float32), but its env CartPole-v1 has" in result.err
+    assert not (tmp_path / "run").exists()

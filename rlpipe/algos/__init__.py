@@ -68,12 +68,13 @@ def load_policy(run_dir: str | Path, device: str = "cpu", deterministic: bool = 
     """
     from rlpipe.models.checkpoint import load_checkpoint
     from rlpipe.models.networks import build_policy
-    from rlpipe.training.env import ActionScaler, resolve_device, space_from_json
+    from rlpipe.training.env import ActionScaler, require_policy_fits_env, resolve_device, space_from_json
     from rlpipe.training.evaluation import policy_fn
 
     dev = resolve_device(device)
     ckpt = load_checkpoint(run_dir, dev)
     meta = ckpt.meta
+    require_policy_fits_env(meta, run_dir)
     actor = build_policy(meta["policy"]["kind"], meta["policy"]["spec"]).to(dev)
     try:
         actor.load_state_dict(ckpt.state_dict("policy"))

@@ -116,7 +116,31 @@ def space_to_json(space: spaces.Space) -> dict[str, Any]:
 
 
 def space_from_json(data: dict[str, Any]) -> spaces.Space:
-    if data["type"] == "Discrete":
-        return spaces.Discrete(data["n"], start=data.get("start", 0))
-    dtype = np.dtype(data.get("dtype", "float32"))
-    return spaces.Box(np.array(data["low"], dtype), np.array(data["high"], dtype), dtype=dtype)
+    """The action space ``space_to_json`` described; a malformed description is an RlpipeError."""
+    try:
+        if data["type"] == "Discrete":
+            return spaces.Discrete(data["n"], start=data.get("start", 0))
+        dtype = np.dtype(data.get("dtype", "float32"))
+        return spaces.Box(np.array(data["low"], dtype), np.array(data["high"], dtype), dtype=dtype)
+    except (KeyError, TypeError, ValueError, AssertionError) as exc:
+        raise RlpipeError(f"malformed action space description {data!r}: {exc}") from None
+
+
+def require_policy_fits_env(meta: dict[str, Any], run_dir: Any) -> None:
+    """Raise unless a checkpoint's policy takes the observations and gives the actions of
+    the env it names (a checkpoint.json edited to another env fails here, not mid-evaluation)."""
+    obs_space, act_space = env_spaces(meta["env_id"])
+    if is_goal_space(obs_space):
+        from rlpipe.envs.goals import flat_observation_space
+
+        obs_space = flat_observation_space(obs_space)
+    saved = space_from_json(meta["action_space"])
+    obs_dim = meta["policy"]["spec"].get("obs_dim")
+    same_actions = type(saved) is type(act_space) and (
+        saved.n == act_space.n if isinstance(saved, spaces.Discrete) else saved.shape == act_space.shape
+    )
+    if obs_dim != int(np.prod(obs_space.shape)) or not same_actions:
+        raise RlpipeError(
+            f"checkpoint in {run_dir} does not fit {meta['env_id']}: the policy takes {obs_dim} observation values and "
+            f"acts in {saved}, the env has observations {obs_space.shape} and actions {act_space}"
+        )
