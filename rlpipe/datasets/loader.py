@@ -138,13 +138,21 @@ def _check_schema(schema: pa.Schema, expected: pa.Schema, path: Path) -> None:
     """Refuse a shard whose schema is not the dataset's (another dataset's shard, float64
     observations, nullable columns)."""
     if not schema.equals(expected):
+        raise RlpipeError(f"shard {path} does not match the dataset's schema: {_schema_difference(schema, expected)}")
+
+
+def _schema_difference(schema: pa.Schema, expected: pa.Schema) -> str:
+    try:
         actual = {field.name: field for field in schema}
-        wrong = next((f for f in expected if actual.get(f.name) != f), None)
-        found = actual.get(wrong.name) if wrong is not None else None
-        detail = (f"column {wrong.name!r} is {found.type if found is not None else 'missing'}"
-                  f"{' (nullable)' if found is not None and found.nullable else ''}, the dataset's spaces need {wrong.type}"
-                  if wrong is not None else f"extra columns {sorted(set(actual) - set(expected.names))}")
-        raise RlpipeError(f"shard {path} does not match the dataset's schema: {detail}")
+        wrong = next((f for f in expected if not f.equals(actual.get(f.name, pa.field(f.name, pa.null())))), None)
+    except Exception:  # noqa: BLE001 - a damaged schema may not even decode; that it differs is enough
+        return "unreadable schema"
+    if wrong is None:
+        return f"extra columns {sorted(set(actual) - set(expected.names))}"
+    found = actual.get(wrong.name)
+    if found is None:
+        return f"column {wrong.name!r} is missing"
+    return f"column {wrong.name!r} is {found.type}{' (nullable)' if found.nullable else ''}, the dataset's spaces need {wrong.type}"
 
 
 def _check_batch(batch: pa.RecordBatch, expected: pa.Schema, path: Path) -> None:
@@ -159,10 +167,12 @@ def _read_shard(path: Path) -> pa.RecordBatch:
     try:
         reader = pa.ipc.open_file(pa.memory_map(str(path), "r"))
         if reader.num_record_batches == 1:
-            return reader.get_batch(0)
-        # Shards written by other tools may hold several batches: merge them (one copy).
-        return reader.read_all().combine_chunks().to_batches()[0]
-    except (pa.ArrowInvalid, pa.ArrowIOError, OSError, IndexError) as exc:
+            batch = reader.get_batch(0)
+        else:  # shards written by other tools may hold several batches: merge them (one copy)
+            batch = reader.read_all().combine_chunks().to_batches()[0]
+        batch.validate(full=True)  # lengths and offsets agree, so numpy views stay in bounds
+        return batch
+    except (pa.ArrowInvalid, pa.ArrowIOError, OSError, IndexError, UnicodeDecodeError) as exc:
         raise RlpipeError(f"corrupted shard {path}: {exc} (run `rlpipe datasets validate`)") from None
 
 
