@@ -111,3 +111,14 @@ def test_dataset_whose_spaces_differ_from_its_env_fails_before_training(store: P
     result = cli("train", "bc", "--dataset", "wrong", "--store", store, "--out", tmp_path / "run", "--no-progress")
     assert result.code == 2 and "has observations Box(-1.0, 1.0, (3,), float32), but its env CartPole-v1 has" in result.err
     assert not (tmp_path / "run").exists()
+
+
+def test_diverged_run_is_one_line_and_publishes_nothing(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    import rlpipe.training.run as run_module
+    from rlpipe.training.evaluation import EvalResult
+
+    nan = EvalResult(float("nan"), float("nan"), [float("nan")], [1])
+    monkeypatch.setattr(run_module, "evaluate", lambda *args, **kwargs: nan)  # NaN weights give NaN returns
+    result = cli(*QUICK, "--out", tmp_path / "run")
+    assert result.code == 2 and "NaN or infinity in eval_return_mean, eval_return_std" in result.err, result.err
+    assert [p.name for p in tmp_path.iterdir()] == [".locks"]

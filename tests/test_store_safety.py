@@ -142,7 +142,7 @@ def test_non_finite_values_are_refused_unless_opted_in(store: Path, monkeypatch:
 
 
 def test_json_is_never_written_with_nan() -> None:
-    with pytest.raises(RlpipeError, match="eval_return_mean is NaN or infinite"):
+    with pytest.raises(RlpipeError, match="NaN or infinity in eval_return_mean"):
         json_text({"eval_return_mean": float("nan"), "seed": 0})
     assert json.loads(json_text({"a": [1.5, None]})) == {"a": [1.5, None]}
 
@@ -197,16 +197,21 @@ def test_second_writer_of_a_name_gets_exit_2(store: Path) -> None:
 # --- 3. --force replace survives a crash at every step -------------------------------------
 
 REPLACE = """
-import sys
-from tests.test_store_safety import write
-write(__import__("pathlib").Path(sys.argv[1]), lengths=(4,) * 5, force=True)
+import sys, gymnasium as gym, numpy as np
+from rlpipe.datasets.writer import write_rows
+box, n = gym.spaces.Box(-1.0, 1.0, (3,), np.float32), 20
+rows = {"episode_id": np.repeat(np.arange(5), 4), "step": np.tile(np.arange(4, dtype=np.int32), 5),
+        "obs": np.zeros((n, 3), np.float32), "action": np.zeros(n, np.int64), "reward": np.ones(n, np.float32),
+        "next_obs": np.zeros((n, 3), np.float32), "terminated": np.tile([False, False, False, True], 5),
+        "truncated": np.zeros(n, bool)}
+write_rows("data", [rows], box, gym.spaces.Discrete(2), env_id=None, producer={}, store=sys.argv[1], fmt="arrow", force=True)
 """
 
 
 @pytest.mark.parametrize(("step", "survivor"), [("synced", 300), ("old-moved", 300), ("new-moved", 20), ("trash-deleted", 20)])
 def test_replace_killed_at_each_step_leaves_old_or_new(store: Path, step: str, survivor: int) -> None:
     write(store)  # the old dataset: 300 steps; the new one has 20
-    env = {**os.environ, FAULT_ENV: step, "PYTHONPATH": str(Path(__file__).parents[1])}
+    env = {**os.environ, FAULT_ENV: step}
     proc = subprocess.run([sys.executable, "-c", REPLACE, str(store)], env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == FAULT_EXIT_CODE, proc.stderr
     info = open_dataset("data", store)  # recovers: finishes or rolls back

@@ -95,7 +95,7 @@ def json_text(value: Any) -> str:
         return json.dumps(value, indent=2, sort_keys=True, allow_nan=False) + "\n"
     except ValueError:
         bad = ", ".join(_non_finite_keys(value)) or "a value"
-        raise RlpipeError(f"refusing to write non-standard JSON: {bad} is NaN or infinite (training diverged?)") from None
+        raise RlpipeError(f"refusing to write non-standard JSON: NaN or infinity in {bad} (training diverged?)") from None
 
 
 def _non_finite_keys(value: Any, prefix: str = "") -> list[str]:

@@ -85,6 +85,7 @@ class ShardVerifier:
             self.cache = {}
         if not isinstance(self.cache, dict):
             self.cache = {}
+        self._changed = False
         self.schema = step_schema(info.observation_space, info.action_space, info.metadata["multi_agent"])
 
     def _key(self, rel: str) -> list[int | str]:
@@ -103,6 +104,7 @@ class ShardVerifier:
         if file_sha256(path) != self.info.metadata["files"][rel]["sha256"]:
             raise RlpipeError(f"corrupted shard {path}: its sha256 differs from metadata (modified or damaged; run `rlpipe datasets validate`)")
         self.cache[rel] = {"key": key, "finite": False}
+        self._changed = True
 
     def check_finite_once(self, rel: str, columns: dict[str, Columnar]) -> None:
         """Refuse NaN/infinite floats (unless opted in); a shard that passed is remembered."""
@@ -110,6 +112,7 @@ class ShardVerifier:
             return
         check_finite(columns, f"shard {self.info.path / rel}")
         self.cache[rel]["finite"] = True
+        self._changed = True
 
     def read(self, rel: str) -> dict[str, Columnar]:
         """One verified shard's columns (see `read_shard`)."""
@@ -127,6 +130,8 @@ class ShardVerifier:
 
     def save(self) -> None:
         """Remember what was verified (best effort: a read-only store just re-hashes next time)."""
+        if not self._changed:
+            return
         try:
             self.cache_path.parent.mkdir(exist_ok=True)
             atomic.write_file_atomic(self.cache_path, json.dumps(self.cache, sort_keys=True))

@@ -119,7 +119,11 @@ class Run:
         self._staging: StagedDirectory | None = None
         if self.out_dir is not None:
             self._staging = StagedDirectory(self.out_dir, f"run directory {self.out_dir}", is_run_dir, _check_run_target)
-            self.live = _make_live(self._staging.path)
+            try:
+                self.live = _make_live(self._staging.path)
+            except BaseException:
+                self._staging.abort()
+                raise
         self.progress: Progress | None = None
         if progress:
             self.progress = Progress(
