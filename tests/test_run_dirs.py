@@ -122,3 +122,12 @@ def test_diverged_run_is_one_line_and_publishes_nothing(tmp_path: Path, cli, mon
     result = cli(*QUICK, "--out", tmp_path / "run")
     assert result.code == 2 and "NaN or infinity in eval_return_mean, eval_return_std" in result.err, result.err
     assert [p.name for p in tmp_path.iterdir()] == [".locks"]
+
+
+def test_eval_rolls_back_a_replace_that_died_midway(trained_run: Path, tmp_path: Path, cli) -> None:
+    out = tmp_path / "models" / "run"
+    shutil.copytree(trained_run, out)
+    out.rename(out.with_name(".trash-0123abcd-run"))  # what a run killed between the two renames leaves
+    result = cli("eval", out, "--episodes", "1")
+    assert result.code == 0, result.err
+    assert sorted(p.name for p in out.parent.iterdir()) == [".locks", "run"]

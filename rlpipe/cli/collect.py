@@ -85,4 +85,5 @@ def collect_command(
                "return_mean": returns["mean"], "return_std": returns["std"]}
     if metrics is not None:
         write_file_atomic(metrics, json_text(summary))
-    typer.echo(f"wrote {path}: {summary['episodes']} episodes, {summary['steps']} steps, mean return {returns['mean']:.2f}")
+    mean = "n/a (non-finite rewards)" if returns["mean"] is None else f"{returns['mean']:.2f}"
+    typer.echo(f"wrote {path}: {summary['episodes']} episodes, {summary['steps']} steps, mean return {mean}")

@@ -101,8 +101,11 @@ def eval_(
 ) -> None:
     """Evaluate a saved policy and print the mean ± std episode return."""
     from rlpipe.algos import load_policy
+    from rlpipe.datasets.atomic import recover_all
     from rlpipe.training.evaluation import evaluate
+    from rlpipe.training.run import is_run_dir
 
+    recover_all(run_dir.absolute().parent, is_run_dir)  # a replace that crashed midway is rolled back first
     policy = load_policy(run_dir, device=device, deterministic=not stochastic)
     res = evaluate(policy, policy.env_id, episodes, seed)
     if as_json:
