@@ -252,7 +252,7 @@ original = hdf5.write_minari_layout
 def interrupted(*args, **kwargs):
     try:  # a C extension that swallows the KeyboardInterrupt, as h5py did
         os.kill(os.getpid(), signal.SIGINT)
-        time.sleep(1)
+        time.sleep(0.2)
     except KeyboardInterrupt:
         pass
     return original(*args, **kwargs)
@@ -306,7 +306,7 @@ import resource, signal, sys
 from rlpipe.cli.main import main
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes past the limit fail with EFBIG, as on a full disk
 resource.setrlimit(resource.RLIMIT_FSIZE, (20000, 20000))
-sys.argv = ["rlpipe", "collect", "--env", "CartPole-v1", "--episodes", "200", "--store", sys.argv[1], "--quiet"]
+sys.argv = ["rlpipe", "collect", "--env", "CartPole-v1", "--episodes", "60", "--store", sys.argv[1], "--quiet"]
 main()
 """
 
