@@ -31,7 +31,6 @@ STEPS_DIR = "steps"
 MINARI_DIR = "data"
 MINARI_HDF5_FILE = "main_data.hdf5"
 MINARI_METADATA_FILE = f"{MINARI_DIR}/metadata.json"
-TEMP_PREFIX = atomic.TEMP_PREFIX
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 # Names Windows reserves for devices, with or without an extension.
 _RESERVED = {"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(10)), *(f"LPT{i}" for i in range(10))}
