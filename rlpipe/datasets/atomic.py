@@ -203,8 +203,10 @@ def recover(parent: Path, name: str, is_complete: Callable[[Path], bool]) -> Non
                 fsync_path(parent)
                 break
     for _, path in mine:
-        if os.path.lexists(path):
+        if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path, ignore_errors=True)
+        elif os.path.lexists(path):
+            path.unlink()
 
 
 def recover_all(parent: Path, is_complete: Callable[[Path], bool], skip: str | None = None) -> None:
