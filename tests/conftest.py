@@ -21,6 +21,11 @@ class CliResult:
     err: str
 
 
+def store_contents(store: Path) -> list[str]:
+    """The store's entries, without the lock and verification-cache folders every store has."""
+    return sorted(p.name for p in store.iterdir() if p.name not in (".locks", ".verified"))
+
+
 @pytest.fixture
 def store(tmp_path: Path) -> Path:
     """An empty dataset store directory."""

@@ -10,6 +10,7 @@ import numpy as np
 from rlpipe.algos import load_policy
 from rlpipe.datasets.loader import load_dataset
 from rlpipe.datasets.store import open_dataset
+from tests.conftest import store_contents
 from tests.test_collector import assert_episodes_well_formed
 
 
@@ -53,10 +54,10 @@ def test_expert_bad_input(store: Path, cli) -> None:
     ]:
         result = cli("collect", "--env", "Pendulum-v1", *args, "--store", store, "--quiet")
         assert result.code == 2 and message in result.err, result.err
-    assert list(store.iterdir()) == []
+    assert store_contents(store) == []
 
 
-def test_default_expert_dir_is_retrained_when_params_change(store: Path, tmp_path: Path, cli, monkeypatch) -> None:
+def test_default_expert_dir_is_never_overwritten_by_other_params(store: Path, tmp_path: Path, cli, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     args = ["collect", "--expert", "ppo", "--env", "CartPole-v1", "--episodes", "2", "--num-envs", "2", "--store", store, "--quiet"]
     assert cli(*args, "--expert-steps", "1024").code == 0
@@ -64,8 +65,14 @@ def test_default_expert_dir_is_retrained_when_params_change(store: Path, tmp_pat
     before = weights.stat().st_mtime_ns
     assert cli(*args, "--expert-steps", "1024", "--name", "same").code == 0
     assert weights.stat().st_mtime_ns == before
-    assert cli(*args, "--expert-steps", "2048", "--name", "more").code == 0
-    assert weights.stat().st_mtime_ns != before
+    assert cli(*args, "--expert-steps", "1024", "--seed", "1", "--name", "more").code == 0
+    assert weights.stat().st_mtime_ns == before  # the first dataset's expert is untouched ...
+    first = open_dataset("cartpole-expert", store).metadata["producer"]
+    assert first["checkpoint_sha256"] == load_policy(first["run_dir"]).checkpoint_sha256
+    more = open_dataset("more", store).metadata["producer"]  # ... the new one has a dir of its own
+    assert Path(more["run_dir"]).name.startswith("ppo-cartpole-") and more["checkpoint_sha256"] == load_policy(more["run_dir"]).checkpoint_sha256
+    assert cli(*args, "--expert-steps", "1024", "--seed", "1", "--name", "again").code == 0  # found again by its hash
+    assert open_dataset("again", store).metadata["producer"]["run_dir"] == more["run_dir"]
     wrong = cli("collect", "--expert", "sac", "--env", "Pendulum-v1", "--expert-run", tmp_path / "models" / "ppo-cartpole",
                 "--episodes", "1", "--store", store, "--quiet")
     assert wrong.code == 2 and "holds a ppo run on CartPole-v1" in wrong.err

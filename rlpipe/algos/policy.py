@@ -39,6 +39,7 @@ def load_checkpoint_policy(run_dir: str | Path, device: str = "cpu", determinist
     ``.checkpoint_sha256`` identify it. Nothing is unpickled; the weights' hash is checked.
     """
     from rlpipe.envs import env_id_for_spec
+    from rlpipe.envs.spaces import require_policy_fits_env
     from rlpipe.models.checkpoint import load_checkpoint
     from rlpipe.models.networks import build_policy
     from rlpipe.training.env import ActionScaler, resolve_device, space_from_json
@@ -47,6 +48,7 @@ def load_checkpoint_policy(run_dir: str | Path, device: str = "cpu", determinist
     dev = resolve_device(device)
     ckpt = load_checkpoint(run_dir, dev)
     meta = ckpt.meta
+    require_policy_fits_env(meta, run_dir)
     actor = build_policy(meta["policy"]["kind"], meta["policy"]["spec"]).to(dev)
     try:
         actor.load_state_dict(ckpt.state_dict("policy"))

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Optional
 
 import typer
 
 from rlpipe.cli.app import app
-from rlpipe.files import atomic_write_text
+from rlpipe.datasets.atomic import check_output_file, json_text, write_file_atomic
 
 
 @app.command("collect")
@@ -30,7 +29,7 @@ def collect_command(
     episodes: Optional[int] = typer.Option(None, "--episodes", help="Number of whole episodes to store (an even quota per env)."),
     steps: Optional[int] = typer.Option(None, "--steps", help="Store at least this many transitions in whole episodes (each env "
                                         "keeps whole episodes until its even share is reached)."),
-    seed: int = typer.Option(0, "--seed", help="Seed for the envs and the policy; same seed, same bytes."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Seed for the envs and the policy; same seed, same bytes."),
     num_envs: int = typer.Option(8, "--num-envs", help="Parallel environments (gymnasium vector env)."),
     fmt: str = typer.Option("both", "--format", help="arrow, hdf5 (Minari layout, plus Arrow) or both."),
     store: Optional[Path] = typer.Option(None, "--store", help="Dataset store (default: $RLPIPE_DATASETS or ./datasets)."),
@@ -43,6 +42,8 @@ def collect_command(
     """Collect trajectories from ENV into a versioned dataset (Arrow shards + metadata, Minari HDF5)."""
     from rlpipe.pipeline.collect import collect_dataset
 
+    if metrics is not None:
+        check_output_file(metrics)  # before anything is collected
     collected = collect_dataset(
         env, policy=policy, expert=expert, expert_run=expert_run, expert_steps=expert_steps, from_training=from_training,
         stochastic=stochastic, episodes=episodes, steps=steps, seed=seed, num_envs=num_envs, name=name, fmt=fmt, store=store,
@@ -50,6 +51,6 @@ def collect_command(
     )
     summary = collected.summary()
     if metrics is not None:
-        metrics.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(metrics, json.dumps(summary, indent=2) + "\n")
-    typer.echo(f"wrote {collected.path}: {summary['episodes']} episodes, {summary['steps']} steps, mean return {summary['return_mean']:.2f}")
+        write_file_atomic(metrics, json_text(summary))
+    mean = "n/a (non-finite rewards)" if summary["return_mean"] is None else f"{summary['return_mean']:.2f}"
+    typer.echo(f"wrote {collected.path}: {summary['episodes']} episodes, {summary['steps']} steps, mean return {mean}")

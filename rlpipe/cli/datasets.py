@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Column, Table
 
 from rlpipe.cli.app import app
-from rlpipe.datasets.store import list_datasets, open_dataset, remove_dataset, store_root
+from rlpipe.datasets.store import DatasetInfo, open_dataset, remove_dataset, store_entries, store_root
 from rlpipe.datasets.validate import validate_dataset
 from rlpipe.errors import RlpipeError
 
@@ -24,22 +24,29 @@ STORE_OPTION = typer.Option(None, "--store", help="Dataset store (default: $RLPI
 
 @datasets_app.command("list")
 def list_command(store: Optional[Path] = STORE_OPTION) -> None:
-    """List the datasets in the store with their env, producer, size and returns."""
+    """List the datasets in the store with their env, producer, size and returns (broken ones too)."""
     table = Table(Column("name", no_wrap=True), Column("env", no_wrap=True), "producer", "episodes", "steps", "return mean", "formats")
-    for info in list_datasets(store):
+    entries = store_entries(store)
+    for name, info in entries:
+        if not isinstance(info, DatasetInfo):
+            continue
         meta = info.metadata
+        mean = meta.get("episode_return", {}).get("mean")  # transition datasets have no episode statistics
         table.add_row(
             info.name,
             str(meta.get("env_id")),
             str(meta["producer"].get("algorithm")),
             str(meta["total_episodes"]),
             str(meta["total_steps"]),
-            f"{meta['episode_return']['mean']:.2f}" if "episode_return" in meta else "-",  # transition datasets have none
+            "-" if mean is None else f"{mean:.2f}",
             ",".join(meta["formats"]),
         )
     console = Console()
     console.width = max(console.width, 120)  # pipes default to 80 columns, which truncates numbers
-    console.print(table if table.row_count else f"no datasets in {store_root(store)}")
+    console.print(table if table.row_count else f"no intact datasets in {store_root(store)}")
+    for name, error in entries:
+        if not isinstance(error, DatasetInfo):
+            typer.echo(f"{name}: broken: {error}")
 
 
 @datasets_app.command("show")
@@ -64,7 +71,7 @@ def inspect_command(name: str = typer.Argument(..., help="Dataset name."), store
 @datasets_app.command("validate")
 def validate_command(name: str = typer.Argument(..., help="Dataset name."), store: Optional[Path] = STORE_OPTION) -> None:
     """Re-check a dataset's files, sizes, content hash, schema and row counts."""
-    info = open_dataset(name, store)
+    info = open_dataset(name, store, check_files=False)
     problems = validate_dataset(info)
     if problems:
         raise RlpipeError(f"dataset {name!r} is corrupted: " + "; ".join(problems))

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 
 import typer
 
 from rlpipe.cli import collect, datasets, relabel, report, train  # noqa: F401  (each adds its commands to `app`)
 from rlpipe.cli.app import app
+from rlpipe.datasets.atomic import handle_termination, interrupt_signal
 from rlpipe.errors import RlpipeError
 
 
 def main() -> None:
     """Entry point: run the app; RlpipeError and usage errors become one line and exit 2."""
+    handle_termination()  # SIGTERM (timeout, CI) cleans up like Ctrl-C
     try:
         code = app(standalone_mode=False)
     except RlpipeError as exc:
@@ -22,8 +25,12 @@ def main() -> None:
         typer.echo(f"error: {exc.format_message()} (see rlpipe --help)", err=True)
         sys.exit(exc.exit_code)
     except (KeyboardInterrupt, typer.Abort):
+        code = 130
+    # typer turns KeyboardInterrupt into a silent return of 130; a signal that C code
+    # swallowed is remembered by handle_termination: either way, say so and exit 128 + signal.
+    if code == 130 or interrupt_signal() is not None:
         typer.echo("error: interrupted", err=True)
-        sys.exit(130)
+        sys.exit(128 + (interrupt_signal() or signal.SIGINT))
     sys.exit(code if isinstance(code, int) else 0)
 
 

@@ -21,7 +21,7 @@ def her_command(
     strategy: str = typer.Option("future", "--strategy", help=f"Goal choice: {', '.join(STRATEGIES)}."),
     k: int = typer.Option(4, "--k", help="Relabelled copies per transition (final makes one)."),
     name: Optional[str] = typer.Option(None, "--name", help="Output dataset (default: <dataset>-her-<strategy>)."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the goal sampling."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Seed of the goal sampling."),
     store: Optional[Path] = typer.Option(None, "--store", help="Dataset store (default: $RLPIPE_DATASETS or ./datasets)."),
     force: bool = typer.Option(False, "--force", help="Replace an existing output dataset."),
 ) -> None:

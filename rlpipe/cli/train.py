@@ -71,8 +71,11 @@ def eval_(
 ) -> None:
     """Evaluate a saved policy and print the mean ± std episode return; optionally record a video."""
     from rlpipe.algos import load_policy
+    from rlpipe.datasets.atomic import recover_all
     from rlpipe.training.evaluation import evaluate
+    from rlpipe.training.run import is_run_dir
 
+    recover_all(run_dir.absolute().parent, is_run_dir)  # a replace that crashed midway is rolled back first
     if video is not None:
         from rlpipe.pipeline.video import check_video_path, record_video
 

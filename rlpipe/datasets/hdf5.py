@@ -57,6 +57,8 @@ def check_minari_id(dataset_id: str) -> str:
     match = DATASET_ID_RE.fullmatch(dataset_id)
     if match is None or match.group("version") is None:
         raise RlpipeError(f"invalid Minari dataset id {dataset_id!r}: Minari ids are (namespace/)name-v<N>, e.g. rlpipe/{dataset_id.rsplit('/', 1)[-1]}-v0")
+    if any(part in ("", ".", "..") for part in dataset_id.split("/")):
+        raise RlpipeError(f"Minari dataset id {dataset_id!r} must stay inside Minari's dataset root")
     return dataset_id
 
 

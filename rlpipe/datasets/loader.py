@@ -1,9 +1,16 @@
 """Loading a dataset for training: memory-mapped Arrow shards into contiguous numpy arrays.
+Torch-free; the torch sampler over these arrays is `rlpipe.training.sampler.TransitionSampler`.
 
-Torch-free; the torch sampler over these arrays is `rlpipe.training.sampler.TransitionSampler`."""
+Loading verifies what it reads: each shard's sha256 against metadata.json (computed once
+and cached in `<store>/.verified/<name>.json` by inode, size, mtime and ctime, so a changed
+file is hashed again), its Arrow schema against the one the spaces imply, no nulls, the row
+count, and finite floats unless the user opts in (`RLPIPE_ALLOW_NONFINITE=1`).
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,8 +20,20 @@ import numpy as np
 import pyarrow as pa
 from minari.serialization import deserialize_space
 
-from rlpipe.datasets.schema import INFO_COLUMNS, Columnar, concat_columnar, from_arrow, map_columnar, scalar_from_arrow
+from rlpipe.datasets import atomic
+from rlpipe.datasets.schema import (
+    INFO_COLUMNS,
+    Columnar,
+    check_finite,
+    concat_columnar,
+    from_arrow,
+    map_columnar,
+    non_finite_allowed,
+    scalar_from_arrow,
+    step_schema,
+)
 from rlpipe.datasets.store import DatasetInfo, open_dataset
+from rlpipe.files import sha256_file
 from rlpipe.errors import RlpipeError
 
 
@@ -47,22 +66,123 @@ class TransitionArrays:
         return np.add.reduceat(self.reward.astype(np.float64), self.episode_starts())
 
 
+VERIFIED_DIR = ".verified"
+
+
+class ShardVerifier:
+    """Checks a dataset's shards against metadata.json, hashing each file only when its
+    (inode, size, mtime, ctime) changed since it last matched; `digest()` is the sha256 of
+    the shards as read, which provenance records."""
+
+    def __init__(self, info: DatasetInfo) -> None:
+        self.info = info
+        self.cache_path = info.path.parent / VERIFIED_DIR / f"{info.path.name}.json"
+        try:
+            self.cache = json.loads(self.cache_path.read_text())
+        except (OSError, ValueError):
+            self.cache = {}
+        if not isinstance(self.cache, dict):
+            self.cache = {}
+        self._changed = False
+        self.info_space = info_space_of(info)
+        self.schema = step_schema(info.observation_space, info.action_space, info.metadata["multi_agent"], self.info_space)
+
+    def _key(self, rel: str) -> list[int | str]:
+        stat = (self.info.path / rel).stat()
+        return [stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, self.info.metadata["files"][rel]["sha256"]]
+
+    def check_hash(self, rel: str) -> None:
+        """Raise unless the file's bytes have the recorded sha256 (trusting a cache hit)."""
+        path = self.info.path / rel
+        if not path.is_file():
+            raise RlpipeError(f"dataset {self.info.name!r} is missing {rel} (run `rlpipe datasets validate`)")
+        entry = self.cache.get(rel)
+        key = self._key(rel)
+        if isinstance(entry, dict) and entry.get("key") == key:
+            return
+        if sha256_file(path) != self.info.metadata["files"][rel]["sha256"]:
+            raise RlpipeError(f"corrupted shard {path}: its sha256 differs from metadata (modified or damaged; run `rlpipe datasets validate`)")
+        self.cache[rel] = {"key": key, "finite": False}
+        self._changed = True
+
+    def check_finite_once(self, rel: str, columns: dict[str, Columnar]) -> None:
+        """Refuse NaN/infinite floats (unless opted in); a shard that passed is remembered."""
+        if non_finite_allowed() or self.cache[rel].get("finite"):
+            return
+        check_finite(columns, f"shard {self.info.path / rel}")
+        self.cache[rel]["finite"] = True
+        self._changed = True
+
+    def read(self, rel: str) -> dict[str, Columnar]:
+        """One verified shard's columns (see `read_shard`)."""
+        self.check_hash(rel)
+        batch = _read_shard(self.info.path / rel)
+        _check_batch(batch, self.schema, self.info.path / rel)
+        columns = _columns(batch, self.info.observation_space, self.info.action_space, self.info_space)
+        self.check_finite_once(rel, columns)
+        return columns
+
+    def digest(self) -> str:
+        """sha256 over `"<path>:<sha256>\n"` of the shards, as verified."""
+        lines = "".join(f"{rel}:{self.info.metadata['files'][rel]['sha256']}\n" for rel in self.info.shard_rels)
+        return hashlib.sha256(lines.encode()).hexdigest()
+
+    def save(self) -> None:
+        """Remember what was verified (best effort: a read-only store just re-hashes next time)."""
+        if not self._changed:
+            return
+        try:
+            self.cache_path.parent.mkdir(exist_ok=True)
+            atomic.write_file_atomic(self.cache_path, json.dumps(self.cache, sort_keys=True))
+        except OSError:
+            pass
+
+
+def _check_schema(schema: pa.Schema, expected: pa.Schema, path: Path) -> None:
+    """Refuse a shard whose schema is not the dataset's (another dataset's shard, float64
+    observations, nullable columns)."""
+    if not schema.equals(expected):
+        raise RlpipeError(f"shard {path} does not match the dataset's schema: {_schema_difference(schema, expected)}")
+
+
+def _schema_difference(schema: pa.Schema, expected: pa.Schema) -> str:
+    try:
+        actual = {field.name: field for field in schema}
+        wrong = next((f for f in expected if not f.equals(actual.get(f.name, pa.field(f.name, pa.null())))), None)
+    except Exception:  # noqa: BLE001 - a damaged schema may not even decode; that it differs is enough
+        return "unreadable schema"
+    if wrong is None:
+        return f"extra columns {sorted(set(actual) - set(expected.names))}"
+    found = actual.get(wrong.name)
+    if found is None:
+        return f"column {wrong.name!r} is missing"
+    return f"column {wrong.name!r} is {found.type}{' (nullable)' if found.nullable else ''}, the dataset's spaces need {wrong.type}"
+
+
+def _check_batch(batch: pa.RecordBatch, expected: pa.Schema, path: Path) -> None:
+    """Refuse a shard of another schema (`_check_schema`) or one that holds nulls."""
+    _check_schema(batch.schema, expected, path)
+    nulls = [name for name, column in zip(batch.schema.names, batch.columns) if column.null_count]
+    if nulls:
+        raise RlpipeError(f"shard {path} holds nulls in {', '.join(nulls)}")
+
+
 def _read_shard(path: Path) -> pa.RecordBatch:
     try:
         reader = pa.ipc.open_file(pa.memory_map(str(path), "r"))
         if reader.num_record_batches == 1:
-            return reader.get_batch(0)
-        # Shards written by other tools may hold several batches: merge them (one copy).
-        return reader.read_all().combine_chunks().to_batches()[0]
-    except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
+            batch = reader.get_batch(0)
+        else:  # shards written by other tools may hold several batches: merge them (one copy)
+            batch = reader.read_all().combine_chunks().to_batches()[0]
+        batch.validate(full=True)  # lengths and offsets agree, so numpy views stay in bounds
+        return batch
+    except (pa.ArrowInvalid, pa.ArrowIOError, OSError, IndexError, UnicodeDecodeError) as exc:
         raise RlpipeError(f"corrupted shard {path}: {exc} (run `rlpipe datasets validate`)") from None
 
 
-def read_shard(
-    path: Path, observation_space: gym.Space, action_space: gym.Space, info_space: gym.spaces.Dict | None = None
+def _columns(
+    batch: pa.RecordBatch, observation_space: gym.Space, action_space: gym.Space, info_space: gym.spaces.Dict | None = None
 ) -> dict[str, Columnar]:
-    """One shard's columns as numpy arrays (zero-copy views of the memory map where possible)."""
-    batch = _read_shard(path)
     columns = {
         "obs": from_arrow(batch.column("obs"), observation_space),
         "action": from_arrow(batch.column("action"), action_space),
@@ -83,24 +203,52 @@ def info_space_of(info: DatasetInfo) -> gym.spaces.Dict | None:
     return None if serialized is None else deserialize_space(serialized)
 
 
+def read_shard(
+    path: Path, observation_space: gym.Space, action_space: gym.Space, info_space: gym.spaces.Dict | None = None
+) -> dict[str, Columnar]:
+    """One shard's columns as numpy arrays (zero-copy views of the memory map where possible).
+
+    Unverified: a writer reading back its own shards uses it; readers of stored datasets go
+    through `load_shards` / `ShardVerifier`."""
+    return _columns(_read_shard(path), observation_space, action_space, info_space)
+
+
+def verified_shard_paths(info: DatasetInfo) -> list[Path]:
+    """The shards of `info` after checking their hashes and schemas (for polars scans)."""
+    verifier = ShardVerifier(info)
+    for rel in info.shard_rels:
+        verifier.check_hash(rel)
+        try:
+            schema = pa.ipc.open_file(pa.memory_map(str(info.path / rel), "r")).schema
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise RlpipeError(f"corrupted shard {info.path / rel}: {exc}") from None
+        _check_schema(schema, verifier.schema, info.path / rel)
+    verifier.save()
+    return info.shard_paths
+
+
+def shards_digest(info: DatasetInfo) -> str:
+    """sha256 over the verified shards of `info` (what a run trained on read)."""
+    verifier = ShardVerifier(info)
+    for rel in info.shard_rels:
+        verifier.check_hash(rel)
+    return verifier.digest()
+
+
 def load_shards(info: DatasetInfo) -> TransitionArrays:
-    """Load all shards of a dataset into TransitionArrays.
+    """Load all shards of a dataset into TransitionArrays, verifying them (module doc).
 
     A single shard is returned zero-copy (read-only views of the memory map) except for
     boolean columns, which Arrow bit-packs; several shards are concatenated once.
     """
-    obs_space, act_space = info.observation_space, info.action_space
-    expected = info.metadata["files"]
-    parts = []
-    for path in info.shard_paths:
-        rel = path.relative_to(info.path).as_posix()
-        if not path.is_file():
-            raise RlpipeError(f"dataset {info.name!r} is missing {rel} (run `rlpipe datasets validate`)")
-        if path.stat().st_size != expected[rel]["bytes"]:
-            raise RlpipeError(f"corrupted shard {path}: size differs from metadata (truncated or modified)")
-        parts.append(read_shard(path, obs_space, act_space, info_space_of(info)))
+    verifier = ShardVerifier(info)
+    parts = [verifier.read(rel) for rel in info.shard_rels]
     if not parts:
         raise RlpipeError(f"dataset {info.name!r} has no step shards")
+    rows = sum(len(part["reward"]) for part in parts)
+    if rows != info.metadata["total_steps"]:
+        raise RlpipeError(f"dataset {info.name!r} is corrupted: its shards hold {rows} rows, metadata says {info.metadata['total_steps']}")
+    verifier.save()
     merged = {key: concat_columnar([part[key] for part in parts]) for key in parts[0]}
     return TransitionArrays(**merged)
 

@@ -1,16 +1,17 @@
 """Moving datasets between rlpipe and Minari.
 
-Export hard-links our Minari-layout HDF5 (`data/`) into Minari's dataset root, so any
-Minari tool can read it. Import reads a local Minari dataset (HDF5 or Arrow backend;
-spaces other than Box, Discrete, MultiDiscrete, MultiBinary and Dict, such as Tuple and
-Text, are refused) through Minari's own API and writes it in our format, a batch of
-episodes at a time, keeping its env spec, optional metadata, episode seeds and infos.
+Export validates the dataset, then copies our Minari-layout HDF5 (`data/`) into Minari's
+dataset root (a copy: a tool writing to the export must not change the store), published
+like a dataset (`rlpipe.datasets.atomic`), so any Minari tool can read it. Import reads a
+local Minari dataset (HDF5 or Arrow backend; spaces other than Box, Discrete, MultiDiscrete,
+MultiBinary and Dict, such as Tuple and Text, are refused) through Minari's own API and
+writes it in our format, a batch of episodes at a time, keeping its env spec, optional
+metadata, episode seeds and infos.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 from typing import Any, Iterator
@@ -18,9 +19,11 @@ from typing import Any, Iterator
 import gymnasium as gym
 import numpy as np
 
+from rlpipe.datasets.atomic import StagedDirectory
 from rlpipe.datasets.hdf5 import MINARI_METADATA_KEYS, check_minari_id, default_minari_id
 from rlpipe.datasets.schema import Columnar, concat_columnar, info_value_space, map_columnar
-from rlpipe.datasets.store import MINARI_DIR, DatasetInfo
+from rlpipe.datasets.store import MINARI_DIR, MINARI_METADATA_FILE, DatasetInfo
+from rlpipe.datasets.validate import require_valid
 from rlpipe.datasets.writer import write_rows
 from rlpipe.errors import RlpipeError
 
@@ -32,34 +35,41 @@ def minari_root() -> Path:
     return Path(get_dataset_path())
 
 
+def _is_minari_dataset(path: Path) -> bool:
+    return (path / MINARI_METADATA_FILE).is_file()
+
+
 def export_to_minari(info: DatasetInfo, dataset_id: str | None = None, force: bool = False) -> Path:
-    """Make dataset `info` loadable as `minari.load_dataset(dataset_id)`; returns its Minari directory."""
+    """Make dataset `info` loadable as `minari.load_dataset(dataset_id)`; returns its Minari directory.
+
+    The dataset is validated first; `force` replaces only a Minari dataset at exactly that
+    id (never a namespace or another directory), and the old one survives a crash."""
     if info.hdf5_path is None:
         raise RlpipeError(f"dataset {info.name!r} has no HDF5 copy (it was written with --format arrow)")
     dataset_id = check_minari_id(dataset_id or default_minari_id(info.name))
+    require_valid(info)
     target = minari_root() / dataset_id
-    if target.exists():
-        if not force:
+
+    def check_target(path: Path) -> None:
+        if path.is_symlink() or (path.exists() and not _is_minari_dataset(path)):
+            raise RlpipeError(f"{path} exists and is not a Minari dataset (a namespace or another directory); refusing to replace it")
+        if path.exists() and not force:
             raise RlpipeError(f"Minari dataset {dataset_id!r} already exists at {target} (use --force to replace it)")
-        shutil.rmtree(target)
-    staging = target.with_name(f".tmp-{target.name}")
-    shutil.rmtree(staging, ignore_errors=True)
-    (staging / MINARI_DIR).mkdir(parents=True)
-    for source in sorted((info.path / MINARI_DIR).iterdir()):
-        destination = staging / MINARI_DIR / source.name
-        try:
-            os.link(source, destination)  # same bytes, no copy; Minari only reads
-        except OSError:
-            shutil.copy2(source, destination)
-    _set_minari_id(staging / MINARI_DIR / "metadata.json", dataset_id)
-    staging.rename(target)
-    return target
+
+    staging = StagedDirectory(target, f"Minari dataset {dataset_id!r}", _is_minari_dataset, check_target)
+    try:
+        (staging.path / MINARI_DIR).mkdir()
+        for source in sorted((info.path / MINARI_DIR).iterdir()):
+            shutil.copyfile(source, staging.path / MINARI_DIR / source.name)
+        _set_minari_id(staging.path / MINARI_DIR / "metadata.json", dataset_id)
+        return staging.commit()
+    finally:
+        staging.abort()
 
 
 def _set_minari_id(metadata_path: Path, dataset_id: str) -> None:
     metadata = json.loads(metadata_path.read_text())
     metadata["dataset_id"] = dataset_id
-    metadata_path.unlink()  # break the hard link before rewriting
     metadata_path.write_text(json.dumps(metadata, sort_keys=True))
 
 

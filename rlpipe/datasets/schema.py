@@ -8,6 +8,7 @@ MultiBinary fixed-size integer lists, and a Dict space a struct column with one 
 
 from __future__ import annotations
 
+import os
 from typing import Any, Union
 
 import gymnasium as gym
@@ -140,3 +141,26 @@ def concat_columnar(parts: list[Columnar]) -> Columnar:
     if isinstance(parts[0], dict):
         return {key: concat_columnar([part[key] for part in parts]) for key in parts[0]}
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+# Opt-in for data with NaN or infinite floats (refused by default: they train silently into NaN weights).
+ALLOW_NONFINITE_ENV = "RLPIPE_ALLOW_NONFINITE"
+
+
+def non_finite_allowed() -> bool:
+    """Whether the user opted in to NaN/infinite values (`RLPIPE_ALLOW_NONFINITE=1`)."""
+    return os.environ.get(ALLOW_NONFINITE_ENV, "") not in ("", "0")
+
+
+def check_finite(rows: dict[str, Columnar], where: str) -> None:
+    """Raise if a float column (obs, action, reward, next_obs) holds NaN or infinity, unless
+    the user opted in."""
+    if non_finite_allowed():
+        return
+    for key in ("obs", "action", "reward", "next_obs"):
+        leaves: list[np.ndarray] = []
+        map_columnar(rows[key], lambda a: leaves.append(np.asarray(a)))
+        if any(leaf.dtype.kind == "f" and not np.isfinite(leaf).all() for leaf in leaves):
+            raise RlpipeError(
+                f"{where}: column {key!r} holds NaN or infinite values (set {ALLOW_NONFINITE_ENV}=1 to accept them)"
+            )

@@ -3,7 +3,10 @@
 A dataset is a directory `<store>/<name>/` holding `metadata.json`, `steps/*.arrow` and,
 optionally, Minari's HDF5 layout under `data/` (so `minari.load_dataset(name)` reads it when
 `MINARI_DATASETS_PATH` points at the store). A directory without `metadata.json` is not a
-dataset: writers build in a hidden temporary directory and rename it into place when done.
+dataset: writers build in a hidden temporary directory and rename it into place when done
+(`rlpipe.datasets.atomic`). Opening a dataset checks its metadata (keys, types, paths, the
+name) and its file layout (no missing, resized or stray files); the loader then checks the
+bytes it reads against the recorded sha256 (`rlpipe.datasets.loader`).
 """
 
 from __future__ import annotations
@@ -12,7 +15,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,8 @@ from typing import Any
 import gymnasium as gym
 from minari.serialization import deserialize_space
 
-from rlpipe.datasets.schema import FORMAT_NAME, FORMAT_VERSION
+from rlpipe.datasets import atomic
+from rlpipe.datasets.schema import FORMAT_NAME, FORMAT_VERSION, step_schema
 from rlpipe.errors import RlpipeError
 from rlpipe.files import sha256_file
 
@@ -29,25 +32,52 @@ STEPS_DIR = "steps"
 MINARI_DIR = "data"
 MINARI_HDF5_FILE = "main_data.hdf5"
 MINARI_METADATA_FILE = f"{MINARI_DIR}/metadata.json"
-TEMP_PREFIX = ".tmp-"
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+# Names Windows reserves for devices, with or without an extension.
+_RESERVED = {"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(10)), *(f"LPT{i}" for i in range(10))}
+# Paths a dataset's `files` may name: a plain file name in steps/ or data/.
+_FILE_KEY_RE = re.compile(r"^(steps|data)/[A-Za-z0-9][A-Za-z0-9._-]*$")
+_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
 def store_root(store: str | os.PathLike | None = None) -> Path:
-    """The store directory: `store` if given, else `$RLPIPE_DATASETS`, else `./datasets`."""
-    if store is not None:
-        return Path(store)
-    return Path(os.environ.get("RLPIPE_DATASETS") or "datasets")
+    """The store directory: `store` if given, else `$RLPIPE_DATASETS`, else `./datasets`.
+
+    A path that exists but is not a directory is an RlpipeError."""
+    root = Path(store) if store is not None else Path(os.environ.get("RLPIPE_DATASETS") or "datasets")
+    if root.exists() and not root.is_dir():
+        raise RlpipeError(f"dataset store {root} is not a directory")
+    return root
 
 
 def check_name(name: str) -> str:
-    """Return `name` if it is a valid dataset name (no path separators, no `..`), else raise."""
+    """Return `name` if it is a valid dataset name (no path separators, no `..`, no name
+    Windows reserves), else raise."""
     if not _NAME_RE.match(name) or ".." in name:
         raise RlpipeError(
             f"invalid dataset name {name!r}: use letters, digits, '-', '_' and '.', "
             "starting with a letter or digit, without '/' or '..'"
         )
+    if name.split(".")[0].upper() in _RESERVED:
+        raise RlpipeError(f"invalid dataset name {name!r}: {name.split('.')[0]} is a reserved device name on Windows")
     return name
+
+
+def is_dataset_dir(path: Path) -> bool:
+    """Whether `path` is a published dataset directory (it has metadata.json)."""
+    return (path / METADATA_FILE).is_file()
+
+
+def check_new_name(root: Path, name: str) -> None:
+    """Raise if `name` differs only in case from another entry of the store (two such
+    datasets cannot live side by side on case-insensitive file systems)."""
+    try:
+        entries = os.listdir(root)
+    except OSError:
+        return
+    clash = sorted(entry for entry in entries if entry.lower() == name.lower() and entry != name)
+    if clash:
+        raise RlpipeError(f"dataset name {name!r} differs only in case from the existing {clash[0]!r}; choose another name")
 
 
 def hash_files(directory: Path, relative_paths: list[str]) -> tuple[dict[str, dict[str, Any]], str]:
@@ -86,8 +116,13 @@ class DatasetInfo:
         return self.metadata.get("env_id")
 
     @property
+    def shard_rels(self) -> list[str]:
+        """The step shards' paths relative to the dataset directory, in order."""
+        return [rel for rel in sorted(self.metadata["files"]) if rel.startswith(STEPS_DIR + "/")]
+
+    @property
     def shard_paths(self) -> list[Path]:
-        return [self.path / rel for rel in sorted(self.metadata["files"]) if rel.startswith(STEPS_DIR + "/")]
+        return [self.path / rel for rel in self.shard_rels]
 
     @property
     def hdf5_path(self) -> Path | None:
@@ -96,56 +131,176 @@ class DatasetInfo:
 
 
 def read_metadata(path: Path) -> dict[str, Any]:
-    """Parse and check a dataset's metadata.json (format name and version)."""
+    """Parse and check a dataset's metadata.json: format and version, required keys and their
+    types, the spaces, file paths that stay inside the dataset, and the name."""
     meta_path = path / METADATA_FILE
     try:
         metadata = json.loads(meta_path.read_text())
     except FileNotFoundError:
         raise RlpipeError(f"{path} is not a dataset (no {METADATA_FILE})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise RlpipeError(f"corrupted {meta_path}: {exc}") from None
+    except OSError as exc:
+        raise RlpipeError(f"cannot read {meta_path}: {exc.strerror or exc}") from None
     if not isinstance(metadata, dict) or metadata.get("format") != FORMAT_NAME:
         raise RlpipeError(f"{meta_path} is not rlpipe dataset metadata")
     version = metadata.get("format_version")
-    if not isinstance(version, int) or version > FORMAT_VERSION:
+    if not _is_int(version) or version > FORMAT_VERSION:
         raise RlpipeError(
             f"dataset {path.name} uses format version {version}; this rlpipe reads versions up to {FORMAT_VERSION} (upgrade rlpipe)"
         )
+    problem = _metadata_problem(metadata, path.name)
+    if problem:
+        raise RlpipeError(f"corrupted {meta_path}: {problem}")
     return metadata
 
 
-def open_dataset(name: str, store: str | os.PathLike | None = None) -> DatasetInfo:
-    """Find dataset `name` in the store and read its metadata, or raise a one-line error."""
-    root = store_root(store)
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
+
+
+_REQUIRED_KEYS: dict[str, Any] = {
+    "name": str,
+    "observation_space": str,
+    "action_space": str,
+    "multi_agent": bool,
+    "producer": dict,
+    "total_episodes": int,
+    "total_steps": int,
+    "formats": list,
+    "files": dict,
+    "content_hash": str,
+}
+
+
+def _metadata_problem(metadata: dict[str, Any], dir_name: str) -> str | None:
+    """The first thing wrong with parsed metadata, or None."""
+    for key, kind in _REQUIRED_KEYS.items():
+        value = metadata.get(key)
+        ok = _is_int(value) and value >= 0 if kind is int else isinstance(value, kind)
+        if not ok:
+            return f"{key!r} is missing or not a {'non-negative integer' if kind is int else kind.__name__}"
+    if metadata["name"] != dir_name:
+        return f"it names dataset {metadata['name']!r}, but its directory is {dir_name!r}"
+    if not isinstance(metadata.get("env_id"), (str, type(None))):
+        return "'env_id' is not a string or null"
+    kind = metadata.get("kind", "episodes")
+    if kind not in ("episodes", "transitions"):
+        return f"unknown kind {kind!r}"
+    for key in ("episode_return", "episode_length") if kind == "episodes" else ():  # transitions have no episode statistics
+        if not isinstance(metadata.get(key), dict):
+            return f"{key!r} is missing or not a dict"
+        if not all(_is_number(metadata[key].get(stat)) for stat in ("mean", "std", "min", "max")):
+            return f"{key!r} needs numbers mean, std, min and max"
+    if not all(fmt in ("arrow", "hdf5") for fmt in metadata["formats"]):
+        return f"unknown formats {metadata['formats']!r}"
+    for rel, facts in metadata["files"].items():
+        if not _FILE_KEY_RE.match(rel):
+            return f"file path {rel!r} is not a plain file in {STEPS_DIR}/ or {MINARI_DIR}/"
+        if not (isinstance(facts, dict) and isinstance(facts.get("sha256"), str) and _SHA256_RE.match(facts["sha256"])
+                and _is_int(facts.get("bytes")) and facts["bytes"] >= 0):
+            return f"file {rel!r} needs a sha256 hex digest and a byte count"
+    try:
+        spaces = [deserialize_space(metadata[key]) for key in ("observation_space", "action_space")]
+        step_schema(*spaces, metadata["multi_agent"])
+    except RlpipeError as exc:
+        return str(exc)
+    except Exception as exc:  # noqa: BLE001 - any failure to parse stored text is a corrupt file
+        return f"unreadable space ({type(exc).__name__}: {exc})"
+    return None
+
+
+def layout_problems(info: DatasetInfo) -> list[str]:
+    """Files recorded but missing or of another size, and stray files in steps/ or data/
+    (a shard nobody listed would otherwise be read by `steps/*.arrow` globs)."""
+    problems = []
+    for rel, facts in sorted(info.metadata["files"].items()):
+        path = info.path / rel
+        if not path.is_file():
+            problems.append(f"missing file {rel}")
+        elif path.stat().st_size != facts["bytes"]:
+            problems.append(f"{rel} is {path.stat().st_size} bytes, metadata says {facts['bytes']} (truncated or modified)")
+    for folder in (STEPS_DIR, MINARI_DIR):
+        directory = info.path / folder
+        if directory.is_dir():
+            stray = sorted(f"{folder}/{entry}" for entry in os.listdir(directory) if f"{folder}/{entry}" not in info.metadata["files"])
+            problems += [f"stray file {rel} (not listed in metadata)" for rel in stray]
+    if not info.shard_rels:
+        problems.append("no step shards")
+    return problems
+
+
+def _dataset_path(root: Path, name: str) -> Path:
     path = root / check_name(name)
-    if not (path / METADATA_FILE).exists():
+    if path.is_symlink():
+        raise RlpipeError(f"{path} is a symbolic link, not a dataset directory")
+    return path
+
+
+def open_dataset(name: str, store: str | os.PathLike | None = None, check_files: bool = True) -> DatasetInfo:
+    """Find dataset `name` in the store and check its metadata and (with `check_files`) its
+    file layout, or raise a one-line error. An interrupted replace is rolled back first."""
+    root = store_root(store)
+    path = _dataset_path(root, name)
+    if root.is_dir():
+        atomic.recover_all(root, is_dataset_dir)
+    if not is_dataset_dir(path):
         available = ", ".join(info.name for info in list_datasets(root)) or "none"
         raise RlpipeError(f"dataset {name!r} not found in {root} (available: {available})")
-    return DatasetInfo(path, read_metadata(path))
+    return _checked_info(path, check_files)
 
 
-def list_datasets(store: str | os.PathLike | None = None) -> list[DatasetInfo]:
-    """Every complete dataset in the store, sorted by name (temporary directories are skipped)."""
+def _checked_info(path: Path, check_files: bool = True) -> DatasetInfo:
+    info = DatasetInfo(path, read_metadata(path))
+    name = path.name
+    problems = layout_problems(info) if check_files else []
+    if problems:
+        more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise RlpipeError(f"dataset {name!r} is corrupted: {problems[0]}{more} (run `rlpipe datasets validate`)")
+    return info
+
+
+def store_entries(store: str | os.PathLike | None = None) -> list[tuple[str, DatasetInfo | RlpipeError]]:
+    """Every dataset directory in the store, sorted by name, with its info or what is wrong
+    with it (corrupt, newer format, bad layout): broken datasets are listed, not hidden."""
     root = store_root(store)
     if not root.is_dir():
         return []
-    found = []
+    atomic.recover_all(root, is_dataset_dir)
+    found: list[tuple[str, DatasetInfo | RlpipeError]] = []
     for path in sorted(root.iterdir()):
-        if path.name.startswith(".") or not (path / METADATA_FILE).is_file():
+        if path.name.startswith(".") or not (path.is_dir() or path.is_symlink()):
             continue
         try:
-            found.append(DatasetInfo(path, read_metadata(path)))
-        except RlpipeError:
-            continue
+            if path.is_symlink() or not is_dataset_dir(path):
+                raise RlpipeError(f"{path} is not a dataset directory (a symbolic link, or no {METADATA_FILE})")
+            found.append((path.name, _checked_info(path)))
+        except RlpipeError as exc:
+            found.append((path.name, exc))
     return found
 
 
+def list_datasets(store: str | os.PathLike | None = None) -> list[DatasetInfo]:
+    """Every intact dataset in the store, sorted by name (see `store_entries` for broken ones)."""
+    return [entry for _, entry in store_entries(store) if isinstance(entry, DatasetInfo)]
+
+
 def remove_dataset(name: str, store: str | os.PathLike | None = None) -> Path:
-    """Delete a dataset directory; the rename first makes the removal look atomic to readers."""
-    info = open_dataset(name, store)
-    doomed = info.path.with_name(f"{TEMP_PREFIX}rm-{info.path.name}")
-    if doomed.exists():
-        shutil.rmtree(doomed)
-    info.path.rename(doomed)
-    shutil.rmtree(doomed)
-    return info.path
+    """Delete a dataset directory, broken or not; the rename first makes the removal look
+    atomic to readers."""
+    root = store_root(store)
+    path = _dataset_path(root, name)
+    fd = atomic.lock(root, name, f"dataset {name!r}") if root.is_dir() else None
+    try:
+        atomic.recover(root, name, is_dataset_dir)
+        if not (path / METADATA_FILE).exists():
+            raise RlpipeError(f"dataset {name!r} not found in {root}")
+        atomic.delete_directory(path)
+    finally:
+        if fd is not None:
+            atomic.unlock(fd)
+    return path

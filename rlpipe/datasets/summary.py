@@ -6,12 +6,14 @@ import gymnasium as gym
 import numpy as np
 import polars as pl
 
-from rlpipe.datasets.store import STEPS_DIR, DatasetInfo
+from rlpipe.datasets.loader import verified_shard_paths
+from rlpipe.datasets.store import DatasetInfo
 
 
 def scan_steps(info: DatasetInfo) -> pl.LazyFrame:
-    """The step table as a polars LazyFrame over all shards."""
-    return pl.scan_ipc(str(info.path / STEPS_DIR / "*.arrow"))
+    """The step table as a polars LazyFrame over the dataset's shards, after checking their
+    hashes and schemas (polars would crash or count stray files otherwise)."""
+    return pl.scan_ipc([str(path) for path in verified_shard_paths(info)])
 
 
 def episode_table(info: DatasetInfo) -> pl.DataFrame:

@@ -8,7 +8,7 @@ import pyarrow as pa
 
 from rlpipe.datasets.loader import info_space_of
 from rlpipe.datasets.schema import step_schema
-from rlpipe.datasets.store import DatasetInfo, hash_files
+from rlpipe.datasets.store import DatasetInfo, hash_files, layout_problems
 from rlpipe.errors import RlpipeError
 
 
@@ -18,6 +18,7 @@ def validate_dataset(info: DatasetInfo) -> list[str]:
     recorded = info.metadata["files"]
     missing = [rel for rel in recorded if not (info.path / rel).is_file()]
     problems += [f"missing file {rel}" for rel in missing]
+    problems += [problem for problem in layout_problems(info) if problem.startswith("stray file")]
     present = [rel for rel in recorded if rel not in missing]
     actual, content_hash = hash_files(info.path, present)
     for rel, facts in actual.items():

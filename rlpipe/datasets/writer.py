@@ -4,15 +4,14 @@ Rows arrive in batches of whole episodes, sorted by (episode_id, step). They are
 to `shard_bytes` and written as one Arrow record batch per shard, so memory stays bounded and
 each shard memory-maps into contiguous arrays. Everything is written into a hidden temporary
 directory that is renamed into place only after metadata.json (with the content hash) is
-complete: a killed or failed run never leaves a dataset that looks complete.
+complete: a killed or failed run never leaves a dataset that looks complete. The name is
+locked while the writer lives, and `--force` replaces the old dataset so that a crash at any
+moment leaves the old or the new one (`rlpipe.datasets.atomic`).
 """
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
-import uuid
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -23,12 +22,14 @@ from minari.serialization import serialize_space
 
 import rlpipe
 from rlpipe.datasets import hdf5
+from rlpipe.datasets.atomic import StagedDirectory, json_text
 from rlpipe.datasets.schema import (
     FORMAT_NAME,
     FORMAT_VERSION,
     INFO_COLUMNS,
     SCALAR_COLUMNS,
     Columnar,
+    check_finite,
     concat_columnar,
     num_rows,
     step_schema,
@@ -37,9 +38,10 @@ from rlpipe.datasets.schema import (
 from rlpipe.datasets.store import (
     METADATA_FILE,
     STEPS_DIR,
-    TEMP_PREFIX,
     check_name,
+    check_new_name,
     hash_files,
+    is_dataset_dir,
     store_root,
 )
 from rlpipe.errors import RlpipeError
@@ -107,8 +109,7 @@ class DatasetWriter:
             raise RlpipeError("multi-agent datasets are Arrow-only (Minari has no multi-agent layout): use --format arrow")
         self.root = store_root(store)
         self.final_path = self.root / self.name
-        if self.final_path.exists() and not force:
-            raise RlpipeError(f"dataset {self.name!r} already exists in {self.root} (use --force to replace it)")
+        self.force = force
         self.observation_space = observation_space
         self.action_space = action_space
         self.env_id = env_id
@@ -117,9 +118,13 @@ class DatasetWriter:
         self.info_space = info_space
         self.schema = step_schema(observation_space, action_space, multi_agent, info_space)
         self.shard_bytes = shard_bytes
-        self.root.mkdir(parents=True, exist_ok=True)
-        self.temp_path = self.root / f"{TEMP_PREFIX}{self.name}-{uuid.uuid4().hex[:8]}"
-        (self.temp_path / STEPS_DIR).mkdir(parents=True)
+        self._staging = StagedDirectory(self.final_path, f"dataset {self.name!r}", is_dataset_dir, self._check_target)
+        self.temp_path = self._staging.path
+        try:
+            (self.temp_path / STEPS_DIR).mkdir()
+        except OSError:
+            self._staging.abort()
+            raise
         self._pending: list[dict[str, Columnar]] = []
         self._pending_bytes = 0
         self._shards: list[str] = []
@@ -135,6 +140,18 @@ class DatasetWriter:
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if not self._closed:
             self.abort()
+        if isinstance(exc, OSError):  # a full disk, a vanished directory: one line, nothing left
+            raise RlpipeError(f"writing dataset {self.name!r} failed: {exc.strerror or exc}") from None
+
+    def _check_target(self, final: Path) -> None:
+        """Run under the name's lock: may the dataset be written under this name?"""
+        if final.is_symlink():
+            raise RlpipeError(f"{final} is a symbolic link, not a dataset directory; remove it or choose another name")
+        if os.path.lexists(final) and not self.force:
+            raise RlpipeError(f"dataset {self.name!r} already exists in {self.root} (use --force to replace it)")
+        if os.path.lexists(final) and not final.is_dir():
+            raise RlpipeError(f"{final} exists and is not a dataset directory")
+        check_new_name(self.root, self.name)
 
     def write(self, rows: dict[str, Columnar]) -> None:
         """Append rows of whole episodes, sorted by (episode_id, step), with ids above earlier ones."""
@@ -144,6 +161,7 @@ class DatasetWriter:
         episode_id = np.asarray(rows["episode_id"])
         if episode_id[0] <= self._last_episode or np.any(np.diff(episode_id) < 0):
             raise ValueError("rows must arrive as whole episodes sorted by increasing episode_id")
+        check_finite(rows, f"dataset {self.name!r}")
         self._last_episode = int(episode_id[-1])
         starts = np.flatnonzero(np.r_[True, episode_id[1:] != episode_id[:-1]])
         self._episode_returns.append(np.add.reduceat(np.asarray(rows["reward"], dtype=np.float64), starts))
@@ -212,25 +230,16 @@ class DatasetWriter:
             "content_hash": content_hash,
             **(extra or {}),
         }
-        (self.temp_path / METADATA_FILE).write_text(json.dumps(metadata, indent=2, sort_keys=True) + "\n")
+        (self.temp_path / METADATA_FILE).write_text(json_text(metadata))
         self.metadata = metadata
-        self._move_into_place()
+        self._staging.commit()
         self._closed = True
         return self.final_path
 
     def abort(self) -> None:
         """Delete everything written so far; the store is left as it was."""
-        shutil.rmtree(self.temp_path, ignore_errors=True)
+        self._staging.abort()
         self._closed = True
-
-    def _move_into_place(self) -> None:
-        if self.final_path.exists():
-            old = self.root / f"{TEMP_PREFIX}old-{self.name}-{uuid.uuid4().hex[:8]}"
-            self.final_path.rename(old)
-            self.temp_path.rename(self.final_path)
-            shutil.rmtree(old)
-        else:
-            self.temp_path.rename(self.final_path)
 
     def _env_spec_json(self) -> str | None:
         if self.env_spec is not None or self.env_id is None:
@@ -251,13 +260,10 @@ class DatasetWriter:
         }
 
 
-def _stats(values: np.ndarray) -> dict[str, float]:
-    return {
-        "mean": float(values.mean()),
-        "std": float(values.std()),
-        "min": float(values.min()),
-        "max": float(values.max()),
-    }
+def _stats(values: np.ndarray) -> dict[str, float | None]:
+    """Mean, std, min and max; null where non-finite data (an opt-in) makes them NaN."""
+    stats = {"mean": values.mean(), "std": values.std(), "min": values.min(), "max": values.max()}
+    return {key: float(value) if np.isfinite(value) else None for key, value in stats.items()}
 
 
 def write_rows(

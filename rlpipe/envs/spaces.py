@@ -111,6 +111,30 @@ def space_from_json(data: str | dict[str, Any]) -> spaces.Space:
     Also reads the older checkpoint form, a Box without ``shape`` (and maybe ``dtype``),
     so runs saved before the formats were unified still load.
     """
-    if isinstance(data, dict) and data.get("type") == "Box" and "shape" not in data:
-        data = {**data, "dtype": data.get("dtype", "float32"), "shape": list(np.shape(data["low"]))}
-    return deserialize_space(data)
+    try:
+        if isinstance(data, dict) and data.get("type") == "Box" and "shape" not in data:
+            data = {**data, "dtype": data.get("dtype", "float32"), "shape": list(np.shape(data["low"]))}
+        return deserialize_space(data)
+    except (KeyError, TypeError, ValueError, AssertionError, NotImplementedError) as exc:
+        raise RlpipeError(f"malformed space description {data!r}: {exc!r}") from None
+
+
+def require_policy_fits_env(meta: dict[str, Any], run_dir: Any) -> None:
+    """Raise unless a checkpoint's policy takes the observations and gives the actions of
+    the env it names (a checkpoint.json edited to another env fails here, not mid-evaluation)."""
+    from rlpipe.envs import env_spaces
+    from rlpipe.envs.goals import flat_observation_space
+
+    obs_space, act_space = env_spaces(meta["env_id"])
+    if is_goal_space(obs_space):
+        obs_space = flat_observation_space(obs_space)
+    saved = space_from_json(meta["action_space"])
+    obs_dim = meta["policy"]["spec"].get("obs_dim")
+    same_actions = type(saved) is type(act_space) and (
+        saved.n == act_space.n if isinstance(saved, spaces.Discrete) else saved.shape == act_space.shape
+    )
+    if obs_dim != int(np.prod(obs_space.shape)) or not same_actions:
+        raise RlpipeError(
+            f"checkpoint in {run_dir} does not fit {meta['env_id']}: the policy takes {obs_dim} observation values and "
+            f"acts in {saved}, the env has observations {obs_space.shape} and actions {act_space}"
+        )

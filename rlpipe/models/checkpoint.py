@@ -9,6 +9,7 @@ what dataset metadata records as the producing expert's identity.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,10 +21,13 @@ from torch import nn
 
 from rlpipe.errors import RlpipeError
 from rlpipe.files import atomic_output, atomic_write_text, sha256_file
+from rlpipe.models.networks import POLICY_CLASSES
 
 WEIGHTS_FILE = "model.safetensors"
 META_FILE = "checkpoint.json"
 FORMAT_VERSION = 1
+_FILE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
 def save_checkpoint(run_dir: str | Path, modules: dict[str, nn.Module], meta: dict[str, Any]) -> str:
@@ -66,17 +70,42 @@ class Checkpoint:
 
 
 def read_meta(run_dir: str | Path) -> dict[str, Any]:
-    """Read ``checkpoint.json``; a missing or malformed file is an RlpipeError."""
+    """Read and check ``checkpoint.json``; a missing or malformed file is an RlpipeError."""
     path = Path(run_dir) / META_FILE
     if not path.is_file():
         raise RlpipeError(f"no checkpoint in {run_dir} (missing {META_FILE})")
     try:
         meta = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise RlpipeError(f"corrupted checkpoint metadata {path}: {exc}") from None
-    if meta.get("format") != FORMAT_VERSION:
-        raise RlpipeError(f"unsupported checkpoint format {meta.get('format')!r} in {path}")
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT_VERSION:
+        raise RlpipeError(f"unsupported checkpoint format {meta.get('format') if isinstance(meta, dict) else None!r} in {path}")
+    problem = _meta_problem(meta)
+    if problem:
+        raise RlpipeError(f"corrupted checkpoint metadata {path}: {problem}")
     return meta
+
+
+def _meta_problem(meta: dict[str, Any]) -> str | None:
+    """The first thing wrong with a parsed checkpoint record, or None."""
+    for key in ("algo", "env_id", "weights_file", "sha256"):
+        if not isinstance(meta.get(key), str):
+            return f"{key!r} is missing or not a string"
+    if not _FILE_NAME_RE.match(meta["weights_file"]):
+        return f"weights_file {meta['weights_file']!r} is not a file name in the run directory"
+    if not _SHA256_RE.match(meta["sha256"]):
+        return "'sha256' is not a sha256 hex digest"
+    policy = meta.get("policy")
+    if not (isinstance(policy, dict) and isinstance(policy.get("kind"), str) and isinstance(policy.get("spec"), dict)):
+        return "'policy' needs a kind and a spec"
+    if policy["kind"] not in POLICY_CLASSES:
+        return f"unknown policy kind {policy['kind']!r}"
+    space = meta.get("action_space")
+    if not (isinstance(space, dict) and space.get("type") in ("Discrete", "Box")):
+        return "'action_space' is missing or not a Discrete or Box description"
+    if not isinstance(meta.get("config", {}), dict):
+        return "'config' is not an object"
+    return None
 
 
 def load_checkpoint(run_dir: str | Path, device: str | torch.device = "cpu", verify: bool = True) -> Checkpoint:

@@ -17,6 +17,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributions import Categorical, Normal
 
+from rlpipe.errors import RlpipeError
+
 _ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU}
 _INPLACE_ACTIVATIONS = {"relu": torch.relu_, "tanh": torch.tanh_, "elu": F.elu_}
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
@@ -408,5 +410,8 @@ POLICY_CLASSES: dict[str, type[nn.Module]] = {
 def build_policy(kind: str, spec: dict[str, Any]) -> nn.Module:
     """Rebuild an actor from the JSON ``(kind, spec)`` pair stored in a checkpoint."""
     if kind not in POLICY_CLASSES:
-        raise ValueError(f"unknown policy kind {kind!r}")
-    return POLICY_CLASSES[kind](**spec)
+        raise RlpipeError(f"unknown policy kind {kind!r}")
+    try:
+        return POLICY_CLASSES[kind](**spec)
+    except (TypeError, ValueError, RuntimeError) as exc:  # a spec edited by hand or for another version
+        raise RlpipeError(f"checkpoint policy spec does not fit {kind}: {exc}") from None

@@ -154,8 +154,8 @@ def _store_training_run(expert: str, env_id: str, writer: DatasetWriter, expert_
     """Train `expert` from scratch into its run directory, every transition going to `writer`."""
     from rlpipe.pipeline import experts
 
-    run_dir = expert_run or experts.default_run_dir(expert, env_id)
     overrides = {"env_steps": expert_steps, "seed": seed}
+    run_dir = expert_run or experts.expert_run_dir(expert, env_id, overrides)
     training = experts.collect_training_transitions(expert, env_id, writer, run_dir, overrides, progress=progress)
     return TrainingReplayProducer(expert, training["checkpoint_sha256"], str(run_dir), seed, {"expert_steps": expert_steps},
                                   training.get("eval_return_mean"))
@@ -171,8 +171,8 @@ def _roll_out_expert(expert: str, env_id: str, writer: DatasetWriter, expert_run
     """
     from rlpipe.pipeline import experts
 
-    run_dir = expert_run or experts.default_run_dir(expert, env_id)
     overrides = {"env_steps": expert_steps, "seed": rollout["seed"]}
+    run_dir = expert_run or experts.expert_run_dir(expert, env_id, overrides)
     loaded, _ = experts.ensure_expert(expert, env_id, run_dir, overrides, match_params=expert_run is None,
                                       deterministic=not stochastic, progress=rollout["show_progress"])
     stats = collect(env_id, lambda envs: loaded, writer.write, **rollout)

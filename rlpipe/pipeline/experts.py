@@ -2,12 +2,15 @@
 
 An expert lives in `models/<algo>-<env>` (the run directory `rlpipe train` and the
 `train_online` DVC stage write). It is reused when its saved config equals the config the
-current parameters produce; otherwise it is trained first. Datasets record the expert's
+current parameters produce; an expert with other parameters goes to
+`models/<algo>-<env>-<config hash>` instead, so the model an older dataset records
+(`checkpoint_sha256`, `run_dir`) is never overwritten. Datasets record the expert's
 checkpoint hash in their metadata.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import asdict
 from pathlib import Path
@@ -27,6 +30,18 @@ EXPERTS = ("ppo", "sac")
 def default_run_dir(algo: str, env_id: str, models_root: str | Path = "models") -> Path:
     """Where the expert `algo` for `env_id` is kept, e.g. models/ppo-cartpole."""
     return Path(models_root) / f"{algo}-{env_slug(env_id)}"
+
+
+def expert_run_dir(algo: str, env_id: str, overrides: dict[str, Any], models_root: str | Path = "models") -> Path:
+    """Where the expert these parameters give lives: `models/<algo>-<env>` when that is free
+    or holds the same config, else a sibling named by the config's hash (content-addressed)."""
+    check_expert(algo)
+    config = get_algo(algo).make_config(env_id, **overrides)
+    base = default_run_dir(algo, env_id, models_root)
+    if not base.exists() or _saved_config_matches(base, config):
+        return base
+    digest = hashlib.sha256(json.dumps(asdict(config), sort_keys=True).encode()).hexdigest()[:12]
+    return base.with_name(f"{base.name}-{digest}")
 
 
 def check_expert(algo: str) -> None:

@@ -18,14 +18,14 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from rlpipe.datasets.loader import TransitionArrays, load_shards
+from rlpipe.datasets.loader import TransitionArrays, load_shards, shards_digest
 from rlpipe.datasets.schema import map_columnar
 from rlpipe.datasets.store import DatasetInfo, open_dataset
 from rlpipe.envs import env_id_for_spec
 from rlpipe.envs.goals import flat_observation_space, flatten_obs, is_goal_space
 from rlpipe.errors import RlpipeError
 from rlpipe.training.buffer import Update
-from rlpipe.training.env import BOX, GOAL, ActionScaler, action_dim, require_spaces, resolve_device
+from rlpipe.training.env import BOX, GOAL, ActionScaler, action_dim, env_spaces, require_spaces, resolve_device
 from rlpipe.training.evaluation import policy_fn
 from rlpipe.training.graphs import UpdateStepper, graphs_enabled
 from rlpipe.training.run import Run, TrainResult
@@ -50,6 +50,22 @@ def dataset_env_id(name: str, store: str | os.PathLike | None = None) -> str:
     except gym.error.Error:
         raise RlpipeError(f"dataset {name!r} was collected in {info.env_id!r}, which is not registered here") from None
     return info.env_id
+
+
+def _layout(space: gym.Space) -> Any:
+    """What must agree between a dataset's space and its env's: kind, shape (per Dict key), size."""
+    if isinstance(space, spaces.Dict):
+        return {key: _layout(sub) for key, sub in space.spaces.items()}
+    return (type(space).__name__, getattr(space, "n", None), space.shape)
+
+
+def require_dataset_fits_env(info: DatasetInfo) -> None:
+    """Raise before training if the dataset's spaces differ from those of the env it names
+    (the policy would fail only at its first evaluation)."""
+    env_obs, env_act = env_spaces(info.env_id)
+    for what, stored, actual in (("observation", info.observation_space, env_obs), ("action", info.action_space, env_act)):
+        if _layout(stored) != _layout(actual):
+            raise RlpipeError(f"dataset {info.name!r} has {what}s {stored}, but its env {info.env_id} has {actual}")
 
 
 def subset_rows(data: TransitionArrays, max_samples: int, seed: int) -> np.ndarray:
@@ -102,6 +118,8 @@ def load_offline(algo: str, config: Any, action_kinds: tuple[str, ...]) -> Offli
     info = open_dataset(config.dataset, config.store)
     obs_space, act_space = info.observation_space, info.action_space
     require_spaces(algo, f"dataset {info.name!r}", obs_space, act_space, action_kinds, OBSERVATION_KINDS)
+    if info.env_id:
+        require_dataset_fits_env(info)
     data = load_shards(info)
     if len(data) == 0:
         raise RlpipeError(f"dataset {info.name!r} is empty")
@@ -121,6 +139,7 @@ def dataset_metrics(data: OfflineData) -> dict[str, Any]:
     return {
         "dataset": data.info.name,
         "dataset_content_hash": data.info.metadata["content_hash"],
+        "dataset_shards_sha256": shards_digest(data.info),  # of the shards as read and verified
         "dataset_transitions": len(data.arrays),
     }
 

@@ -1,10 +1,14 @@
 """What every training run shares: evaluation schedule, DVCLive curve, progress bar,
 checkpoint and ``metrics.json``. Algorithms call :class:`Run` from their ``train``.
+
+A run directory is written like a dataset (:mod:`rlpipe.datasets.atomic`): under a lock, into
+a hidden temporary directory beside it, published by renames when the checkpoint and
+metrics are complete. A crashed or failed run leaves the previous run as it was, never a mix
+of an old checkpoint and a new partial curve.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from dataclasses import asdict, dataclass, field
@@ -17,15 +21,30 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from torch import nn
 
+from rlpipe.datasets.atomic import StagedDirectory, json_text
 from rlpipe.envs import env_spec_json
-from rlpipe.models.checkpoint import save_checkpoint
+from rlpipe.errors import RlpipeError
+from rlpipe.models.checkpoint import META_FILE, save_checkpoint
 from rlpipe.training.config import OfflineConfig, OnlineConfig
 from rlpipe.training.env import space_to_json
 from rlpipe.training.evaluation import PolicyFn, evaluate
 
 METRICS_FILE = "metrics.json"
 EVAL_SEED_OFFSET = 10_000  # eval envs never share seeds with training envs
-from rlpipe.envs import env_spec_json
+
+
+def is_run_dir(path: Path) -> bool:
+    """Whether `path` holds a finished run (its checkpoint record)."""
+    return (path / META_FILE).is_file()
+
+
+def _check_run_target(out_dir: Path) -> None:
+    """An existing ``--out`` is replaced only if it is empty or an earlier run's directory."""
+    if out_dir.name in ("", ".", "..") or out_dir.is_symlink() or (out_dir.exists() and not out_dir.is_dir()):
+        raise RlpipeError(f"--out {out_dir} must name a directory (not a file, a link or a root)")
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not any((out_dir / n).exists() for n in (META_FILE, METRICS_FILE, "dvclive")):
+        raise RlpipeError(f"--out {out_dir} is a non-empty directory that is not a run directory; refusing to replace it")
+
 
 @dataclass(frozen=True)
 class EvalPoint:
@@ -84,9 +103,14 @@ class Run:
         self.history: list[EvalPoint] = []
         self.next_eval = config.eval_every
         self.live = None
+        self._staging: StagedDirectory | None = None
         if self.out_dir is not None:
-            self.out_dir.mkdir(parents=True, exist_ok=True)
-            self.live = _make_live(self.out_dir)
+            self._staging = StagedDirectory(self.out_dir, f"run directory {self.out_dir}", is_run_dir, _check_run_target)
+            try:
+                self.live = _make_live(self._staging.path)
+            except BaseException:
+                self._staging.abort()
+                raise
         self.progress: Progress | None = None
         if progress:
             self.progress = Progress(
@@ -182,7 +206,7 @@ class Run:
             **(extra_metrics or {}),
         }
         digest = None
-        if self.out_dir is not None:
+        if self._staging is not None:
             meta = {
                 "algo": self.algo,
                 "env_id": self.config.env_id,
@@ -192,15 +216,23 @@ class Run:
                 "config": asdict(self.config),
                 "torch_version": torch.__version__,
             }
-            digest = save_checkpoint(self.out_dir, modules, meta)
+            digest = save_checkpoint(self._staging.path, modules, meta)
             metrics["checkpoint_sha256"] = digest
-            tmp = self.out_dir / (METRICS_FILE + ".tmp")
-            tmp.write_text(json.dumps(metrics, indent=2) + "\n")
-            os.replace(tmp, self.out_dir / METRICS_FILE)
-        self.close()
+            (self._staging.path / METRICS_FILE).write_text(json_text(metrics))
+        self._stop()  # DVCLive writes its last files when it ends
+        if self._staging is not None:
+            self._staging.commit()
+            self._staging = None
         return TrainResult(self.algo, self.config.env_id, metrics, list(self.history), actor, self.out_dir, digest)
 
     def close(self) -> None:
+        """Stop the progress bar and DVCLive; an unfinished run's directory is deleted."""
+        self._stop()
+        if self._staging is not None:
+            self._staging.abort()
+            self._staging = None
+
+    def _stop(self) -> None:
         if self.progress is not None:
             self.show(self.history[-1].done if self.history else 0)
             self.progress.stop()
