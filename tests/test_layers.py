@@ -1,5 +1,5 @@
 """The package's layering: each layer imports only the ones below it, with no import loop,
-and the data layer runs without torch."""
+and the data layer, the algorithm registry and the CLI's start-up run without torch."""
 
 from __future__ import annotations
 
@@ -84,9 +84,21 @@ def test_no_import_loop() -> None:
             assert loop is None, " -> ".join(loop[loop.index(loop[-1]):])
 
 
+def torch_modules_after(code: str) -> list[str]:
+    """The torch modules (first three) a fresh interpreter holds after running ``code``."""
+    code += "\nimport sys\nprint(sorted(m for m in sys.modules if m.split('.')[0] == 'torch')[:3])"
+    return eval(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout)
+
+
 def test_data_layer_and_random_collection_import_no_torch() -> None:
     modules = sorted(m for m in module_names() if layer(m) in ("datasets", "envs", "errors", "files"))
     modules.append("rlpipe.pipeline.collect")
-    code = "import sys\n" + "".join(f"import {m}\n" for m in modules) + "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch')[:3])"
-    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
-    assert out.strip() == "[]", f"importing the data layer imported torch: {out}"
+    assert torch_modules_after("".join(f"import {m}\n" for m in modules)) == [], "importing the data layer imported torch"
+
+
+def test_cli_and_registry_start_without_torch() -> None:
+    """Every `rlpipe` command imports the whole app and `train --help` lists the registry;
+    an algorithm's module (torch) loads only when its spec's config or train is read."""
+    assert torch_modules_after("import rlpipe.cli.main, rlpipe.algos.registry") == []
+    # control: reading one spec's train does import torch
+    assert torch_modules_after("from rlpipe.algos.registry import get_algo\nget_algo('bc').train") != []

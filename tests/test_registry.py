@@ -11,8 +11,22 @@ import torch
 
 from rlpipe.algos import OFFLINE, ONLINE, SPECS, get_algo
 from rlpipe.errors import RlpipeError
-from rlpipe.training.config import OfflineConfig, OnlineConfig, RunConfig, parse_settings
+from rlpipe.envs.spaces import BOX, DISCRETE, GOAL
+from rlpipe.training.config import DatasetFields, OfflineConfig, OnlineConfig, RunConfig, parse_settings
 from rlpipe.training.onpolicy import RolloutStorage
+
+
+def test_every_spec_resolves_its_lazy_entries() -> None:
+    """The registry names each algorithm's module and attributes as strings; a typo there
+    would surface only when that algorithm is used, so read every one here."""
+    for spec in SPECS:
+        base = OnlineConfig if spec.online else DatasetFields  # GAIL: a dataset, and PPO's env-steps config
+        assert issubclass(spec.config_class, RunConfig) and issubclass(spec.config_class, base), spec.name
+        assert spec.config_class.__module__ == spec.module == spec.train.__module__, spec.name
+        assert spec.tuned and all(isinstance(values, dict) for values in spec.tuned.values()), spec.name
+        assert spec.action_kinds and set(spec.action_kinds) <= {BOX, DISCRETE}, spec.name
+        assert spec.observation_kinds and set(spec.observation_kinds) <= {BOX, GOAL}, spec.name
+        assert callable(spec.load_policy) and spec.budget in ("env_steps", "updates"), spec.name
 
 
 def test_every_spec_builds_its_own_config_with_the_run_fields() -> None:

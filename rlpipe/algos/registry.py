@@ -4,26 +4,33 @@ The CLI, the pipeline and policy loading read what an algorithm can do from here
 or offline, the action and observation kinds it accepts, single- or multi-agent, whether
 it can stream its training transitions) instead of from the module. Adding an algorithm
 is one module in ``rlpipe/algos/`` (a ``Config`` extending :class:`OnlineConfig` or
-:class:`OfflineConfig`, a ``TUNED`` table, a ``train``) plus one entry in :data:`SPECS`.
+:class:`OfflineConfig`, a ``TUNED`` table, a ``train``, its ``ACTION_SPACES``) plus one
+entry in :data:`SPECS`.
+
+Importing this module does not import torch: an entry names its algorithm's module, which
+is imported the first time a spec's config class, tuned values, ``train``, space kinds or
+policy loader are read. So ``rlpipe --help`` and the collect/dataset commands, which only
+list the registry, start without torch.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from gymnasium import spaces
-
-from rlpipe.algos import bc, bcq, cql, ddpg, gail, her, iql, ppo, sac, td3, td3_bc
-from rlpipe.algos.policy import LoadedPolicy, load_checkpoint_policy
+from rlpipe.envs.spaces import BOX, require_spaces
 from rlpipe.errors import RlpipeError
-from rlpipe.models.checkpoint import read_meta
-from rlpipe.training.config import OnlineConfig, RunConfig, config_for_env
-from rlpipe.training import offline
-from rlpipe.training.env import BOX, require_spaces
-from rlpipe.training.run import TrainResult
+
+if TYPE_CHECKING:
+    from gymnasium import spaces
+
+    from rlpipe.algos.policy import LoadedPolicy
+    from rlpipe.training.config import RunConfig
+    from rlpipe.training.run import TrainResult
 
 
 class TrainFn(Protocol):
@@ -33,34 +40,76 @@ class TrainFn(Protocol):
                  **kwargs: Any) -> TrainResult: ...
 
 
-PolicyLoader = Callable[..., LoadedPolicy]
+PolicyLoader = Callable[..., "LoadedPolicy"]
 """``load(run_dir, device="cpu", deterministic=True) -> LoadedPolicy``."""
+
+OFFLINE_OBSERVATION_KINDS = "rlpipe.training.offline:OBSERVATION_KINDS"  # what load_offline accepts
+CHECKPOINT_LOADER = "rlpipe.algos.policy:load_checkpoint_policy"
+
+
+def resolve(reference: str) -> Any:
+    """The object a ``"package.module:NAME"`` reference names (importing the module)."""
+    module, _, name = reference.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 @dataclass(frozen=True)
 class AlgoSpec:
-    """What the rest of rlpipe needs to know about one algorithm."""
+    """What the rest of rlpipe needs to know about one algorithm.
+
+    The capabilities (``family`` .. ``summary``) are plain data; ``config_class``, ``tuned``,
+    ``train``, ``action_kinds``, ``observation_kinds`` and ``load_policy`` are read from
+    ``module`` on first use (and kept).
+    """
 
     name: str
     family: str  # on-policy, off-policy, offline, imitation (next: model-based, multi-agent)
     online: bool  # learns by acting in ``--env``; False: learns from ``--dataset`` (its env from the metadata)
-    config_class: type[RunConfig]
-    tuned: Mapping[str, Mapping[str, Any]]  # env id -> tuned config values
-    train: TrainFn
-    action_kinds: tuple[str, ...]  # rlpipe.training.env kinds: BOX, DISCRETE
-    observation_kinds: tuple[str, ...] = (BOX,)  # BOX, GOAL
+    module: str  # the algorithm's module: its config class, TUNED, train and ACTION_SPACES
+    config_name: str = "Config"  # the config class's name in ``module``
+    observation_kinds_ref: str = ""  # "module:NAME" of the accepted observation kinds (BOX, GOAL); "": BOX only
     multi_agent: bool = False
     records_training: bool = False  # ``train`` takes ``step_sink`` and streams every transition to it
-    load_policy: PolicyLoader = load_checkpoint_policy
+    loader_ref: str = CHECKPOINT_LOADER  # "module:NAME" of its ``load_policy``
     summary: str = ""  # one line for ``rlpipe train --help``
+
+    @cached_property
+    def config_class(self) -> type[RunConfig]:
+        return resolve(f"{self.module}:{self.config_name}")
+
+    @cached_property
+    def tuned(self) -> Mapping[str, Mapping[str, Any]]:
+        """Env id -> tuned config values."""
+        return resolve(f"{self.module}:TUNED")
+
+    @cached_property
+    def train(self) -> TrainFn:
+        return resolve(f"{self.module}:train")
+
+    @cached_property
+    def action_kinds(self) -> tuple[str, ...]:
+        """rlpipe.envs.spaces kinds: BOX, DISCRETE."""
+        return resolve(f"{self.module}:ACTION_SPACES")
+
+    @cached_property
+    def observation_kinds(self) -> tuple[str, ...]:
+        return resolve(self.observation_kinds_ref) if self.observation_kinds_ref else (BOX,)
+
+    @cached_property
+    def load_policy(self) -> PolicyLoader:
+        return resolve(self.loader_ref)
 
     @property
     def budget(self) -> str:
         """The config field that sets the run's length: ``env_steps`` or ``updates``."""
+        from rlpipe.training.config import OnlineConfig
+
         return "env_steps" if issubclass(self.config_class, OnlineConfig) else "updates"
 
     def make_config(self, env_id: str, **overrides: Any) -> Any:
         """The tuned config for ``env_id`` with ``overrides`` (None values ignored) applied."""
+        from rlpipe.training.config import config_for_env
+
         return config_for_env(self.config_class, self.tuned, env_id, **overrides)
 
     def check_spaces(self, where: str, observation_space: spaces.Space, action_space: spaces.Space) -> None:
@@ -69,36 +118,33 @@ class AlgoSpec:
         require_spaces(self.name, where, observation_space, action_space, self.action_kinds, self.observation_kinds)
 
 
-def _her(base: str, config_class: type[RunConfig]) -> AlgoSpec:
+def _her(base: str) -> AlgoSpec:
     return AlgoSpec(
-        f"{base}-her", "off-policy", True, config_class, her.TUNED, her.train, her.ACTION_SPACES, her.OBSERVATION_SPACES,
+        f"{base}-her", "off-policy", True, "rlpipe.algos.her", f"{base.upper()}HerConfig", "rlpipe.algos.her:OBSERVATION_SPACES",
         records_training=True, summary=f"{base.upper()} with hindsight experience replay, on goal envs",
     )
 
 
 SPECS: tuple[AlgoSpec, ...] = (
-    AlgoSpec("ppo", "on-policy", True, ppo.Config, ppo.TUNED, ppo.train, ppo.ACTION_SPACES, records_training=True,
-             summary="clipped PPO with GAE"),
-    AlgoSpec("sac", "off-policy", True, sac.Config, sac.TUNED, sac.train, sac.ACTION_SPACES, records_training=True,
-             summary="soft actor-critic"),
-    AlgoSpec("ddpg", "off-policy", True, ddpg.Config, ddpg.TUNED, ddpg.train, ddpg.ACTION_SPACES, records_training=True,
+    AlgoSpec("ppo", "on-policy", True, "rlpipe.algos.ppo", records_training=True, summary="clipped PPO with GAE"),
+    AlgoSpec("sac", "off-policy", True, "rlpipe.algos.sac", records_training=True, summary="soft actor-critic"),
+    AlgoSpec("ddpg", "off-policy", True, "rlpipe.algos.ddpg", records_training=True,
              summary="deep deterministic policy gradient"),
-    AlgoSpec("td3", "off-policy", True, td3.Config, td3.TUNED, td3.train, td3.ACTION_SPACES, records_training=True,
-             summary="twin delayed DDPG"),
-    _her("ddpg", her.DDPGHerConfig),
-    _her("td3", her.TD3HerConfig),
-    _her("sac", her.SACHerConfig),
-    AlgoSpec("bc", "imitation", False, bc.Config, bc.TUNED, bc.train, bc.ACTION_SPACES, offline.OBSERVATION_KINDS,
+    AlgoSpec("td3", "off-policy", True, "rlpipe.algos.td3", records_training=True, summary="twin delayed DDPG"),
+    _her("ddpg"),
+    _her("td3"),
+    _her("sac"),
+    AlgoSpec("bc", "imitation", False, "rlpipe.algos.bc", observation_kinds_ref=OFFLINE_OBSERVATION_KINDS,
              summary="behaviour cloning"),
-    AlgoSpec("gail", "imitation", False, gail.Config, gail.TUNED, gail.train, gail.ACTION_SPACES,
+    AlgoSpec("gail", "imitation", False, "rlpipe.algos.gail",
              summary="generative adversarial imitation (PPO generator, env-steps budget)"),
-    AlgoSpec("cql", "offline", False, cql.Config, cql.TUNED, cql.train, cql.ACTION_SPACES, offline.OBSERVATION_KINDS,
+    AlgoSpec("cql", "offline", False, "rlpipe.algos.cql", observation_kinds_ref=OFFLINE_OBSERVATION_KINDS,
              summary="conservative Q-learning"),
-    AlgoSpec("bcq", "offline", False, bcq.Config, bcq.TUNED, bcq.train, bcq.ACTION_SPACES, offline.OBSERVATION_KINDS,
+    AlgoSpec("bcq", "offline", False, "rlpipe.algos.bcq", observation_kinds_ref=OFFLINE_OBSERVATION_KINDS,
              summary="batch-constrained Q-learning"),
-    AlgoSpec("td3bc", "offline", False, td3_bc.Config, td3_bc.TUNED, td3_bc.train, td3_bc.ACTION_SPACES,
-             offline.OBSERVATION_KINDS, summary="TD3 with a behaviour-cloning term"),
-    AlgoSpec("iql", "offline", False, iql.Config, iql.TUNED, iql.train, iql.ACTION_SPACES, offline.OBSERVATION_KINDS,
+    AlgoSpec("td3bc", "offline", False, "rlpipe.algos.td3_bc", observation_kinds_ref=OFFLINE_OBSERVATION_KINDS,
+             summary="TD3 with a behaviour-cloning term"),
+    AlgoSpec("iql", "offline", False, "rlpipe.algos.iql", observation_kinds_ref=OFFLINE_OBSERVATION_KINDS,
              summary="implicit Q-learning"),
 )
 REGISTRY: dict[str, AlgoSpec] = {spec.name: spec for spec in SPECS}
@@ -121,6 +167,8 @@ def load_policy(run_dir: str | Path, device: str = "cpu", deterministic: bool = 
     batches, flattened as in training) to a batch of env actions (scaled to the env's
     bounds / Discrete indices); ``.env_id`` and ``.checkpoint_sha256`` identify it.
     """
+    from rlpipe.models.checkpoint import read_meta
+
     return get_algo(read_meta(run_dir).get("algo", "")).load_policy(run_dir, device=device, deterministic=deterministic)
 
 
