@@ -24,15 +24,27 @@ def sha256_file(path: str | os.PathLike) -> str:
     return digest.hexdigest()
 
 
+def fsync_path(path: str | os.PathLike) -> None:
+    """Flush a file's or a directory's entries to disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 @contextmanager
 def atomic_output(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary sibling of ``path`` to write; on success it replaces ``path`` in one
-    rename, on an error it is deleted. Readers see the old file or the whole new one, never half."""
+    """Yield a temporary sibling of ``path`` to write; on success it is fsynced and replaces
+    ``path`` in one rename (the directory fsynced too), on an error it is deleted. Readers see
+    the old file or the whole new one, never half, even after a power loss."""
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f".tmp-{os.getpid()}-{path.name}")
     try:
         yield tmp
+        fsync_path(tmp)
         os.replace(tmp, path)
+        fsync_path(path.parent)
     finally:
         tmp.unlink(missing_ok=True)
 

@@ -8,7 +8,8 @@ from typing import Optional
 import typer
 
 from rlpipe.cli.app import app
-from rlpipe.datasets.atomic import check_output_file, json_text, write_file_atomic
+from rlpipe.datasets.atomic import check_output_file, json_text
+from rlpipe.files import atomic_write_text
 
 
 @app.command("collect")
@@ -51,6 +52,6 @@ def collect_command(
     )
     summary = collected.summary()
     if metrics is not None:
-        write_file_atomic(metrics, json_text(summary))
+        atomic_write_text(metrics, json_text(summary))
     mean = "n/a (non-finite rewards)" if summary["return_mean"] is None else f"{summary['return_mean']:.2f}"
     typer.echo(f"wrote {collected.path}: {summary['episodes']} episodes, {summary['steps']} steps, mean return {mean}")

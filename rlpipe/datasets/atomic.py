@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from rlpipe.errors import RlpipeError
+from rlpipe.files import fsync_path
 
 LOCK_DIR = ".locks"
 TEMP_PREFIX, TRASH_PREFIX, REMOVE_PREFIX = ".tmp-", ".trash-", ".rm-"
@@ -72,15 +73,6 @@ def check_interrupted() -> None:
         raise KeyboardInterrupt
 
 
-def fsync_path(path: Path) -> None:
-    """Flush a file's or a directory's entries to disk."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def fsync_tree(root: Path) -> None:
     """Flush every file and directory under `root` (files first, then their directories)."""
     for directory, _, files in os.walk(root, topdown=False):
@@ -106,21 +98,6 @@ def _non_finite_keys(value: Any, prefix: str = "") -> list[str]:
     if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
         return [prefix.rstrip(".")]
     return []
-
-
-def write_file_atomic(path: Path, text: str) -> None:
-    """Write `text` to `path` through a temporary file, fsync it and rename it into place."""
-    temp = path.with_name(f"{TEMP_PREFIX}{uuid.uuid4().hex[:8]}-{path.name}")
-    try:
-        with open(temp, "w") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, path)
-    finally:
-        if temp.exists():
-            temp.unlink()
-    fsync_path(path.parent)
 
 
 def check_output_file(path: Path) -> None:

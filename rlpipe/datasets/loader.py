@@ -20,7 +20,6 @@ import numpy as np
 import pyarrow as pa
 from minari.serialization import deserialize_space
 
-from rlpipe.datasets import atomic
 from rlpipe.datasets.schema import (
     INFO_COLUMNS,
     Columnar,
@@ -33,7 +32,7 @@ from rlpipe.datasets.schema import (
     step_schema,
 )
 from rlpipe.datasets.store import DatasetInfo, open_dataset
-from rlpipe.files import sha256_file
+from rlpipe.files import atomic_write_text, sha256_file
 from rlpipe.errors import RlpipeError
 
 
@@ -133,7 +132,7 @@ class ShardVerifier:
             return
         try:
             self.cache_path.parent.mkdir(exist_ok=True)
-            atomic.write_file_atomic(self.cache_path, json.dumps(self.cache, sort_keys=True))
+            atomic_write_text(self.cache_path, json.dumps(self.cache, sort_keys=True))
         except OSError:
             pass
 
