@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,15 @@ def store(tmp_path: Path) -> Path:
     path = tmp_path / "store"
     path.mkdir()
     return path
+
+
+@pytest.fixture
+def learning_seed() -> int:
+    """The training seed of a learning test: $RLPIPE_TEST_SEED, default 0. Thresholds must
+    hold for seeds 0-4, checked without editing the tests by a sweep such as
+    `RLPIPE_TEST_SEED=3 pytest -m slow --junitxml=seed3.xml` (each test records its
+    returns with ``record_property``, so they land in the XML)."""
+    return int(os.environ.get("RLPIPE_TEST_SEED", "0"))
 
 
 @pytest.fixture

@@ -47,11 +47,12 @@ def test_expert_like_pairs_get_higher_reward() -> None:
 
 
 @pytest.mark.slow
-def test_gail_imitates_30_expert_pairs(offline_store: Path) -> None:
+def test_gail_imitates_30_expert_pairs(offline_store: Path, learning_seed: int, record_property) -> None:
     config = gail.make_config("CartPole-v1", dataset="cartpole-expert", store=str(offline_store), max_samples=30,
-                              env_steps=30_000, eval_every=30_000)
+                              env_steps=30_000, eval_every=30_000, seed=learning_seed)
     result = gail.train(config, progress=False)
     m = result.metrics
+    record_property("eval_return_mean", m["eval_return_mean"])
     assert m["dataset_transitions"] == 30 and m["discriminator_updates"] > 0
     assert m["train_episodes"] <= 500  # the bar: within 500 episodes of interaction
     assert m["eval_return_mean"] >= 400, m  # a random policy scores ~22

@@ -23,10 +23,10 @@ from rlpipe.errors import RlpipeError
 
 ONLINE = ("ppo", "sac", "ddpg", "td3", "ddpg-her", "td3-her", "sac-her")
 # Offline algorithms read ``--dataset``; the env they are evaluated in comes from its metadata.
-OFFLINE: tuple[str, ...] = ("bc", "gail", "cql", "bcq", "td3bc", "iql")
+OFFLINE: tuple[str, ...] = ("bc", "gail", "dac", "cql", "bcq", "td3bc", "iql")
 # name -> module; a module may serve several names (the HER variants share one file).
 REGISTRY: dict[str, str] = {
-    **{name: f"rlpipe.algos.{name}" for name in ("ppo", "sac", "ddpg", "td3", "bc", "gail", "cql", "bcq", "iql")},
+    **{name: f"rlpipe.algos.{name}" for name in ("ppo", "sac", "ddpg", "td3", "bc", "gail", "dac", "cql", "bcq", "iql")},
     "td3bc": "rlpipe.algos.td3_bc",
     **{f"{base}-her": "rlpipe.algos.her" for base in ("ddpg", "td3", "sac")},
 }
