@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -30,13 +32,36 @@ def store(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.fixture
-def learning_seed() -> int:
-    """The training seed of a learning test: $RLPIPE_TEST_SEED, default 0. Thresholds must
-    hold for seeds 0-4, checked without editing the tests by a sweep such as
-    `RLPIPE_TEST_SEED=3 pytest -m slow --junitxml=seed3.xml` (each test records its
-    returns with ``record_property``, so they land in the XML)."""
-    return int(os.environ.get("RLPIPE_TEST_SEED", "0"))
+@pytest.fixture(scope="session", params=[int(s) for s in os.environ.get("RLPIPE_TEST_SEED", "0").split(",")],
+                ids=lambda seed: f"seed{seed}")
+def learning_seed(request: pytest.FixtureRequest) -> int:
+    """The training seed of a learning test: $RLPIPE_TEST_SEED, default 0; a comma list
+    (`RLPIPE_TEST_SEED=0,1,2,3,4 pytest -m slow --junitxml=sweep.xml`) runs every learning
+    test once per seed in one session, to check that thresholds hold for seeds 0-4 without
+    editing the tests (each test records its returns with ``record_property``, so they land
+    in the XML)."""
+    return request.param
+
+
+@pytest.fixture(scope="session")
+def non_learning_returns() -> Callable[..., dict[str, float]]:
+    """``returns(env_id, seed, episodes=10)`` -> mean returns of the controls a learning test's
+    bar must clear: zero action and uniform random actions, evaluated as a run with ``seed``
+    evaluates its policy (same eval env seeds)."""
+    from rlpipe.training.env import env_spaces
+    from rlpipe.training.evaluation import evaluate
+    from rlpipe.training.run import EVAL_SEED_OFFSET
+
+    def returns(env_id: str, seed: int, episodes: int = 10) -> dict[str, float]:
+        space = env_spaces(env_id)[1]
+        rng = np.random.default_rng(seed)
+        policies = {
+            "zero": lambda obs: np.zeros((len(obs), *space.shape), space.dtype),
+            "uniform": lambda obs: rng.uniform(space.low, space.high, (len(obs), *space.shape)).astype(space.dtype),
+        }
+        return {name: evaluate(policy, env_id, episodes, seed + EVAL_SEED_OFFSET).mean for name, policy in policies.items()}
+
+    return returns
 
 
 @pytest.fixture
@@ -56,8 +81,9 @@ def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
 @pytest.fixture(scope="session")
 def offline_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A store shared by the offline tests, built once per session (about 30 s):
-    `cartpole-expert` (20 episodes of a PPO expert that scores 500) and `pendulum-mixed`
-    (every transition of a 10k-step SAC run from scratch, as in the reference CQL chapter)."""
+    `cartpole-expert` (20 episodes of a PPO expert that scores 500), `pendulum-mixed`
+    (every transition of a 10k-step SAC run from scratch, as in the reference CQL chapter)
+    and `pendulum-expert` (20 episodes of that run's final policy)."""
     from rlpipe.algos import get_algo, load_policy
     from rlpipe.datasets.collector import collect
     from rlpipe.datasets.writer import DatasetWriter
@@ -75,4 +101,8 @@ def offline_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     with DatasetWriter("pendulum-mixed", *env_spaces("Pendulum-v1"), env_id="Pendulum-v1", store=store) as writer:
         training = collect_training_transitions("sac", "Pendulum-v1", writer, models / "sac-mixed", {"seed": 0}, progress=False)
         writer.finalize({"algorithm": "sac", "mode": "training-replay", "checkpoint_sha256": training["checkpoint_sha256"]})
+    sac_expert = load_policy(models / "sac-mixed")  # the end of that run: an expert like the pipeline's
+    with DatasetWriter("pendulum-expert", *env_spaces("Pendulum-v1"), env_id="Pendulum-v1", store=store) as writer:
+        collect("Pendulum-v1", lambda envs: sac_expert, writer.write, episodes=20, num_envs=4, show_progress=False)
+        writer.finalize({"algorithm": "sac", "checkpoint_sha256": sac_expert.checkpoint_sha256})
     return store

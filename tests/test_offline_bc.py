@@ -47,14 +47,18 @@ def test_bc_from_30_pairs(offline_store: Path, learning_seed: int, record_proper
 @pytest.mark.slow
 @pytest.mark.parametrize("loss", ["mse", "gaussian"])
 def test_bc_continuous_learns_from_the_late_part_of_pendulum_mixed(offline_store: Path, loss: str, learning_seed: int,
-                                                                 record_property) -> None:
-    """Cloning a mixed dataset gives a mediocre but far-from-random policy."""
+                                                                 record_property, non_learning_returns) -> None:
+    """Cloning a mixed dataset gives a mediocre policy, clearly better than not learning:
+    zero torque and uniform random actions on the same eval episodes are the controls."""
     bc = get_algo("bc")
     config = bc.make_config("Pendulum-v1", dataset="pendulum-mixed", store=str(offline_store), updates=2000, continuous_loss=loss,
                             seed=learning_seed)
-    result = bc.train(config, progress=False)
-    record_property("eval_return_mean", result.metrics["eval_return_mean"])
-    assert result.metrics["eval_return_mean"] > -1000  # random actions score about -1200
+    result = bc.train(config, progress=False).metrics["eval_return_mean"]
+    controls = non_learning_returns("Pendulum-v1", learning_seed)
+    record_property("eval_return_mean", result)
+    record_property("controls", controls)
+    assert max(controls.values()) < -900, controls  # PLACEHOLDER
+    assert result >= -800, result  # PLACEHOLDER
 
 
 def test_offline_cli_and_bad_input(offline_store: Path, tmp_path: Path, cli) -> None:
