@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Callable
@@ -22,6 +23,15 @@ class CliResult:
     code: int
     out: str
     err: str
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """With $RLPIPE_TEST_RECORD set, append each learning test's recorded returns to that
+    JSON-lines file as soon as it finishes (a seed sweep's partial results survive)."""
+    path = os.environ.get("RLPIPE_TEST_RECORD")
+    if path and report.when == "call" and report.user_properties:
+        with open(path, "a") as f:
+            f.write(json.dumps({"test": report.nodeid, "outcome": report.outcome, **dict(report.user_properties)}) + "\n")
 
 
 @pytest.fixture
