@@ -31,7 +31,8 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     path = os.environ.get("RLPIPE_TEST_RECORD")
     if path and report.when == "call" and report.user_properties:
         with open(path, "a") as f:
-            f.write(json.dumps({"test": report.nodeid, "outcome": report.outcome, **dict(report.user_properties)}) + "\n")
+            record = {"test": report.nodeid, "outcome": report.outcome, **dict(report.user_properties)}
+            f.write(json.dumps(record) + "\n")
 
 
 @pytest.fixture
@@ -69,7 +70,8 @@ def non_learning_returns() -> Callable[..., dict[str, float]]:
             "zero": lambda obs: np.zeros((len(obs), *space.shape), space.dtype),
             "uniform": lambda obs: rng.uniform(space.low, space.high, (len(obs), *space.shape)).astype(space.dtype),
         }
-        return {name: evaluate(policy, env_id, episodes, seed + EVAL_SEED_OFFSET).mean for name, policy in policies.items()}
+        eval_seed = seed + EVAL_SEED_OFFSET
+        return {name: evaluate(policy, env_id, episodes, eval_seed).mean for name, policy in policies.items()}
 
     return returns
 

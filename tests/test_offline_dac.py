@@ -67,8 +67,9 @@ def test_dac_imitates_the_pendulum_expert_and_a_constant_reward_does_not(
     control = dac.make_config("Pendulum-v1", dataset="pendulum-expert", store=store, env_steps=steps, eval_every=steps,
                               constant_reward=1.0, seed=learning_seed)
     constant = dac.train(control, progress=False).metrics
-    for name, value in (("env_steps", steps), ("dac_return", fresh), ("constant_reward_return", constant["eval_return_mean"])):
-        record_property(name, value)
+    record_property("env_steps", steps)
+    record_property("dac_return", fresh)
+    record_property("constant_reward_return", constant["eval_return_mean"])
     assert constant["discriminator_updates"] == 0  # the control never trains D
     assert fresh >= -300, (steps, fresh)  # PLACEHOLDER
     assert constant["eval_return_mean"] <= -900, constant  # PLACEHOLDER
