@@ -119,7 +119,9 @@ def test_bcq_policy_picks_its_best_candidate_and_rebuilds_from_json() -> None:
 @pytest.mark.slow
 def test_discrete_cql_matches_the_cartpole_expert(offline_store: Path, learning_seed: int, record_property) -> None:
     """Trains until a 10-episode eval reaches 475, at most 3k updates: 1k fixed updates gave
-    343.1 on an Intel Xeon (issue 10), where floating-point paths differ as seeds do."""
+    343.1 on an Intel Xeon (issue 10), where floating-point paths differ as seeds do, and
+    failed for seed 0 here too. Measured (return, updates): seed 0 500.0 after 2000,
+    seed 1 500.0 after 1500, seed 4 500.0 after 1000 (seeds 2-3 not yet measured)."""
     cql = get_algo("cql")
     config = cql.make_config("CartPole-v1", dataset="cartpole-expert", store=str(offline_store), updates=3000, eval_every=500,
                              stop_at_return=475.0, seed=learning_seed)
@@ -139,8 +141,10 @@ def test_bcq_learns_pendulum_from_a_mixed_dataset(offline_store: Path, learning_
     controls = non_learning_returns("Pendulum-v1", learning_seed)  # zero torque, uniform random actions
     record_property("eval_return_mean", result)
     record_property("controls", controls)
-    assert max(controls.values()) < -900, controls  # PLACEHOLDER
-    assert result >= -500, result  # PLACEHOLDER seeds 0 and 1: -167 and -234
+    # Controls, seeds 0-4 (zero torque / uniform random): -1071.7/-1118.2, -1167.3/-1185.9,
+    # -1113.9/-1117.0, -1173.6/-1202.0, -1139.6/-1224.3.
+    assert max(controls.values()) < -1000, controls
+    assert result >= -400, result  # seeds 0 and 1: -167 and -234 (seeds 2-4 not yet measured, issue 10)
 
 
 def test_cql_and_bcq_cli_round_trip_and_bad_input(offline_store: Path, tmp_path: Path, cli) -> None:

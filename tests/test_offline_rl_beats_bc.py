@@ -23,9 +23,11 @@ def bc_return(offline_store: Path, learning_seed: int) -> float:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("algo", "overrides", "bar"), [
-    ("cql", dict(updates=4000, batch_size=128), -300.0),  # PLACEHOLDER
-    ("td3bc", dict(updates=8000), -300.0),  # PLACEHOLDER
-    ("iql", dict(updates=6000), -250.0),  # PLACEHOLDER
+    # Seed 0: CQL -127.7, TD3+BC -167.5, IQL -143.9 against BC -524.3 (CQL seeds 1-2 earlier:
+    # -128 to -138). Other seeds not yet measured (a CPU-starved sweep, issue 10).
+    ("cql", dict(updates=4000, batch_size=128), -300.0),
+    ("td3bc", dict(updates=8000), -300.0),
+    ("iql", dict(updates=6000), -250.0),
 ])
 def test_offline_rl_beats_bc_on_pendulum_mixed(offline_store: Path, bc_return: float, algo: str,
                                                overrides: dict[str, Any], bar: float, learning_seed: int,
@@ -37,4 +39,4 @@ def test_offline_rl_beats_bc_on_pendulum_mixed(offline_store: Path, bc_return: f
     record_property("eval_return_mean", result)
     record_property("bc_return", bc_return)
     assert result >= bar, result
-    assert result >= bc_return + 100, (result, bc_return)  # PLACEHOLDER
+    assert result >= bc_return + 100, (result, bc_return)
