@@ -83,6 +83,20 @@ def info_space_of(info: DatasetInfo) -> gym.spaces.Dict | None:
     return None if serialized is None else deserialize_space(serialized)
 
 
+def checked_shard_paths(info: DatasetInfo) -> list[Path]:
+    """The dataset's step shards, each present with the size its metadata records."""
+    expected = info.metadata["files"]
+    for path in info.shard_paths:
+        rel = path.relative_to(info.path).as_posix()
+        if not path.is_file():
+            raise RlpipeError(f"dataset {info.name!r} is missing {rel} (run `rlpipe datasets validate`)")
+        if path.stat().st_size != expected[rel]["bytes"]:
+            raise RlpipeError(f"corrupted shard {path}: size differs from metadata (truncated or modified)")
+    if not info.shard_paths:
+        raise RlpipeError(f"dataset {info.name!r} has no step shards")
+    return info.shard_paths
+
+
 def load_shards(info: DatasetInfo) -> TransitionArrays:
     """Load all shards of a dataset into TransitionArrays.
 
@@ -90,17 +104,7 @@ def load_shards(info: DatasetInfo) -> TransitionArrays:
     boolean columns, which Arrow bit-packs; several shards are concatenated once.
     """
     obs_space, act_space = info.observation_space, info.action_space
-    expected = info.metadata["files"]
-    parts = []
-    for path in info.shard_paths:
-        rel = path.relative_to(info.path).as_posix()
-        if not path.is_file():
-            raise RlpipeError(f"dataset {info.name!r} is missing {rel} (run `rlpipe datasets validate`)")
-        if path.stat().st_size != expected[rel]["bytes"]:
-            raise RlpipeError(f"corrupted shard {path}: size differs from metadata (truncated or modified)")
-        parts.append(read_shard(path, obs_space, act_space, info_space_of(info)))
-    if not parts:
-        raise RlpipeError(f"dataset {info.name!r} has no step shards")
+    parts = [read_shard(path, obs_space, act_space, info_space_of(info)) for path in checked_shard_paths(info)]
     merged = {key: concat_columnar([part[key] for part in parts]) for key in parts[0]}
     return TransitionArrays(**merged)
 
