@@ -103,6 +103,11 @@ class MappedTransitions:
         inverse[order] = np.arange(len(order))
         return {name: _reorder(chunks, inverse) for name, chunks in parts.items()}
 
+    @property
+    def obs(self) -> Columnar:
+        """Every observation as one in-RAM array (a copy: observation statistics need them all)."""
+        return self.column("obs")
+
     def column(self, name: str) -> Columnar:
         """A whole column as one in-RAM array (a copy, e.g. for observation statistics)."""
         whole = [_gather(shard[name], np.arange(end - start)) for shard, start, end in zip(self._shards, self._starts, self._ends)]
