@@ -22,8 +22,9 @@ included. Finally the arrays of both are compared (assert equal).
 `--large N` (instead of the comparison with Minari) writes a synthetic CartPole-shaped dataset
 of N transitions (random observations, 100-step episodes; Arrow shards written directly by
 DatasetWriter, ~56 bytes a row) and times, each in a fresh process, minibatches of 256:
-  mapped       MappedSampler over the memory-mapped shards (what `rlpipe train` uses for
-               datasets over 1 GiB): nothing copied, touched pages unmapped every 256 batches
+  mapped       MappedSampler over the shards (what `rlpipe train` uses for datasets over
+               1 GiB): nothing copied; action, reward, terminated memory-mapped, obs and
+               next_obs read with pread per row (they would not fit the 1 GiB resident budget)
   in RAM       TransitionSampler over the sampled columns copied into RAM (the comparison;
                needs ~3 GB at 50M rows)
   train bc     `rlpipe train bc` on the dataset (mapped automatically), as a whole process
@@ -185,11 +186,12 @@ def child_sampler(store: Path, which: str, batches: int) -> dict:
     ready = time.perf_counter()
     for _ in range(200):  # warm-up: first touches of pages, allocator
         sampler.sample(BATCH)
-    timed = time.perf_counter()
+    timed, cpu = time.perf_counter(), time.process_time()
     for _ in range(batches):
         sampler.sample(BATCH)
-    done = time.perf_counter()
-    return {"setup_s": ready - start, "batches_per_s": batches / (done - timed), "rows": sampler.size, **memory_status()}
+    done, cpu_done = time.perf_counter(), time.process_time()
+    return {"setup_s": ready - start, "batches_per_s": batches / (done - timed), "cpu_batches_per_s": batches / (cpu_done - cpu),
+            "rows": sampler.size, **memory_status()}
 
 
 def large_case(args: argparse.Namespace) -> int:
@@ -221,15 +223,17 @@ def large_case(args: argparse.Namespace) -> int:
             shutil.rmtree(store, ignore_errors=True)
     m, r = results["mapped"], results["in_ram"]
     print()
-    print(table(["sampler", "setup (s)", "batches of 256 / s", "peak RSS (MiB)", "anonymous (MiB)", "file-backed (MiB)"], [
-        ["mapped (MappedSampler)", f"{m['setup_s']:.2f}", f"{m['batches_per_s']:,.0f}", f"{m['VmHWM']:,.0f}", f"{m['RssAnon']:,.0f}", f"{m['RssFile']:,.0f}"],
-        ["in RAM (TransitionSampler)", f"{r['setup_s']:.2f}", f"{r['batches_per_s']:,.0f}", f"{r['VmHWM']:,.0f}", f"{r['RssAnon']:,.0f}", f"{r['RssFile']:,.0f}"],
+    print(table(["sampler", "setup (s)", "batches of 256 / s (wall)", "per CPU second", "peak RSS (MiB)", "anonymous (MiB)", "file-backed (MiB)"], [
+        [label, f"{x['setup_s']:.2f}", f"{x['batches_per_s']:,.0f}", f"{x['cpu_batches_per_s']:,.0f}", f"{x['VmHWM']:,.0f}",
+         f"{x['RssAnon']:,.0f}", f"{x['RssFile']:,.0f}"] for label, x in (("mapped (MappedSampler)", m), ("in RAM (TransitionSampler)", r))
     ]))
     print(f"\nrlpipe train bc, whole process: peak RSS {results['train_bc']['VmHWM']:,.0f} MiB ")
     for text, ok, value in [
         ("mapped sampler peak RSS under 2 GiB", m["VmHWM"] < 2048, f"{m['VmHWM']:,.0f} MiB"),
         ("rlpipe train bc peak RSS under 2 GiB", results["train_bc"]["VmHWM"] < 2048, f"{results['train_bc']['VmHWM']:,.0f} MiB"),
-        ("mapped sampling within 2x of in-RAM", m["batches_per_s"] * 2 >= r["batches_per_s"], f"{r['batches_per_s'] / m['batches_per_s']:.2f}x slower"),
+        ("mapped sampling within 2x of in-RAM (wall)", m["batches_per_s"] * 2 >= r["batches_per_s"], f"{r['batches_per_s'] / m['batches_per_s']:.2f}x slower"),
+        ("mapped sampling within 2x of in-RAM (CPU time)", m["cpu_batches_per_s"] * 2 >= r["cpu_batches_per_s"],
+         f"{r['cpu_batches_per_s'] / m['cpu_batches_per_s']:.2f}x slower"),
     ]:
         print(f"goal {'MET   ' if ok else 'MISSED'} {text}: {value}")
     if args.json is not None:

@@ -30,16 +30,19 @@ def sharded_copy(store: Path, env_id: str, episodes: int, shard_bytes: int) -> s
     return "sharded"
 
 
-@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
-def test_mapped_sampler_equals_in_ram_sampler(store: Path, env_id: str) -> None:
-    """Same seed, same batches: the mapped gather over several shards gives exactly the rows
-    (and converted actions) the in-RAM sampler gives, for the same drawn indices."""
+@pytest.mark.parametrize("env_id,resident_bytes", [("CartPole-v1", 1 << 30), ("Pendulum-v1", 1 << 30), ("CartPole-v1", 0), ("Pendulum-v1", 30_000)])
+def test_mapped_sampler_equals_in_ram_sampler(store: Path, env_id: str, resident_bytes: int) -> None:
+    """Same seed, same batches: the gather over several shards (columns mapped, or read with
+    pread beyond `resident_bytes`) gives exactly the rows (and converted actions) the in-RAM
+    sampler gives, for the same drawn indices."""
     name = sharded_copy(store, env_id, episodes=40, shard_bytes=20_000)
     info = open_dataset(name, store)
     assert len(info.shard_paths) >= 3
     action_map = ActionScaler(info.action_space).from_env
     in_ram = TransitionSampler(load_shards(info), seed=7, action_map=action_map)
-    mapped = MappedSampler(MappedTransitions(info), seed=7, action_map=action_map, release_every=3)
+    transitions = MappedTransitions(info, resident_bytes=resident_bytes)
+    assert bool(transitions.read_columns) == (resident_bytes < 1 << 30)
+    mapped = MappedSampler(transitions, seed=7, action_map=action_map)
     assert mapped.size == in_ram.size
     for _ in range(10):
         ours, theirs = mapped.sample(256), in_ram.sample(256)
@@ -50,10 +53,12 @@ def test_mapped_sampler_equals_in_ram_sampler(store: Path, env_id: str) -> None:
     assert torch.equal(mapped.take(every_row).terminated, in_ram.take(every_row).terminated)
 
 
-def test_mapped_column_copies_a_whole_column(store: Path) -> None:
+@pytest.mark.parametrize("resident_bytes", [1 << 30, 0])
+def test_mapped_column_copies_a_whole_column(store: Path, resident_bytes: int) -> None:
     name = sharded_copy(store, "CartPole-v1", episodes=20, shard_bytes=10_000)
     info = open_dataset(name, store)
     data = load_shards(info)
-    mapped = MappedTransitions(info)
-    np.testing.assert_array_equal(mapped.column("obs"), data.obs)
+    mapped = MappedTransitions(info, resident_bytes=resident_bytes)
+    np.testing.assert_array_equal(mapped.obs, data.obs)
     np.testing.assert_array_equal(mapped.column("terminated"), data.terminated)
+    mapped.close()

@@ -1,18 +1,22 @@
-"""Datasets larger than memory: the columns training samples, left in their memory-mapped
-Arrow shards and gathered row by row, never copied whole.
+"""Datasets larger than memory: the columns training samples, left in their Arrow shards and
+gathered row by row, never copied whole.
 
 `load_shards` concatenates several shards into new arrays (twice the data in RAM while it
-runs). :class:`MappedTransitions` keeps one read-only map per shard and gathers any rows
-from them; boolean columns stay bit-packed (Arrow's layout) and are unpacked per gather.
-Pages a gather touches stay mapped (they count as the process's resident memory) until
-:meth:`MappedTransitions.release` hands them back to the page cache, so a sampler that
-releases every few hundred batches keeps its resident memory bounded. Torch-free; the
-sampler is `rlpipe.training.sampler.MappedSampler`.
+runs). :class:`MappedTransitions` keeps one read-only memory map per shard and gathers any
+rows from it; boolean columns stay bit-packed (Arrow's layout) and are unpacked per gather.
+
+Mapped pages that a gather touches count as the process's resident memory, and the page
+cache hands them out in large folios (Linux 6.x: one random row maps up to megabytes), so
+after a few random batches a mapped column is resident whole. Columns are therefore mapped,
+smallest first, only while they fit in `resident_bytes`; the others are read with `pread`
+per row (the kernel's page cache holds them, outside the process). Torch-free; the sampler
+is `rlpipe.training.sampler.MappedSampler`.
 """
 
 from __future__ import annotations
 
 import mmap
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +29,9 @@ from rlpipe.datasets.store import DatasetInfo
 from rlpipe.errors import RlpipeError
 
 SAMPLED_COLUMNS = ("obs", "action", "reward", "next_obs", "terminated")  # what off-policy updates read
+# Mapped (resident) column bytes at most; 50M CartPole rows: action, reward and terminated are
+# mapped (0.6 GB), obs and next_obs (0.8 GB each) are read per row.
+DEFAULT_RESIDENT_BYTES = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -37,6 +44,24 @@ class PackedBits:
     def __getitem__(self, rows: np.ndarray) -> np.ndarray:
         bit = rows + self.offset
         return ((self.data[bit >> 3] >> (bit & 7).astype(np.uint8)) & 1).astype(bool)
+
+
+class PreadColumn:
+    """A fixed-width numeric column of a shard read with one `pread` per requested row."""
+
+    def __init__(self, fd: int, offset: int, view: np.ndarray) -> None:
+        self.fd, self.offset = fd, offset
+        self.dtype, self.row_shape, self.rows = view.dtype, view.shape[1:], len(view)
+        self.row_bytes = view.dtype.itemsize * int(np.prod(view.shape[1:], dtype=np.int64))
+
+    def __getitem__(self, rows: np.ndarray) -> np.ndarray:
+        pread, fd, width, offset = os.pread, self.fd, self.row_bytes, self.offset
+        data = b"".join([pread(fd, width, offset + row * width) for row in rows.tolist()])
+        return np.frombuffer(data, self.dtype).reshape((len(rows),) + self.row_shape)
+
+    def read_all(self) -> np.ndarray:
+        data = os.pread(self.fd, self.rows * self.row_bytes, self.offset)
+        return np.frombuffer(data, self.dtype).reshape((self.rows,) + self.row_shape)
 
 
 def _column(batch: pa.RecordBatch, name: str, space) -> Columnar | PackedBits:
@@ -54,9 +79,10 @@ class MappedTransitions:
     Rows are numbered through the shards in order, as `load_shards` concatenates them.
     """
 
-    def __init__(self, info: DatasetInfo, columns: tuple[str, ...] = SAMPLED_COLUMNS) -> None:
+    def __init__(self, info: DatasetInfo, columns: tuple[str, ...] = SAMPLED_COLUMNS, resident_bytes: int = DEFAULT_RESIDENT_BYTES) -> None:
         spaces = {"obs": info.observation_space, "next_obs": info.observation_space, "action": info.action_space}
         self._maps: list[mmap.mmap] = []
+        self._files: list[int] = []
         self._shards: list[dict[str, Columnar | PackedBits]] = []
         sizes = []
         for path in checked_shard_paths(info):
@@ -65,11 +91,27 @@ class MappedTransitions:
             sizes.append(batch.num_rows)
         self._ends = np.cumsum(sizes)
         self._starts = self._ends - np.asarray(sizes)
+        self.read_columns = self._read_beyond(resident_bytes)
+
+    def _read_beyond(self, resident_bytes: int) -> tuple[str, ...]:
+        """Switch the largest columns to `pread` until the mapped ones fit in `resident_bytes`."""
+        size = {name: sum(_nbytes(shard[name]) for shard in self._shards) for name in self.columns}
+        mapped, read = 0, []
+        for name in sorted(size, key=size.get):
+            if mapped + size[name] <= resident_bytes or isinstance(self._shards[0][name], PackedBits):
+                mapped += size[name]
+                continue
+            read.append(name)
+            for shard, fd, mapping in zip(self._shards, self._files, self._maps):
+                base = np.frombuffer(mapping, np.uint8).ctypes.data
+                shard[name] = map_columnar(shard[name], lambda a: PreadColumn(fd, a.ctypes.data - base, a))
+        return tuple(read)
 
     def _map(self, path: Path) -> pa.RecordBatch:
         try:
             with open(path, "rb") as file:
                 mapping = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+            self._files.append(os.open(path, os.O_RDONLY))
             reader = pa.ipc.open_file(pa.BufferReader(pa.py_buffer(mapping)))
             if reader.num_record_batches != 1:
                 raise RlpipeError(f"shard {path} holds {reader.num_record_batches} record batches; mapped reading needs one "
@@ -110,13 +152,24 @@ class MappedTransitions:
 
     def column(self, name: str) -> Columnar:
         """A whole column as one in-RAM array (a copy, e.g. for observation statistics)."""
-        whole = [_gather(shard[name], np.arange(end - start)) for shard, start, end in zip(self._shards, self._starts, self._ends)]
-        return _reorder(whole, None)
+        return _reorder([map_columnar(shard[name], _whole) if not isinstance(shard[name], PackedBits)
+                         else shard[name][np.arange(end - start)] for shard, start, end in zip(self._shards, self._starts, self._ends)], None)
 
-    def release(self) -> None:
-        """Unmap the pages gathers have touched (they stay in the page cache): resident memory drops."""
-        for mapping in self._maps:
-            mapping.madvise(mmap.MADV_DONTNEED)
+    def close(self) -> None:
+        """Close the `pread` file descriptors (the maps close with the arrays that view them)."""
+        for fd in self._files:
+            os.close(fd)
+        self._files = []
+
+
+def _whole(leaf: np.ndarray | PreadColumn) -> np.ndarray:
+    return leaf.read_all() if isinstance(leaf, PreadColumn) else np.array(leaf)
+
+
+def _nbytes(column: Columnar | PackedBits) -> int:
+    if isinstance(column, PackedBits):
+        return column.data.nbytes
+    return sum(_nbytes(sub) for sub in column.values()) if isinstance(column, dict) else column.nbytes
 
 
 def _gather(column: Columnar | PackedBits, rows: np.ndarray) -> Columnar:

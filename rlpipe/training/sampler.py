@@ -75,9 +75,7 @@ class MappedSampler:
     through `action_map`, float64 as float32) and moved to `device`.
 
     The same seed draws the same indices as `TransitionSampler` (one torch generator on
-    `device`), so both give the same batches. Every `release_every` batches the touched
-    pages are unmapped, which bounds resident memory (about
-    release_every x batch_size x columns pages of 4 KiB; 0: never).
+    `device`), so both give the same batches.
     """
 
     def __init__(
@@ -86,7 +84,6 @@ class MappedSampler:
         device: str | torch.device = "cpu",
         seed: int = 0,
         action_map: Callable[[np.ndarray], np.ndarray] | None = None,
-        release_every: int = 256,
     ) -> None:
         self.device = torch.device(device)
         self.data = data
@@ -94,8 +91,6 @@ class MappedSampler:
         if self.size == 0:
             raise RlpipeError("cannot sample from an empty dataset")
         self.action_map = action_map
-        self.release_every = release_every
-        self._batches = 0
         self._generator = torch.Generator(device=self.device).manual_seed(seed)
 
     def sample(self, batch_size: int) -> Batch:
@@ -109,9 +104,6 @@ class MappedSampler:
     def take(self, index: torch.Tensor) -> Batch:
         """The rows at `index` as a Batch on the device."""
         rows = self.data.take(index.cpu().numpy())
-        self._batches += 1
-        if self.release_every and self._batches % self.release_every == 0:
-            self.data.release()
         actions = rows["action"] if self.action_map is None else self.action_map(rows["action"])
         return Batch(
             obs=map_columnar(rows["obs"], lambda a: _to_tensor(a, self.device)),
