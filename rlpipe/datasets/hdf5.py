@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
-import h5py
 import minari
 import numpy as np
 from minari.serialization import deserialize_space
@@ -94,20 +93,27 @@ class _LowLevelWriter:
     """
 
     def __init__(self) -> None:
+        import h5py  # only writing HDF5 needs it (0.1-0.5 s of start-up)
+
+        self._h5 = h5py
         self._dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
         self._dcpl.set_obj_track_times(False)  # reproducible bytes
         self._scalar = h5py.h5s.create(h5py.h5s.SCALAR)
-        self._types: dict[np.dtype, h5py.h5t.TypeID] = {}
+        self._types: dict[np.dtype, Any] = {}
 
-    def _type(self, dtype: np.dtype) -> h5py.h5t.TypeID:
+    def create_file(self, path: Path) -> Any:
+        """A new (truncated) HDF5 file, as an h5py.File."""
+        return self._h5.File(path, "w")
+
+    def _type(self, dtype: np.dtype) -> Any:
         if dtype not in self._types:
-            self._types[dtype] = h5py.h5t.py_create(dtype, logical=True)
+            self._types[dtype] = self._h5.h5t.py_create(dtype, logical=True)
         return self._types[dtype]
 
-    def group(self, parent: h5py.h5g.GroupID, name: str) -> h5py.h5g.GroupID:
-        return h5py.h5g.create(parent, name.encode())
+    def group(self, parent: Any, name: str) -> Any:
+        return self._h5.h5g.create(parent, name.encode())
 
-    def leaves(self, parent: h5py.h5g.GroupID, name: str, values: Columnar) -> None:
+    def leaves(self, parent: Any, name: str, values: Columnar) -> None:
         """`values` as dataset `name` (Dict columns as sub-groups, to any depth)."""
         if isinstance(values, dict):
             sub = self.group(parent, name)
@@ -115,13 +121,14 @@ class _LowLevelWriter:
                 self.leaves(sub, key, child)
             return
         values = np.ascontiguousarray(values)
-        space = h5py.h5s.create_simple(values.shape) if values.shape else self._scalar
-        dataset = h5py.h5d.create(parent, name.encode(), self._type(values.dtype), space, dcpl=self._dcpl)
-        dataset.write(h5py.h5s.ALL, h5py.h5s.ALL, values)
+        h5 = self._h5
+        space = h5.h5s.create_simple(values.shape) if values.shape else self._scalar
+        dataset = h5.h5d.create(parent, name.encode(), self._type(values.dtype), space, dcpl=self._dcpl)
+        dataset.write(h5.h5s.ALL, h5.h5s.ALL, values)
 
-    def attribute(self, parent: h5py.h5g.GroupID, name: str, value: Any) -> None:
+    def attribute(self, parent: Any, name: str, value: Any) -> None:
         value = np.asarray(value)
-        h5py.h5a.create(parent, name.encode(), self._type(value.dtype), self._scalar).write(value)
+        self._h5.h5a.create(parent, name.encode(), self._type(value.dtype), self._scalar).write(value)
 
 
 def _episode_statistics(rewards: np.ndarray) -> dict[str, float]:
@@ -157,7 +164,7 @@ def write_minari_layout(
     data_dir.mkdir(exist_ok=True)
     total_episodes = total_steps = 0
     writer = _LowLevelWriter()
-    with h5py.File(data_dir / MINARI_HDF5_FILE, "w") as file:
+    with writer.create_file(data_dir / MINARI_HDF5_FILE) as file:
         for rel in shard_rels:
             rows = read_shard(dataset_dir / rel, obs_space, act_space, info_space)
             episode_id, count = rows["episode_id"], len(rows["reward"])
