@@ -62,3 +62,22 @@ def test_mapped_column_copies_a_whole_column(store: Path, resident_bytes: int) -
     np.testing.assert_array_equal(mapped.obs, data.obs)
     np.testing.assert_array_equal(mapped.column("terminated"), data.terminated)
     mapped.close()
+
+
+def test_next_obs_is_gathered_from_obs_only_where_rows_chain(store: Path) -> None:
+    """Collected rows chain (next_obs = the following obs), so next_obs is read from obs except at
+    episode ends; the control, a dataset whose next_obs do not follow, keeps its own column."""
+    from rlpipe.datasets.mapped import FollowingRows
+
+    info = open_dataset(sharded_copy(store, "Pendulum-v1", episodes=4, shard_bytes=1 << 20), store)
+    chained = MappedTransitions(info)
+    assert all(isinstance(shard["next_obs"], FollowingRows) for shard in chained._shards)
+    data = load_shards(info)
+    shuffled = {name: getattr(data, name) for name in ("obs", "action", "reward", "terminated", "truncated", "episode_id", "step")}
+    shuffled["next_obs"] = np.random.default_rng(0).permutation(data.next_obs)
+    write_rows("unchained", [shuffled], info.observation_space, info.action_space, env_id="Pendulum-v1", producer={}, store=store, fmt="arrow")
+    control = MappedTransitions(open_dataset("unchained", store))
+    assert not isinstance(control._shards[0]["next_obs"], FollowingRows)
+    rows = np.arange(len(data))
+    np.testing.assert_array_equal(chained.take(rows)["next_obs"], data.next_obs)
+    np.testing.assert_array_equal(control.take(rows)["next_obs"], shuffled["next_obs"])

@@ -9,7 +9,9 @@ Mapped pages that a gather touches count as the process's resident memory, and t
 cache hands them out in large folios (Linux 6.x: one random row maps up to megabytes), so
 after a few random batches a mapped column is resident whole. Columns are therefore mapped,
 smallest first, only while they fit in `resident_bytes`; the others are read with `pread`
-per row (the kernel's page cache holds them, outside the process). Torch-free; the sampler
+per row (the kernel's page cache holds them, outside the process). In collected data
+next_obs repeats the following row's obs, so it is gathered from obs (`FollowingRows`)
+except at episode ends. Torch-free; the sampler
 is `rlpipe.training.sampler.MappedSampler`.
 """
 
@@ -29,9 +31,10 @@ from rlpipe.datasets.store import DatasetInfo
 from rlpipe.errors import RlpipeError
 
 SAMPLED_COLUMNS = ("obs", "action", "reward", "next_obs", "terminated")  # what off-policy updates read
-# Mapped (resident) column bytes at most; 50M CartPole rows: action, reward and terminated are
-# mapped (0.6 GB), obs and next_obs (0.8 GB each) are read per row.
-DEFAULT_RESIDENT_BYTES = 1 << 30
+# Mapped (resident) column bytes at most, leaving ~0.5 GiB of a 2 GiB process for torch and
+# the rest; 50M CartPole rows: obs, action, reward, terminated mapped (1.4 GB), next_obs
+# gathered from obs (`FollowingRows`).
+DEFAULT_RESIDENT_BYTES = 3 << 29
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,25 @@ class PreadColumn:
         return np.frombuffer(data, self.dtype).reshape((self.rows,) + self.row_shape)
 
 
+class FollowingRows:
+    """`next_obs` of a shard whose rows chain (``next_obs[i] == obs[i + 1]`` inside an
+    episode, as collected data does): gathered from the shard's obs column one row on,
+    except at `breaks` (episode ends, where next_obs is the final observation), whose
+    values are held in RAM. Halves the bytes a gather touches."""
+
+    def __init__(self, shard: dict, breaks: np.ndarray, values: np.ndarray) -> None:
+        self.shard, self.breaks, self.values = shard, breaks, values
+
+    def __getitem__(self, rows: np.ndarray) -> np.ndarray:
+        out = self.shard["obs"][np.minimum(rows + 1, self.breaks[-1])]  # the last row is a break: its value comes below
+        at = np.minimum(np.searchsorted(self.breaks, rows), len(self.breaks) - 1)
+        hit = self.breaks[at] == rows
+        if hit.any():
+            out = out if out.flags.writeable else out.copy()
+            out[hit] = self.values[at[hit]]
+        return out
+
+
 def _column(batch: pa.RecordBatch, name: str, space) -> Columnar | PackedBits:
     column = batch.column(name)
     if pa.types.is_boolean(column.type):
@@ -91,20 +113,43 @@ class MappedTransitions:
             sizes.append(batch.num_rows)
         self._ends = np.cumsum(sizes)
         self._starts = self._ends - np.asarray(sizes)
+        if {"obs", "next_obs"} <= set(columns) and isinstance(self._shards[0]["obs"], np.ndarray):
+            self._chain_next_obs()
         self.read_columns = self._read_beyond(resident_bytes)
+
+    def _reader(self, index: int, leaf: np.ndarray) -> PreadColumn:
+        """A `pread` reader of `leaf`, an array viewing shard `index`'s map."""
+        base = np.frombuffer(self._maps[index], np.uint8).ctypes.data
+        return PreadColumn(self._files[index], leaf.ctypes.data - base, leaf)
+
+    def _chain_next_obs(self, chunk: int = 1 << 20) -> None:
+        """Where a shard's next_obs follows its obs, replace next_obs by `FollowingRows`. The
+        check reads both columns once with `pread` (bytes compared exactly), so it maps nothing."""
+        for index, shard in enumerate(self._shards):
+            obs, following = self._reader(index, shard["obs"]), self._reader(index, shard["next_obs"])
+            breaks = []
+            for first in range(0, obs.rows, chunk):
+                last = min(first + chunk, obs.rows)
+                rows = np.arange(first, last)
+                later = obs[np.minimum(rows + 1, obs.rows - 1)].reshape(len(rows), -1).view(np.uint8)
+                differ = (following[rows].reshape(len(rows), -1).view(np.uint8) != later).any(axis=1)
+                breaks.append(rows[differ | (rows == obs.rows - 1)])
+            breaks = np.concatenate(breaks)
+            if len(breaks) > obs.rows // 2:  # not trajectories (e.g. relabelled transitions): keep the column
+                continue
+            shard["next_obs"] = FollowingRows(shard, breaks, following[breaks])
 
     def _read_beyond(self, resident_bytes: int) -> tuple[str, ...]:
         """Switch the largest columns to `pread` until the mapped ones fit in `resident_bytes`."""
         size = {name: sum(_nbytes(shard[name]) for shard in self._shards) for name in self.columns}
         mapped, read = 0, []
         for name in sorted(size, key=size.get):
-            if mapped + size[name] <= resident_bytes or isinstance(self._shards[0][name], PackedBits):
+            if mapped + size[name] <= resident_bytes or isinstance(self._shards[0][name], (PackedBits, FollowingRows)):
                 mapped += size[name]
                 continue
             read.append(name)
-            for shard, fd, mapping in zip(self._shards, self._files, self._maps):
-                base = np.frombuffer(mapping, np.uint8).ctypes.data
-                shard[name] = map_columnar(shard[name], lambda a: PreadColumn(fd, a.ctypes.data - base, a))
+            for index, shard in enumerate(self._shards):
+                shard[name] = map_columnar(shard[name], lambda a: self._reader(index, a))
         return tuple(read)
 
     def _map(self, path: Path) -> pa.RecordBatch:
@@ -152,7 +197,7 @@ class MappedTransitions:
 
     def column(self, name: str) -> Columnar:
         """A whole column as one in-RAM array (a copy, e.g. for observation statistics)."""
-        return _reorder([map_columnar(shard[name], _whole) if not isinstance(shard[name], PackedBits)
+        return _reorder([map_columnar(shard[name], _whole) if not isinstance(shard[name], (PackedBits, FollowingRows))
                          else shard[name][np.arange(end - start)] for shard, start, end in zip(self._shards, self._starts, self._ends)], None)
 
     def close(self) -> None:
@@ -166,7 +211,10 @@ def _whole(leaf: np.ndarray | PreadColumn) -> np.ndarray:
     return leaf.read_all() if isinstance(leaf, PreadColumn) else np.array(leaf)
 
 
-def _nbytes(column: Columnar | PackedBits) -> int:
+def _nbytes(column: Columnar | PackedBits | FollowingRows) -> int:
+    """Mapped bytes of a column (FollowingRows maps none of its own)."""
+    if isinstance(column, FollowingRows):
+        return 0
     if isinstance(column, PackedBits):
         return column.data.nbytes
     return sum(_nbytes(sub) for sub in column.values()) if isinstance(column, dict) else column.nbytes
