@@ -42,6 +42,7 @@ def test_mapped_sampler_equals_in_ram_sampler(store: Path, env_id: str, resident
     in_ram = TransitionSampler(load_shards(info), seed=7, action_map=action_map)
     transitions = MappedTransitions(info, resident_bytes=resident_bytes)
     assert bool(transitions.read_columns) == (resident_bytes < 1 << 30)
+    assert set(transitions.resident) | set(transitions.read_columns) | {"next_obs"} == {"obs", "action", "reward", "next_obs", "terminated"}
     mapped = MappedSampler(transitions, seed=7, action_map=action_map)
     assert mapped.size == in_ram.size
     for _ in range(10):
@@ -71,13 +72,13 @@ def test_next_obs_is_gathered_from_obs_only_where_rows_chain(store: Path) -> Non
 
     info = open_dataset(sharded_copy(store, "Pendulum-v1", episodes=4, shard_bytes=1 << 20), store)
     chained = MappedTransitions(info)
-    assert all(isinstance(shard["next_obs"], FollowingRows) for shard in chained._shards)
+    assert isinstance(chained._following, FollowingRows) and "next_obs" not in chained.read_columns + chained.resident
     data = load_shards(info)
     shuffled = {name: getattr(data, name) for name in ("obs", "action", "reward", "terminated", "truncated", "episode_id", "step")}
     shuffled["next_obs"] = np.random.default_rng(0).permutation(data.next_obs)
     write_rows("unchained", [shuffled], info.observation_space, info.action_space, env_id="Pendulum-v1", producer={}, store=store, fmt="arrow")
     control = MappedTransitions(open_dataset("unchained", store))
-    assert not isinstance(control._shards[0]["next_obs"], FollowingRows)
+    assert control._following is None and "next_obs" in control.resident
     rows = np.arange(len(data))
     np.testing.assert_array_equal(chained.take(rows)["next_obs"], data.next_obs)
     np.testing.assert_array_equal(control.take(rows)["next_obs"], shuffled["next_obs"])

@@ -1,18 +1,20 @@
-"""Datasets larger than memory: the columns training samples, left in their Arrow shards and
-gathered row by row, never copied whole.
+"""Datasets larger than memory: the columns training samples, gathered row by row from a
+dataset's Arrow shards, without loading the dataset.
 
 `load_shards` concatenates several shards into new arrays (twice the data in RAM while it
-runs). :class:`MappedTransitions` keeps one read-only memory map per shard and gathers any
-rows from it; boolean columns stay bit-packed (Arrow's layout) and are unpacked per gather.
-
-Mapped pages that a gather touches count as the process's resident memory, and the page
-cache hands them out in large folios (Linux 6.x: one random row maps up to megabytes), so
-after a few random batches a mapped column is resident whole. Columns are therefore mapped,
-smallest first, only while they fit in `resident_bytes`; the others are read with `pread`
-per row (the kernel's page cache holds them, outside the process). In collected data
-next_obs repeats the following row's obs, so it is gathered from obs (`FollowingRows`)
-except at episode ends. Torch-free; the sampler
-is `rlpipe.training.sampler.MappedSampler`.
+runs, and next_obs stored beside obs). :class:`MappedTransitions` opens each shard once
+(a read-only memory map, used for the layout: where each column's bytes are) and
+- holds the smallest columns in RAM, read once with `pread`, while they fit in
+  `resident_bytes`: one contiguous array per column, so a gather is one numpy call;
+- reads the other columns per row with `pread` (the kernel's page cache holds them,
+  outside the process);
+- gathers next_obs from obs one row on where the rows chain (collected data:
+  next_obs[i] == obs[i + 1] inside an episode), keeping only the episode ends' next_obs.
+Mapping the columns instead keeps them out of the process only in name: pages a gather
+touches become resident, in large folios on Linux 6.x (one random row maps up to
+megabytes), so after a few random batches a mapped column is resident whole, and gathers
+from several shards cost one numpy call per shard and column (2.8x the in-RAM sampler's
+time at 50M rows). Torch-free; the sampler is `rlpipe.training.sampler.MappedSampler`.
 """
 
 from __future__ import annotations
@@ -31,9 +33,8 @@ from rlpipe.datasets.store import DatasetInfo
 from rlpipe.errors import RlpipeError
 
 SAMPLED_COLUMNS = ("obs", "action", "reward", "next_obs", "terminated")  # what off-policy updates read
-# Mapped (resident) column bytes at most, leaving ~0.5 GiB of a 2 GiB process for torch and
-# the rest; 50M CartPole rows: obs, action, reward, terminated mapped (1.4 GB), next_obs
-# gathered from obs (`FollowingRows`).
+# Column bytes held in RAM at most, leaving ~0.5 GiB of a 2 GiB process for torch and the
+# rest; 50M CartPole rows: obs, action, reward, terminated (1.5 GB) in RAM, next_obs from obs.
 DEFAULT_RESIDENT_BYTES = 3 << 29
 
 
@@ -43,10 +44,14 @@ class PackedBits:
 
     data: np.ndarray  # uint8, a view of the map
     offset: int
+    rows: int
 
     def __getitem__(self, rows: np.ndarray) -> np.ndarray:
         bit = rows + self.offset
         return ((self.data[bit >> 3] >> (bit & 7).astype(np.uint8)) & 1).astype(bool)
+
+    def read_all(self) -> np.ndarray:
+        return np.unpackbits(self.data, bitorder="little")[self.offset : self.offset + self.rows].astype(bool)
 
 
 class PreadColumn:
@@ -68,16 +73,15 @@ class PreadColumn:
 
 
 class FollowingRows:
-    """`next_obs` of a shard whose rows chain (``next_obs[i] == obs[i + 1]`` inside an
-    episode, as collected data does): gathered from the shard's obs column one row on,
-    except at `breaks` (episode ends, where next_obs is the final observation), whose
-    values are held in RAM. Halves the bytes a gather touches."""
+    """next_obs where rows chain: obs one row on, except at `breaks` (sorted global rows:
+    episode ends, whose next_obs is the final observation), whose values are held here."""
 
-    def __init__(self, shard: dict, breaks: np.ndarray, values: np.ndarray) -> None:
-        self.shard, self.breaks, self.values = shard, breaks, values
+    def __init__(self, breaks: np.ndarray, values: np.ndarray) -> None:
+        self.breaks, self.values = breaks, values
 
-    def __getitem__(self, rows: np.ndarray) -> np.ndarray:
-        out = self.shard["obs"][np.minimum(rows + 1, self.breaks[-1])]  # the last row is a break: its value comes below
+    def take(self, rows: np.ndarray, obs_at) -> np.ndarray:
+        """next_obs at `rows`, with `obs_at(rows)` gathering obs."""
+        out = obs_at(np.minimum(rows + 1, self.breaks[-1]))  # the last row is a break: its value comes below
         at = np.minimum(np.searchsorted(self.breaks, rows), len(self.breaks) - 1)
         hit = self.breaks[at] == rows
         if hit.any():
@@ -91,18 +95,20 @@ def _column(batch: pa.RecordBatch, name: str, space) -> Columnar | PackedBits:
     if pa.types.is_boolean(column.type):
         if column.null_count:
             raise RlpipeError(f"column {name} has missing values")
-        return PackedBits(np.frombuffer(column.buffers()[1], np.uint8), column.offset)
-    return scalar_from_arrow(column) if space is None else from_arrow(column, space)  # zero-copy for numbers
+        return PackedBits(np.frombuffer(column.buffers()[1], np.uint8), column.offset, len(column))
+    return scalar_from_arrow(column) if space is None else from_arrow(column, space)  # zero-copy views of the map
 
 
 class MappedTransitions:
-    """The `columns` of a dataset's shards, memory-mapped; `take(rows)` gathers any rows.
+    """The `columns` of a dataset's shards; `take(rows)` gathers any rows (see the module).
 
     Rows are numbered through the shards in order, as `load_shards` concatenates them.
+    `resident` names the columns held in RAM, `read_columns` those read per row.
     """
 
     def __init__(self, info: DatasetInfo, columns: tuple[str, ...] = SAMPLED_COLUMNS, resident_bytes: int = DEFAULT_RESIDENT_BYTES) -> None:
         spaces = {"obs": info.observation_space, "next_obs": info.observation_space, "action": info.action_space}
+        self.columns = columns
         self._maps: list[mmap.mmap] = []
         self._files: list[int] = []
         self._shards: list[dict[str, Columnar | PackedBits]] = []
@@ -113,44 +119,50 @@ class MappedTransitions:
             sizes.append(batch.num_rows)
         self._ends = np.cumsum(sizes)
         self._starts = self._ends - np.asarray(sizes)
-        if {"obs", "next_obs"} <= set(columns) and isinstance(self._shards[0]["obs"], np.ndarray):
-            self._chain_next_obs()
-        self.read_columns = self._read_beyond(resident_bytes)
+        for index, shard in enumerate(self._shards):  # from here on the maps are never read: pread only
+            for name in columns:
+                if not isinstance(shard[name], PackedBits):
+                    shard[name] = map_columnar(shard[name], lambda a: self._reader(index, a))
+        self._following = self._chain_next_obs() if {"obs", "next_obs"} <= set(columns) else None
+        self._resident: dict[str, Columnar] = {}
+        self._hold_in_ram(resident_bytes)
+        self.read_columns = tuple(name for name in columns if name not in self._resident
+                                  and not (name == "next_obs" and self._following is not None))
 
     def _reader(self, index: int, leaf: np.ndarray) -> PreadColumn:
         """A `pread` reader of `leaf`, an array viewing shard `index`'s map."""
         base = np.frombuffer(self._maps[index], np.uint8).ctypes.data
         return PreadColumn(self._files[index], leaf.ctypes.data - base, leaf)
 
-    def _chain_next_obs(self, chunk: int = 1 << 20) -> None:
-        """Where a shard's next_obs follows its obs, replace next_obs by `FollowingRows`. The
-        check reads both columns once with `pread` (bytes compared exactly), so it maps nothing."""
-        for index, shard in enumerate(self._shards):
-            obs, following = self._reader(index, shard["obs"]), self._reader(index, shard["next_obs"])
-            breaks = []
+    def _chain_next_obs(self, chunk: int = 1 << 20) -> FollowingRows | None:
+        """`FollowingRows` when next_obs follows obs in every shard (bytes compared exactly,
+        reading each column once); None otherwise (e.g. relabelled transitions)."""
+        if not all(isinstance(shard["obs"], PreadColumn) for shard in self._shards):
+            return None  # Dict observations: next_obs is read as it is
+        breaks, values = [], []
+        for shard, start in zip(self._shards, self._starts):
+            obs, following = shard["obs"], shard["next_obs"]
             for first in range(0, obs.rows, chunk):
-                last = min(first + chunk, obs.rows)
-                rows = np.arange(first, last)
+                rows = np.arange(first, min(first + chunk, obs.rows))
                 later = obs[np.minimum(rows + 1, obs.rows - 1)].reshape(len(rows), -1).view(np.uint8)
                 differ = (following[rows].reshape(len(rows), -1).view(np.uint8) != later).any(axis=1)
-                breaks.append(rows[differ | (rows == obs.rows - 1)])
-            breaks = np.concatenate(breaks)
-            if len(breaks) > obs.rows // 2:  # not trajectories (e.g. relabelled transitions): keep the column
-                continue
-            shard["next_obs"] = FollowingRows(shard, breaks, following[breaks])
+                ends = rows[differ | (rows == obs.rows - 1)]
+                breaks.append(ends + start)
+                values.append(following[ends])
+            if sum(map(len, breaks)) > (start + obs.rows) // 2:  # not trajectories
+                return None
+        return FollowingRows(np.concatenate(breaks), np.concatenate(values))
 
-    def _read_beyond(self, resident_bytes: int) -> tuple[str, ...]:
-        """Switch the largest columns to `pread` until the mapped ones fit in `resident_bytes`."""
-        size = {name: sum(_nbytes(shard[name]) for shard in self._shards) for name in self.columns}
-        mapped, read = 0, []
-        for name in sorted(size, key=size.get):
-            if mapped + size[name] <= resident_bytes or isinstance(self._shards[0][name], (PackedBits, FollowingRows)):
-                mapped += size[name]
-                continue
-            read.append(name)
-            for index, shard in enumerate(self._shards):
-                shard[name] = map_columnar(shard[name], lambda a: self._reader(index, a))
-        return tuple(read)
+    def _hold_in_ram(self, resident_bytes: int) -> None:
+        """Read the smallest columns into RAM while they fit in `resident_bytes`."""
+        needed = [name for name in self.columns if not (name == "next_obs" and self._following is not None)]
+        size = {name: sum(_nbytes(shard[name]) for shard in self._shards) for name in needed}
+        held = 0
+        for name in sorted(needed, key=size.get):
+            if held + size[name] > resident_bytes:
+                break
+            self._resident[name] = self.column(name)
+            held += size[name]
 
     def _map(self, path: Path) -> pa.RecordBatch:
         try:
@@ -170,25 +182,27 @@ class MappedTransitions:
         return int(self._ends[-1]) if len(self._ends) else 0
 
     @property
-    def columns(self) -> tuple[str, ...]:
-        return tuple(self._shards[0])
+    def resident(self) -> tuple[str, ...]:
+        return tuple(self._resident)
 
     def take(self, rows: np.ndarray) -> dict[str, Columnar]:
         """The values of every column at `rows` (int64 row numbers, any order, repeats allowed)."""
         rows = np.asarray(rows, np.int64)
-        if len(self._shards) == 1:
-            return {name: _gather(column, rows) for name, column in self._shards[0].items()}
+        return {name: self._take(name, rows) for name in self.columns}
+
+    def _take(self, name: str, rows: np.ndarray) -> Columnar:
+        if name in self._resident:
+            return map_columnar(self._resident[name], lambda a: a[rows])
+        if name == "next_obs" and self._following is not None:
+            return self._following.take(rows, lambda at: self._take("obs", at))
         shard = np.searchsorted(self._ends, rows, side="right")
         order = np.argsort(shard, kind="stable")
         bounds = np.searchsorted(shard[order], np.arange(len(self._shards) + 1))
-        parts = {name: [] for name in self.columns}
-        for index in np.flatnonzero(np.diff(bounds)):
-            local = rows[order[bounds[index] : bounds[index + 1]]] - self._starts[index]
-            for name, column in self._shards[index].items():
-                parts[name].append(_gather(column, local))
+        chunks = [map_columnar(self._shards[index][name], lambda leaf: leaf[rows[order[bounds[index] : bounds[index + 1]]] - self._starts[index]])
+                  for index in np.flatnonzero(np.diff(bounds))]
         inverse = np.empty_like(order)
         inverse[order] = np.arange(len(order))
-        return {name: _reorder(chunks, inverse) for name, chunks in parts.items()}
+        return _reorder(chunks, inverse)
 
     @property
     def obs(self) -> Columnar:
@@ -196,9 +210,12 @@ class MappedTransitions:
         return self.column("obs")
 
     def column(self, name: str) -> Columnar:
-        """A whole column as one in-RAM array (a copy, e.g. for observation statistics)."""
-        return _reorder([map_columnar(shard[name], _whole) if not isinstance(shard[name], (PackedBits, FollowingRows))
-                         else shard[name][np.arange(end - start)] for shard, start, end in zip(self._shards, self._starts, self._ends)], None)
+        """A whole column as one in-RAM array (a copy, read with `pread`)."""
+        if name in self._resident:
+            return map_columnar(self._resident[name], np.array)
+        if name == "next_obs" and self._following is not None:
+            return self._take(name, np.arange(len(self)))
+        return _reorder([map_columnar(shard[name], lambda leaf: leaf.read_all()) for shard in self._shards], None)
 
     def close(self) -> None:
         """Close the `pread` file descriptors (the maps close with the arrays that view them)."""
@@ -207,23 +224,13 @@ class MappedTransitions:
         self._files = []
 
 
-def _whole(leaf: np.ndarray | PreadColumn) -> np.ndarray:
-    return leaf.read_all() if isinstance(leaf, PreadColumn) else np.array(leaf)
-
-
-def _nbytes(column: Columnar | PackedBits | FollowingRows) -> int:
-    """Mapped bytes of a column (FollowingRows maps none of its own)."""
-    if isinstance(column, FollowingRows):
-        return 0
+def _nbytes(column: Columnar | PackedBits | PreadColumn) -> int:
+    """A column's bytes (bit-packed for booleans)."""
     if isinstance(column, PackedBits):
         return column.data.nbytes
-    return sum(_nbytes(sub) for sub in column.values()) if isinstance(column, dict) else column.nbytes
-
-
-def _gather(column: Columnar | PackedBits, rows: np.ndarray) -> Columnar:
-    if isinstance(column, PackedBits):
-        return column[rows]
-    return map_columnar(column, lambda a: a[rows])
+    if isinstance(column, PreadColumn):
+        return column.rows * column.row_bytes
+    return sum(_nbytes(sub) for sub in column.values())
 
 
 def _reorder(chunks: list[Columnar], inverse: np.ndarray | None) -> Columnar:
