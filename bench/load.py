@@ -172,8 +172,8 @@ def child_sampler(store: Path, which: str, batches: int) -> dict:
     torch.set_num_threads(1)
     info = open_dataset(LARGE_NAME, store)
     action_map = ActionScaler(info.action_space).from_env
-    mapped = MappedTransitions(info)
     start = time.perf_counter()
+    mapped = MappedTransitions(info)  # set-up: reads the columns held in RAM, checks that next_obs chains
     if which == "mapped":
         sampler = MappedSampler(mapped, seed=0, action_map=action_map)
     else:  # the sampled columns copied into RAM (the others left empty: the sampler does not read them)

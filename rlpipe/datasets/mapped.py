@@ -67,9 +67,13 @@ class PreadColumn:
         data = b"".join([pread(fd, width, offset + row * width) for row in rows.tolist()])
         return np.frombuffer(data, self.dtype).reshape((len(rows),) + self.row_shape)
 
+    def read(self, first: int, last: int) -> np.ndarray:
+        """Rows first..last-1 in one read."""
+        data = os.pread(self.fd, (last - first) * self.row_bytes, self.offset + first * self.row_bytes)
+        return np.frombuffer(data, self.dtype).reshape((last - first,) + self.row_shape)
+
     def read_all(self) -> np.ndarray:
-        data = os.pread(self.fd, self.rows * self.row_bytes, self.offset)
-        return np.frombuffer(data, self.dtype).reshape((self.rows,) + self.row_shape)
+        return self.read(0, self.rows)
 
 
 class FollowingRows:
@@ -143,12 +147,15 @@ class MappedTransitions:
         for shard, start in zip(self._shards, self._starts):
             obs, following = shard["obs"], shard["next_obs"]
             for first in range(0, obs.rows, chunk):
-                rows = np.arange(first, min(first + chunk, obs.rows))
-                later = obs[np.minimum(rows + 1, obs.rows - 1)].reshape(len(rows), -1).view(np.uint8)
-                differ = (following[rows].reshape(len(rows), -1).view(np.uint8) != later).any(axis=1)
-                ends = rows[differ | (rows == obs.rows - 1)]
-                breaks.append(ends + start)
-                values.append(following[ends])
+                last = min(first + chunk, obs.rows)
+                nexts = following.read(first, last)
+                later = obs.read(first + 1, min(last + 1, obs.rows))  # one row short at the shard's end
+                differ = np.ones(last - first, bool)  # the shard's last row is always a break
+                differ[: len(later)] = (nexts[: len(later)].reshape(len(later), -1).view(np.uint8)
+                                        != later.reshape(len(later), -1).view(np.uint8)).any(axis=1)
+                ends = np.flatnonzero(differ)
+                breaks.append(ends + first + start)
+                values.append(nexts[ends])
             if sum(map(len, breaks)) > (start + obs.rows) // 2:  # not trajectories
                 return None
         return FollowingRows(np.concatenate(breaks), np.concatenate(values))
