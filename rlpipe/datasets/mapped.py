@@ -75,6 +75,15 @@ class PreadColumn:
     def read_all(self) -> np.ndarray:
         return self.read(0, self.rows)
 
+    def read_into(self, out: np.ndarray) -> None:
+        """Every row into `out` (contiguous, this column's shape), without an intermediate copy."""
+        view, done = memoryview(out).cast("B"), 0
+        while done < len(view):  # Linux reads at most ~2 GiB per call
+            read = os.preadv(self.fd, [view[done : done + (1 << 30)]], self.offset + done)
+            if read <= 0:
+                raise RlpipeError("a dataset shard ended early (truncated?)")
+            done += read
+
 
 class FollowingRows:
     """next_obs where rows chain: obs one row on, except at `breaks` (sorted global rows:
@@ -222,7 +231,18 @@ class MappedTransitions:
             return map_columnar(self._resident[name], np.array)
         if name == "next_obs" and self._following is not None:
             return self._take(name, np.arange(len(self)))
-        return _reorder([map_columnar(shard[name], lambda leaf: leaf.read_all()) for shard in self._shards], None)
+        if isinstance(self._shards[0][name], PackedBits):
+            return np.concatenate([shard[name].read_all() for shard in self._shards])
+        return self._read_column([shard[name] for shard in self._shards])
+
+    def _read_column(self, leaves: list) -> Columnar:
+        """Per-shard `PreadColumn`s (or dicts of them) read into one preallocated array each."""
+        if isinstance(leaves[0], dict):
+            return {key: self._read_column([leaf[key] for leaf in leaves]) for key in leaves[0]}
+        out = np.empty((len(self),) + leaves[0].row_shape, leaves[0].dtype)
+        for leaf, start in zip(leaves, self._starts):
+            leaf.read_into(out[start : start + leaf.rows])
+        return out
 
     def close(self) -> None:
         """Close the `pread` file descriptors (the maps close with the arrays that view them)."""
