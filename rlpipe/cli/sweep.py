@@ -32,6 +32,8 @@ def sweep(
     config_class = get_algo(algo).config_class
     fixed = read_settings(settings_from, config_class) if settings_from else {}
     axes = parse_grid(grid, config_class)
+    fixed.update({key: values[0] for key, values in axes.items() if len(values) == 1})  # one value: not an axis
+    axes = {key: values for key, values in axes.items() if len(values) > 1}
     spec = SweepSpec(algo, env, dataset, None if store is None else str(store), fixed)
     out = root / (name or f"{algo}-{env or dataset}")
     summary = run_sweep(spec, axes, parse_seeds(seeds), out, backend=backend, workers=workers)
