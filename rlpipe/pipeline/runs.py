@@ -105,9 +105,23 @@ def prepare_run(
     return PreparedRun(spec, config, out, source)
 
 
+def prepare_resume(algo: str, run_dir: str | os.PathLike) -> PreparedRun:
+    """The interrupted run in ``run_dir`` (trained with ``checkpoint_every``) prepared with its
+    saved config, so :func:`train_run` continues it from its last saved state."""
+    from rlpipe.training.resume import read_resume_info
+
+    info = read_resume_info(run_dir)
+    if info["algo"] != algo:
+        raise RlpipeError(f"{run_dir} is a {info['algo']} run, not {algo}")
+    config = dict(info["config"])
+    env_id, dataset, store = config.pop("env_id"), config.pop("dataset", None), config.pop("store", None)
+    settings = {key: typed_value(get_algo(algo).config_class, key, value) for key, value in config.items()}
+    return prepare_run(algo, env_id=None if dataset else env_id, dataset=dataset, store=store, settings=settings, run_dir=run_dir)
+
+
 def train_run(run: PreparedRun, *, progress: bool = True) -> TrainResult:
     """Train a prepared run; its checkpoint, ``metrics.json`` and curve go to ``run.run_dir``."""
     return run.spec.train(run.config, run.run_dir, progress=progress)
 
 
-__all__ = ["PreparedRun", "merge_settings", "prepare_run", "read_settings", "train_run"]
+__all__ = ["PreparedRun", "merge_settings", "prepare_resume", "prepare_run", "read_settings", "train_run"]
