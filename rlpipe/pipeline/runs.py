@@ -101,6 +101,8 @@ def prepare_run(
         overrides.update(dataset=dataset, store=None if store is None else str(store))
         source = dataset
     config = spec.make_config(env_id, **overrides)
+    if spec.online and config.checkpoint_every is not None:
+        raise RlpipeError(f"{algo}: --checkpoint-every is not supported for online algorithms yet (resumable so far: bc)")
     out = Path(run_dir) if run_dir is not None else Path(runs_root) / f"{algo}-{source}"
     return PreparedRun(spec, config, out, source)
 
