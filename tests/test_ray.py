@@ -72,7 +72,8 @@ def test_collection_on_a_started_cluster(tmp_path: Path) -> None:
     port = _free_port()
     temp_dir = tempfile.mkdtemp(prefix="rlpipe-ray-", dir="/tmp")  # Ray's socket paths must stay short
     # A HOME of its own: a ~/.ray/auth_token left by an earlier local Ray makes the head demand a token
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "HOME": temp_dir}
+    # and no RAY_* variables: the module's ray.init leaves RAY_AUTH_MODE=token in os.environ
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("RAY_")}, "RAY_USAGE_STATS_ENABLED": "0", "HOME": temp_dir}
     start = subprocess.run([str(RAY_BIN), "start", "--head", "--num-cpus", "2", "--port", str(port), "--include-dashboard=false",
                             "--node-ip-address", "127.0.0.1", f"--temp-dir={temp_dir}"], env=env, capture_output=True, text=True)
     assert start.returncode == 0, start.stderr[-3000:]
