@@ -26,7 +26,7 @@ POSITIVE_FIELDS = frozenset({
     "batch_size", "minibatch_size", "buffer_size", "num_steps", "num_epochs", "hidden", "disc_hidden",
     "vae_hidden", "learning_rate", "actor_lr", "critic_lr", "alpha_lr", "value_lr", "vae_lr",
     "disc_learning_rate", "disc_updates", "n_candidates", "num_sampled_actions", "policy_delay",
-    "latent_dim",
+    "latent_dim", "checkpoint_every",
 })
 # Fields set only by their own command option, never by a setting: field -> that option.
 NOT_SETTABLE = {"env_id": "--env (offline: the dataset's metadata)", "dataset": "--dataset", "store": "--store"}
@@ -43,6 +43,7 @@ class RunConfig:
     eval_every: int = 1_000  # in the run's unit: env steps online, gradient updates offline
     eval_episodes: int = 10
     stop_at_return: float | None = None  # stop early once the eval mean return reaches this
+    checkpoint_every: int | None = None  # save the full training state this often (run's unit): resumable
 
     def __post_init__(self) -> None:
         check_values(self)
