@@ -65,8 +65,9 @@ def train(
             raise RlpipeError(f"{algo} is an online algorithm and trains in the environment; --dataset is for offline algorithms")
         if env is None:
             raise RlpipeError(f"{algo} needs --env (a Gymnasium env id, e.g. CartPole-v1)")
-        obs_space, act_space = env_spaces(env)
-        require_spaces(algo, env, obs_space, act_space, module.ACTION_SPACES, getattr(module, "OBSERVATION_SPACES", (BOX,)))
+        if not getattr(module, "MULTI_AGENT", False):  # multi-agent modules check their env ids in make_config
+            obs_space, act_space = env_spaces(env)
+            require_spaces(algo, env, obs_space, act_space, module.ACTION_SPACES, getattr(module, "OBSERVATION_SPACES", (BOX,)))
         name = env
     else:
         from rlpipe.training.offline import dataset_env_id
@@ -84,6 +85,10 @@ def train(
     m = result.metrics
     budget = f"{m['env_steps']} env steps, {m['gradient_updates']} updates" if m["env_steps"] else f"{m['gradient_updates']} updates on {dataset}"
     success = f", success rate {m['eval_success_rate']:.2f}" if "eval_success_rate" in m else ""
+    if "eval_win_rate" in m:
+        success = f", win rate {m['eval_win_rate']:.2f}"
+    elif "good_return_mean" in m:
+        success = f" (good agents; adversary {m['adversary_return_mean']:.1f})"
     typer.echo(
         f"{algo} {env}: eval return {m['eval_return_mean']:.1f} ± {m['eval_return_std']:.1f}{success} after "
         f"{budget} ({m['wall_seconds']:.1f} s) -> {run_dir}"
@@ -101,8 +106,18 @@ def eval_(
 ) -> None:
     """Evaluate a saved policy and print the mean ± std episode return."""
     from rlpipe.algos import load_policy
+    from rlpipe.envs.multiagent import is_multi_agent
+    from rlpipe.models.checkpoint import load_checkpoint
     from rlpipe.training.evaluation import evaluate
 
+    if is_multi_agent(load_checkpoint(run_dir, "cpu").meta["env_id"]):
+        from rlpipe.training.multiagent import evaluate_run
+
+        result = evaluate_run(run_dir, episodes, seed, not stochastic, device)
+        keys = ("win_rate",) if "win_rate" in result else ("adversary_return_mean", "good_return_mean")
+        typer.echo(json.dumps(result) if as_json else
+                   f"{result['algo']} {result['env_id']}: " + ", ".join(f"{k} {result[k]:.2f}" for k in keys) + f" over {episodes} episodes")
+        return
     policy = load_policy(run_dir, device=device, deterministic=not stochastic)
     res = evaluate(policy, policy.env_id, episodes, seed)
     if as_json:

@@ -230,7 +230,7 @@ class CombatVectorEnv:
 
     ``step(actions [N, team_size])`` returns (obs [N, team_size, 150], rewards [N, team_size],
     terminated [N], truncated [N], info) with ``info["win"]`` [N] and ``info["alive"]``
-    [N, team_size] (agents alive before the step: only their actions mattered). After an
+    [N, team_size] (agents alive in the returned state; only living agents' actions matter). After an
     episode ends, the next ``step`` starts a new one in that game (its actions are ignored,
     rewards 0, ``info["valid"]`` False) and returns its first observation.
     """
@@ -255,7 +255,6 @@ class CombatVectorEnv:
         actions = np.asarray(actions, np.int64).reshape(self.num_envs, self.rules.team_size)
         if ((actions < 0) | (actions >= self.rules.n_actions)).any():
             raise RlpipeError(f"Combat actions must be in [0, {self.rules.n_actions}), got {actions.min()}..{actions.max()}")
-        alive = self.games.hp[:, self.games.agents] > 0
         reset = self._prev_done.copy()
         rewards, terminated, truncated, win = self.games.step(actions, self.np_random)
         self.games.reset(reset, self.np_random)
@@ -264,7 +263,8 @@ class CombatVectorEnv:
         truncated &= ~reset
         win &= ~reset
         self._prev_done = terminated | truncated
-        return self.games.observe(), rewards, terminated, truncated, {"win": win, "alive": alive, "valid": ~reset}
+        info = {"win": win, "alive": self.games.hp[:, self.games.agents] > 0, "valid": ~reset}
+        return self.games.observe(), rewards, terminated, truncated, info
 
     def close(self) -> None:
         pass

@@ -10,10 +10,11 @@ import importlib
 from typing import Any
 
 from pettingzoo import ParallelEnv
+from pettingzoo.utils.conversions import aec_to_parallel_wrapper
 
 from rlpipe.errors import RlpipeError
 
-# id -> (module, default keyword arguments of its ``parallel_env``)
+# id -> (module, default keyword arguments of its ``raw_env`` / ``parallel_env``)
 MULTI_AGENT_ENVS: dict[str, tuple[str, dict[str, Any]]] = {
     "Combat-v0": ("rlpipe.envs.combat", {}),
     "simple_adversary_v3": ("mpe2.simple_adversary_v3", {"N": 2, "max_cycles": 25, "continuous_actions": False}),
@@ -29,8 +30,13 @@ def make_parallel_env(env_id: str, **kwargs: Any) -> ParallelEnv:
     """A PettingZoo ParallelEnv for ``env_id``; ``kwargs`` override its defaults."""
     if env_id not in MULTI_AGENT_ENVS:
         raise RlpipeError(f"unknown multi-agent environment {env_id!r}; choose from {', '.join(MULTI_AGENT_ENVS)}")
-    module, defaults = MULTI_AGENT_ENVS[env_id]
+    module_name, defaults = MULTI_AGENT_ENVS[env_id]
+    module = importlib.import_module(module_name)
     try:
-        return importlib.import_module(module).parallel_env(**{**defaults, **kwargs})
+        if hasattr(module, "raw_env"):
+            # MPE: the AEC env without PettingZoo's checking wrappers steps twice as fast;
+            # our trainers only send actions from the env's own spaces.
+            return aec_to_parallel_wrapper(module.raw_env(**{**defaults, **kwargs}))
+        return module.parallel_env(**{**defaults, **kwargs})
     except TypeError as exc:
         raise RlpipeError(f"bad option for {env_id}: {exc}") from None

@@ -9,6 +9,7 @@ import os
 import time
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import torch
@@ -20,7 +21,7 @@ from torch import nn
 from rlpipe.errors import RlpipeError
 from rlpipe.models.checkpoint import save_checkpoint
 from rlpipe.training.env import space_to_json
-from rlpipe.training.evaluation import PolicyFn, evaluate
+from rlpipe.training.evaluation import EvalResult, PolicyFn, evaluate
 
 METRICS_FILE = "metrics.json"
 EVAL_SEED_OFFSET = 10_000  # eval envs never share seeds with training envs
@@ -87,12 +88,15 @@ class Run:
     (None or a return at which training stops early). Progress is counted in ``unit``
     ("steps": env steps, budget ``config.env_steps``; "updates": gradient updates for
     offline training, budget ``config.updates``); ``eval_every`` is in the same unit.
+    ``evaluator(policy, episodes, seed)`` replaces the Gymnasium evaluation (multi-agent envs).
     """
 
     def __init__(
-        self, algo: str, config: Any, out_dir: str | Path | None = None, progress: bool = True, unit: str = "steps"
+        self, algo: str, config: Any, out_dir: str | Path | None = None, progress: bool = True, unit: str = "steps",
+        evaluator: Callable[[Any, int, int], EvalResult] | None = None,
     ) -> None:
         self.algo, self.config, self.unit = algo, config, unit
+        self.evaluator = evaluator or (lambda policy, episodes, seed: evaluate(policy, config.env_id, episodes, seed))
         self.total = config.env_steps if unit == "steps" else config.updates
         self.out_dir = Path(out_dir) if out_dir is not None else None
         self.history: list[EvalPoint] = []
@@ -139,7 +143,7 @@ class Run:
 
     def evaluate(self, policy: PolicyFn, done: int) -> EvalPoint:
         """Evaluate now, record the point in the history and the DVCLive curve (x = ``done`` units)."""
-        res = evaluate(policy, self.config.env_id, self.config.eval_episodes, self.config.seed + EVAL_SEED_OFFSET)
+        res = self.evaluator(policy, self.config.eval_episodes, self.config.seed + EVAL_SEED_OFFSET)
         point = EvalPoint(done, self.elapsed(), res.mean, res.std, res.success_rate)
         self.history.append(point)
         if self.live is not None:

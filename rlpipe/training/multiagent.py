@@ -1,0 +1,147 @@
+"""Multi-agent pieces: a team's shared-policy inputs, and evaluation on Combat and on any
+PettingZoo Parallel env (per-agent returns)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from rlpipe.envs.combat import CombatRules, CombatVectorEnv
+from rlpipe.envs.multiagent import make_parallel_env
+from rlpipe.training.evaluation import EvalResult
+
+TeamPolicy = Callable[[np.ndarray], np.ndarray]
+"""Observations of a batch of teams [B, n_agents, obs_dim] -> their actions [B, n_agents]."""
+
+
+def with_agent_ids(obs: torch.Tensor) -> torch.Tensor:
+    """Append each agent's one-hot id: [B, A, D] -> [B, A, D + A] (lets a shared policy specialise)."""
+    batch, n_agents = obs.shape[:2]
+    ids = torch.eye(n_agents, dtype=obs.dtype, device=obs.device).expand(batch, n_agents, n_agents)
+    return torch.cat([obs, ids], dim=-1)
+
+
+def team_policy(actor: nn.Module, agent_ids: bool, device: torch.device | str = "cpu", deterministic: bool = True) -> TeamPolicy:
+    """Wrap a shared actor (``act(obs, deterministic)``) as a numpy team policy."""
+    device = torch.device(device)
+
+    def act(obs: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            x = torch.as_tensor(obs, dtype=torch.float32, device=device)
+            if agent_ids:
+                x = with_agent_ids(x)
+            return actor.act(x.flatten(0, 1), deterministic).view(obs.shape[:2]).cpu().numpy()
+
+    return act
+
+
+@dataclass(frozen=True)
+class CombatEval(EvalResult):
+    """EvalResult with ``mean``/``returns`` = team return (sum over agents) per episode and
+    ``success_rate`` = win rate, plus the mean return of each agent."""
+
+    agent_returns: tuple[float, ...] = ()
+
+    @property
+    def win_rate(self) -> float:
+        return float(self.success_rate or 0.0)
+
+
+def evaluate_combat(policy: TeamPolicy, episodes: int, seed: int, rules: Mapping[str, Any] | None = None, max_envs: int = 100) -> CombatEval:
+    """Play ``episodes`` Combat games with ``policy``; each batched game plays a fixed quota,
+    so the result depends only on (policy, episodes, seed, rules)."""
+    n = max(1, min(episodes, max_envs))
+    quota = np.array([episodes // n + (i < episodes % n) for i in range(n)])
+    envs = CombatVectorEnv(n, **(rules or {}))
+    obs, _ = envs.reset(seed=seed)
+    ep_ret = np.zeros((n, envs.rules.team_size))
+    ep_len = np.zeros(n, np.int64)
+    played = np.zeros(n, np.int64)
+    returns, lengths, wins = [], [], []
+    while (played < quota).any():
+        obs, reward, term, trunc, info = envs.step(policy(obs))
+        ep_ret += reward
+        ep_len += info["valid"]
+        for i in np.flatnonzero((term | trunc) & (played < quota)):
+            returns.append(ep_ret[i].copy())
+            lengths.append(int(ep_len[i]))
+            wins.append(bool(info["win"][i]))
+            played[i] += 1
+        ep_ret[term | trunc], ep_len[term | trunc] = 0.0, 0
+    per_agent = np.array(returns)
+    team = per_agent.sum(1)
+    return CombatEval(float(team.mean()), float(team.std()), team.tolist(), lengths, float(np.mean(wins)),
+                      tuple(float(r) for r in per_agent.mean(0)))
+
+
+AgentPolicies = Mapping[str, Callable[[np.ndarray], int]]
+"""agent name -> (its observation -> its action)."""
+
+
+@dataclass(frozen=True)
+class SideEval(EvalResult):
+    """EvalResult of a PettingZoo env with two sides: agents named ``adversary_*`` and the
+    good ones. ``mean``/``returns`` are the good agents' (per agent, per episode); also the
+    mean return of each agent and of each side (None for a side with no agents)."""
+
+    agent_returns: dict[str, float] | None = None
+    adversary_return_mean: float | None = None
+    good_return_mean: float | None = None
+
+
+def evaluate_sides(policies: AgentPolicies, env_id: str, episodes: int, seed: int, **env_kwargs: Any) -> SideEval:
+    """Play ``episodes`` episodes of a PettingZoo Parallel env (episode ``k`` reset with
+    ``seed + k``) and average each agent's and each side's episode return."""
+    env = make_parallel_env(env_id, **env_kwargs)
+    agents = list(env.possible_agents)
+    returns = np.zeros((episodes, len(agents)))
+    lengths = []
+    for k in range(episodes):
+        obs, _ = env.reset(seed=seed + k)
+        length = 0
+        while env.agents:
+            obs, rewards, *_ = env.step({agent: policies[agent](obs[agent]) for agent in env.agents})
+            returns[k] += [rewards.get(agent, 0.0) for agent in agents]
+            length += 1
+        lengths.append(length)
+    env.close()
+    adversary = np.array([a.startswith("adversary") for a in agents])
+    good = returns[:, ~adversary].mean(1)
+    return SideEval(float(good.mean()), float(good.std()), good.tolist(), lengths, None,
+                    {a: float(r) for a, r in zip(agents, returns.mean(0))},
+                    float(returns[:, adversary].mean()) if adversary.any() else None, float(good.mean()))
+
+
+def evaluate_run(run_dir: str | Path, episodes: int, seed: int, deterministic: bool = True, device: str = "cpu") -> dict[str, Any]:
+    """Evaluate a saved multi-agent run (ippo on Combat, maddpg on MPE): the fixed metric
+    keys (``win_rate``, or ``adversary_return_mean`` / ``good_return_mean``) plus returns."""
+    from rlpipe.models.checkpoint import load_checkpoint
+    from rlpipe.models.networks import build_policy
+    from rlpipe.training.env import resolve_device
+
+    dev = resolve_device(device)
+    ckpt = load_checkpoint(run_dir, dev)
+    meta, config = ckpt.meta, ckpt.meta.get("config", {})
+    actor = build_policy(meta["policy"]["kind"], meta["policy"]["spec"]).to(dev)
+    actor.load_state_dict(ckpt.state_dict("policy"))
+    actor.eval()
+    head = {"run_dir": str(run_dir), "algo": meta["algo"], "env_id": meta["env_id"], "episodes": episodes, "seed": seed,
+            "deterministic": deterministic, "checkpoint_sha256": ckpt.sha256}
+    if meta["env_id"] == "Combat-v0":
+        rules = {k: v for k, v in config.items() if k in CombatRules.__dataclass_fields__}
+        res = evaluate_combat(team_policy(actor, config.get("agent_ids", False), dev, deterministic), episodes, seed, rules)
+        return {**head, "win_rate": res.win_rate, "team_return_mean": res.mean, "team_return_std": res.std,
+                "agent_returns": list(res.agent_returns), "episode_length_mean": float(np.mean(res.lengths))}
+
+    def policy(i: int) -> Callable[[np.ndarray], int]:
+        return lambda o: int(actor.act(i, torch.as_tensor(o, dtype=torch.float32, device=dev)[None], deterministic)[0])
+
+    sides = evaluate_sides({a: policy(i) for i, a in enumerate(actor.agents)}, meta["env_id"], episodes, seed)
+    return {**head, "adversary_return_mean": sides.adversary_return_mean, "good_return_mean": sides.good_return_mean,
+            "agent_returns": sides.agent_returns}
