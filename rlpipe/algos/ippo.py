@@ -10,6 +10,7 @@ trained on. Read top to bottom: config, the clipped PPO loss, ``train``.
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -109,8 +110,12 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
     eval_policy = team_policy(actor, config.agent_ids, device, config.eval_deterministic)
     evals: list[CombatEval] = []
 
+    curve: list[dict[str, float]] = []  # win rate against wall and CPU time: IPPO's budget is in minutes
+
     def evaluator(policy: TeamPolicy, episodes: int, seed: int) -> CombatEval:
         evals.append(evaluate_combat(policy, episodes, seed, rules))
+        curve.append({"env_steps": game_steps, "wall_seconds": round(run.elapsed(), 2),
+                      "cpu_seconds": round(time.process_time() - cpu_start, 2), "win_rate": evals[-1].win_rate})
         return evals[-1]
 
     run = Run("ippo", config, out_dir, progress, evaluator=evaluator)
@@ -127,6 +132,7 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
         x = torch.as_tensor(obs, dtype=torch.float32, device=device)
         return (with_agent_ids(x) if config.agent_ids else x).flatten(0, 1)
 
+    cpu_start = time.process_time()
     obs, info = envs.reset(seed=config.seed)
     alive = info["alive"]
     game_steps = agent_steps = updates = episodes = wins = 0
@@ -188,6 +194,7 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
             "agent_steps": agent_steps,  # living agents' steps trained on
             "train_episodes": episodes,
             "train_win_rate": wins / max(episodes, 1),
+            "eval_curve": curve,
         })
     finally:
         run.close()

@@ -42,6 +42,7 @@ class Config:
     env_id: str = "simple_adversary_v3"
     env_steps: int = 125_000  # 5000 episodes of 25 steps
     seed: int = 0
+    num_envs: int = 1  # one env, as the text (the pipeline passes --num-envs to every online run)
     centralised: bool = True  # False: each critic sees only its own agent (independent DDPG)
     buffer_size: int = 100_000
     batch_size: int = 1024
@@ -68,7 +69,10 @@ def make_config(env_id: str, **overrides: Any) -> Config:
     """The tuned config for ``env_id`` with ``overrides`` (None values ignored) applied."""
     if env_id not in ENVS:
         raise RlpipeError(f"maddpg trains on {', '.join(ENVS)}; got {env_id!r}")
-    return config_for_env(Config, TUNED, env_id, **overrides)
+    config = config_for_env(Config, TUNED, env_id, **overrides)
+    if config.num_envs != 1:
+        raise RlpipeError(f"maddpg steps one env; got --num-envs {config.num_envs}")
+    return config
 
 
 class MultiAgentReplay:
