@@ -53,6 +53,11 @@ def test_maddpg_run_writes_side_returns_and_eval_prints_them(cli, tmp_path: Path
     report = json.loads(cli("eval", tmp_path / "run", "--episodes", "2", "--seed", "10000", "--json").out)  # training's eval seed
     assert report["adversary_return_mean"] == pytest.approx(metrics["adversary_return_mean"])
     assert report["good_return_mean"] == pytest.approx(metrics["good_return_mean"])
+    crossed = json.loads(cli("eval", tmp_path / "run", "--episodes", "2", "--seed", "10000", "--json",
+                             "--adversary-run", tmp_path / "run").out)  # cross-play with itself is self-play
+    assert crossed["good_return_mean"] == report["good_return_mean"] and crossed["adversary_run"] == str(tmp_path / "run")
+    wrong = cli("eval", tmp_path / "run", "--adversary-run", tmp_path / "nowhere")
+    assert wrong.code == 2 and "no checkpoint" in wrong.err
 
 
 def test_centralised_critics_see_every_agent_independent_ones_only_their_own() -> None:

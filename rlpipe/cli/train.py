@@ -103,8 +103,9 @@ def eval_(
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     stochastic: bool = typer.Option(False, "--stochastic", help="Sample actions instead of acting deterministically."),
     device: str = typer.Option("cpu", "--device", help="auto, cpu or cuda."),
+    adversary_run: Optional[Path] = typer.Option(None, "--adversary-run", help="MPE runs: play the adversaries of this other run (cross-play)."),
 ) -> None:
-    """Evaluate a saved policy and print the mean ± std episode return."""
+    """Evaluate a saved policy and print the mean ± std episode return (multi-agent: win rate or side returns)."""
     from rlpipe.algos import load_policy
     from rlpipe.envs.multiagent import is_multi_agent
     from rlpipe.models.checkpoint import load_checkpoint
@@ -113,11 +114,13 @@ def eval_(
     if is_multi_agent(load_checkpoint(run_dir, "cpu").meta["env_id"]):
         from rlpipe.training.multiagent import evaluate_run
 
-        result = evaluate_run(run_dir, episodes, seed, not stochastic, device)
+        result = evaluate_run(run_dir, episodes, seed, not stochastic, device, adversary_run)
         keys = ("win_rate",) if "win_rate" in result else ("adversary_return_mean", "good_return_mean")
         typer.echo(json.dumps(result) if as_json else
                    f"{result['algo']} {result['env_id']}: " + ", ".join(f"{k} {result[k]:.2f}" for k in keys) + f" over {episodes} episodes")
         return
+    if adversary_run is not None:
+        raise RlpipeError("--adversary-run applies to multi-agent (MPE) runs only")
     policy = load_policy(run_dir, device=device, deterministic=not stochastic)
     res = evaluate(policy, policy.env_id, episodes, seed)
     if as_json:

@@ -14,6 +14,7 @@ from torch import nn
 
 from rlpipe.envs.combat import CombatRules, CombatVectorEnv
 from rlpipe.envs.multiagent import make_parallel_env
+from rlpipe.errors import RlpipeError
 from rlpipe.training.evaluation import EvalResult
 
 TeamPolicy = Callable[[np.ndarray], np.ndarray]
@@ -118,30 +119,48 @@ def evaluate_sides(policies: AgentPolicies, env_id: str, episodes: int, seed: in
                     float(returns[:, adversary].mean()) if adversary.any() else None, float(good.mean()))
 
 
-def evaluate_run(run_dir: str | Path, episodes: int, seed: int, deterministic: bool = True, device: str = "cpu") -> dict[str, Any]:
-    """Evaluate a saved multi-agent run (ippo on Combat, maddpg on MPE): the fixed metric
-    keys (``win_rate``, or ``adversary_return_mean`` / ``good_return_mean``) plus returns."""
+def _load_actor(run_dir: str | Path, device: torch.device) -> tuple[nn.Module, dict[str, Any], str]:
+    """(actor, checkpoint meta, weights hash) of a saved run."""
     from rlpipe.models.checkpoint import load_checkpoint
     from rlpipe.models.networks import build_policy
+
+    ckpt = load_checkpoint(run_dir, device)
+    actor = build_policy(ckpt.meta["policy"]["kind"], ckpt.meta["policy"]["spec"]).to(device)
+    actor.load_state_dict(ckpt.state_dict("policy"))
+    return actor.eval(), ckpt.meta, ckpt.sha256
+
+
+def evaluate_run(run_dir: str | Path, episodes: int, seed: int, deterministic: bool = True, device: str = "cpu",
+                 adversary_run: str | Path | None = None) -> dict[str, Any]:
+    """Evaluate a saved multi-agent run (ippo on Combat, maddpg on MPE): the fixed metric
+    keys (``win_rate``, or ``adversary_return_mean`` / ``good_return_mean``) plus returns.
+
+    ``adversary_run`` (MPE) takes the ``adversary_*`` agents' actors from another run of the
+    same env: cross-play, e.g. MADDPG's good agents against an independent DDPG adversary.
+    """
     from rlpipe.training.env import resolve_device
 
     dev = resolve_device(device)
-    ckpt = load_checkpoint(run_dir, dev)
-    meta, config = ckpt.meta, ckpt.meta.get("config", {})
-    actor = build_policy(meta["policy"]["kind"], meta["policy"]["spec"]).to(dev)
-    actor.load_state_dict(ckpt.state_dict("policy"))
-    actor.eval()
+    actor, meta, sha = _load_actor(run_dir, dev)
+    config = meta.get("config", {})
     head = {"run_dir": str(run_dir), "algo": meta["algo"], "env_id": meta["env_id"], "episodes": episodes, "seed": seed,
-            "deterministic": deterministic, "checkpoint_sha256": ckpt.sha256}
+            "deterministic": deterministic, "checkpoint_sha256": sha}
     if meta["env_id"] == "Combat-v0":
         rules = {k: v for k, v in config.items() if k in CombatRules.__dataclass_fields__}
         res = evaluate_combat(team_policy(actor, config.get("agent_ids", False), dev, deterministic), episodes, seed, rules)
         return {**head, "win_rate": res.win_rate, "team_return_mean": res.mean, "team_return_std": res.std,
                 "agent_returns": list(res.agent_returns), "episode_length_mean": float(np.mean(res.lengths))}
 
-    def policy(i: int) -> Callable[[np.ndarray], int]:
-        return lambda o: int(actor.act(i, torch.as_tensor(o, dtype=torch.float32, device=dev)[None], deterministic)[0])
+    def policy(net: nn.Module, i: int) -> Callable[[np.ndarray], int]:
+        return lambda o: int(net.act(i, torch.as_tensor(o, dtype=torch.float32, device=dev)[None], deterministic)[0])
 
-    sides = evaluate_sides({a: policy(i) for i, a in enumerate(actor.agents)}, meta["env_id"], episodes, seed)
+    policies = {a: policy(actor, i) for i, a in enumerate(actor.agents)}
+    if adversary_run is not None:
+        other, other_meta, _ = _load_actor(adversary_run, dev)
+        if other_meta["env_id"] != meta["env_id"] or getattr(other, "agents", None) != actor.agents:
+            raise RlpipeError(f"--adversary-run {adversary_run} is not a run of {meta['env_id']} with the same agents")
+        policies.update({a: policy(other, i) for i, a in enumerate(other.agents) if a.startswith("adversary")})
+        head["adversary_run"] = str(adversary_run)
+    sides = evaluate_sides(policies, meta["env_id"], episodes, seed)
     return {**head, "adversary_return_mean": sides.adversary_return_mean, "good_return_mean": sides.good_return_mean,
             "agent_returns": sides.agent_returns}
