@@ -98,3 +98,39 @@ def test_ippo_ends_an_agents_episode_at_its_death() -> None:
     adv, _ = compute_gae(rewards, values, torch.ones(1), term, torch.zeros(3, 1, dtype=torch.bool), valid, 0.9, 1.0)
     assert adv[1, 0].item() == pytest.approx(-2.0) and adv[2, 0].item() == 0.0
     assert adv[0, 0].item() == pytest.approx(0.9 * 1.0 - 1.0 + 0.9 * -2.0)
+
+
+def test_combat_dataset_has_one_row_per_living_agent_per_step(cli, store: Path) -> None:
+    import polars as pl
+
+    result = cli("collect", "--env", "Combat-v0", "--policy", "random", "--episodes", "12", "--num-envs", "4",
+                 "--store", store, "--quiet")
+    assert result.code == 0, result.err
+    rows = pl.read_ipc(next((store / "combat-random/steps").glob("*.arrow")))
+    assert set(rows["agent"].unique()) == {"agent_0", "agent_1"} and rows["episode_id"].n_unique() == 12
+    per_step = rows.group_by("episode_id", "step").agg(pl.len().alias("n"), pl.col("agent").n_unique().alias("agents"))
+    assert (per_step["n"] == per_step["agents"]).all() and per_step["n"].max() == 2
+    # A living agent sees itself at the centre of its window (team +1, hp >= 1).
+    centre = np.stack(rows["obs"].to_numpy()).reshape(-1, 6, 5, 5)[:, :3, 2, 2]
+    assert (centre[:, 0] == 1.0).all() and (centre[:, 2] >= 1).all()
+    ends = rows.group_by("episode_id").agg((pl.col("terminated") | pl.col("truncated")).sum().alias("ends"), pl.col("step").max())
+    assert (ends["ends"] >= 1).all() and (ends["step"] < 100).all()
+    again = cli("collect", "--env", "Combat-v0", "--policy", "random", "--episodes", "12", "--num-envs", "4",
+                "--store", store, "--quiet", "--name", "again")
+    assert again.code == 0
+    assert pl.read_ipc(next((store / "again/steps").glob("*.arrow"))).equals(rows)  # same seed, same rows
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--format", "hdf5"], "multi-agent datasets are Arrow-only"),
+        (["--format", "both"], "multi-agent datasets are Arrow-only"),
+        (["--expert", "ppo"], "--expert ippo --expert-run"),
+        (["--steps", "100"], "give --episodes N"),
+    ],
+)
+def test_bad_multi_agent_collection_is_exit_2(cli, store: Path, args: list[str], message: str) -> None:
+    result = cli("collect", "--env", "Combat-v0", "--store", store, "--quiet", *(["--episodes", "3"] if "--steps" not in args else []), *args)
+    assert result.code == 2 and message in result.err, result.err
+    assert not any(store.iterdir())

@@ -109,7 +109,7 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
     actor = ActorCritic(in_dim, envs.rules.n_actions, True, config.hidden).to(device)
     params = list(actor.parameters())
     optimizer = adam(params, config.learning_rate, eps=1e-5)
-    eval_policy = team_policy(actor, config.agent_ids, device, config.eval_deterministic)
+    eval_policy = team_policy(actor, config.agent_ids, device, config.eval_deterministic, config.seed)
     evals: list[CombatEval] = []
 
     curve: list[dict[str, float]] = []  # win rate against wall and CPU time: IPPO's budget is in minutes

@@ -28,16 +28,19 @@ def with_agent_ids(obs: torch.Tensor) -> torch.Tensor:
     return torch.cat([obs, ids], dim=-1)
 
 
-def team_policy(actor: nn.Module, agent_ids: bool, device: torch.device | str = "cpu", deterministic: bool = True) -> TeamPolicy:
-    """Wrap a shared actor (``act(obs, deterministic)``) as a numpy team policy."""
+def team_policy(actor: nn.Module, agent_ids: bool, device: torch.device | str = "cpu", deterministic: bool = True,
+                seed: int = 0) -> TeamPolicy:
+    """Wrap a shared ``ActorCritic`` as a numpy team policy: greedy, or sampled from a
+    generator seeded with ``seed`` (so a stochastic evaluation is reproducible too)."""
     device = torch.device(device)
+    generator = torch.Generator(device=device).manual_seed(seed)
 
     def act(obs: np.ndarray) -> np.ndarray:
         with torch.no_grad():
             x = torch.as_tensor(obs, dtype=torch.float32, device=device)
-            if agent_ids:
-                x = with_agent_ids(x)
-            return actor.act(x.flatten(0, 1), deterministic).view(obs.shape[:2]).cpu().numpy()
+            logits = actor((with_agent_ids(x) if agent_ids else x).flatten(0, 1))[0]
+            action = logits.argmax(-1) if deterministic else torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(-1)
+            return action.view(obs.shape[:2]).cpu().numpy()
 
     return act
 
@@ -130,6 +133,15 @@ def _load_actor(run_dir: str | Path, device: torch.device) -> tuple[nn.Module, d
     return actor.eval(), ckpt.meta, ckpt.sha256
 
 
+def load_team_policy(run_dir: str | Path, deterministic: bool = True, seed: int = 0, device: str = "cpu") -> tuple[TeamPolicy, dict[str, Any], str]:
+    """(team policy, checkpoint meta, weights hash) of a saved IPPO run."""
+    dev = torch.device(device)
+    actor, meta, sha = _load_actor(run_dir, dev)
+    if meta["policy"]["kind"] != "actor_critic" or meta["env_id"] != "Combat-v0":
+        raise RlpipeError(f"{run_dir} is not an IPPO run on Combat-v0")
+    return team_policy(actor, meta["config"].get("agent_ids", False), dev, deterministic, seed), meta, sha
+
+
 def evaluate_run(run_dir: str | Path, episodes: int, seed: int, deterministic: bool = True, device: str = "cpu",
                  adversary_run: str | Path | None = None) -> dict[str, Any]:
     """Evaluate a saved multi-agent run (ippo on Combat, maddpg on MPE): the fixed metric
@@ -146,8 +158,10 @@ def evaluate_run(run_dir: str | Path, episodes: int, seed: int, deterministic: b
     head = {"run_dir": str(run_dir), "algo": meta["algo"], "env_id": meta["env_id"], "episodes": episodes, "seed": seed,
             "deterministic": deterministic, "checkpoint_sha256": sha}
     if meta["env_id"] == "Combat-v0":
+        # An IPPO run trained with sampled evaluation actions is evaluated the same way.
+        deterministic = head["deterministic"] = deterministic and config.get("eval_deterministic", True)
         rules = {k: v for k, v in config.items() if k in CombatRules.__dataclass_fields__}
-        res = evaluate_combat(team_policy(actor, config.get("agent_ids", False), dev, deterministic), episodes, seed, rules)
+        res = evaluate_combat(team_policy(actor, config.get("agent_ids", False), dev, deterministic, seed), episodes, seed, rules)
         return {**head, "win_rate": res.win_rate, "team_return_mean": res.mean, "team_return_std": res.std,
                 "agent_returns": list(res.agent_returns), "episode_length_mean": float(np.mean(res.lengths))}
 
