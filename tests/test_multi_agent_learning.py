@@ -2,7 +2,7 @@
 
 The full bars (issue 12: IPPO wins >= 0.80 on Combat, MADDPG's adversary >= -12 and good
 agents >= 4 on simple_adversary after 5000 episodes) take minutes to tens of minutes; these
-budgets (~13 s of CPU each) still need real learning.
+budgets (~12 s of CPU per run) still need real learning.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ def _ippo(seed: int, **overrides: float) -> dict:
 @pytest.mark.slow
 def test_ippo_team_learns_to_trade_hits_with_the_bots() -> None:
     # Team return (hits dealt - hits taken + 10 per win), 100 episodes after 100k game steps.
-    # Seeds 0-4: THRESH_IPPO; the untrained policy (learning_rate 0): CONTROL_IPPO.
+    # Seeds 0-4: -0.71, -0.47, -0.91, -1.07, -1.06; the untrained policy (learning_rate 0): -4.13.
     assert _ippo(0)["eval_team_return_mean"] >= -2.0
     assert _ippo(0, learning_rate=0.0)["eval_team_return_mean"] < -2.0
 
@@ -33,8 +33,9 @@ def _maddpg(seed: int, **overrides: float) -> dict:
 
 
 @pytest.mark.slow
-def test_maddpg_good_agents_learn_against_the_adversary() -> None:
-    # Good agents' mean return, 50 episodes after 6000 env steps (200 updates).
-    # Seeds 0-4: THRESH_MADDPG; without learning (both learning rates 0): CONTROL_MADDPG.
-    assert _maddpg(0)["good_return_mean"] >= GOOD
-    assert _maddpg(0, actor_lr=0.0, critic_lr=0.0)["good_return_mean"] < GOOD
+def test_maddpg_adversary_learns_to_shadow_the_good_agents() -> None:
+    # Adversary's mean return, 50 episodes after 6000 env steps (200 updates); the good
+    # agents' return is too noisy at this budget (seeds 0-4: 0.8, -4.2, 0.0, 6.1, -2.0).
+    # Seeds 0-4: -20.8, -27.1, -23.9, -23.0, -20.3; without learning (both learning rates 0): -37.1.
+    assert _maddpg(0)["adversary_return_mean"] >= -30.0
+    assert _maddpg(0, actor_lr=0.0, critic_lr=0.0)["adversary_return_mean"] < -30.0

@@ -182,7 +182,7 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
                     optimizer.step()
                     updates += 1
 
-            run.show(game_steps, wins / max(episodes, 1))
+            run.show(game_steps)
             if run.maybe_evaluate(eval_policy, game_steps):
                 break
         if not run.history or run.history[-1].done != game_steps:
