@@ -41,6 +41,12 @@ def test_ippo_run_writes_win_rate_and_eval_prints_it(cli, tmp_path: Path) -> Non
     assert 0.0 <= report["win_rate"] <= 1.0 and report["episodes"] == 6 and len(report["agent_returns"]) == 2
     again = json.loads(cli("eval", tmp_path / "run", "--episodes", "6", "--json").out)
     assert again == report  # seeded evaluation
+    collected = cli("collect", "--env", "Combat-v0", "--expert", "ippo", "--expert-run", tmp_path / "run", "--episodes", "4",
+                    "--store", tmp_path / "store", "--quiet", "--stochastic")
+    assert collected.code == 0, collected.err
+    meta = json.loads((tmp_path / "store/combat-expert/metadata.json").read_text())
+    assert meta["producer"]["checkpoint_sha256"] == metrics["checkpoint_sha256"] and meta["multi_agent"]
+    assert meta["producer"]["rules"]["win_reward"] == 10.0  # the expert's own rules
 
 
 def test_maddpg_run_writes_side_returns_and_eval_prints_them(cli, tmp_path: Path) -> None:
