@@ -63,7 +63,9 @@ class Config:
     step_reward: float = 0.0
     eval_every: int = 200_000
     eval_episodes: int = 200
-    eval_deterministic: bool = False  # sampled actions: an argmax policy can stall against a wall
+    # Sampled actions: the argmax policy can stall (a blocked move repeats); the 2.5M-step
+    # run wins 0.515 sampled vs 0.43 greedy (200 episodes, seed 0).
+    eval_deterministic: bool = False
     stop_at_return: float | None = None  # on the team's return
     device: str = "cpu"
     torch_threads: int = 1
