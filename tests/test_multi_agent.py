@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from rlpipe.algos import maddpg
+from rlpipe.algos import load_policy, maddpg
+from rlpipe.errors import RlpipeError
 
 
 @pytest.mark.parametrize(
@@ -41,6 +42,8 @@ def test_ippo_run_writes_win_rate_and_eval_prints_it(cli, tmp_path: Path) -> Non
     assert 0.0 <= report["win_rate"] <= 1.0 and report["episodes"] == 6 and len(report["agent_returns"]) == 2
     again = json.loads(cli("eval", tmp_path / "run", "--episodes", "6", "--json").out)
     assert again == report  # seeded evaluation
+    with pytest.raises(RlpipeError, match="multi-agent ippo run: evaluate it with `rlpipe eval`"):
+        load_policy(tmp_path / "run")  # no single observation -> action map
     collected = cli("collect", "--env", "Combat-v0", "--expert", "ippo", "--expert-run", tmp_path / "run", "--episodes", "4",
                     "--store", tmp_path / "store", "--quiet", "--stochastic")
     assert collected.code == 0, collected.err

@@ -173,7 +173,11 @@ def load_policy(run_dir: str | Path, device: str = "cpu", deterministic: bool = 
     """
     from rlpipe.models.checkpoint import read_meta
 
-    return get_algo(read_meta(run_dir).get("algo", "")).load_policy(run_dir, device=device, deterministic=deterministic)
+    spec = get_algo(read_meta(run_dir).get("algo", ""))
+    if spec.multi_agent:  # a team's policy has no single observation -> action map
+        raise RlpipeError(f"{run_dir} is a multi-agent {spec.name} run: evaluate it with `rlpipe eval` "
+                          "(rlpipe.training.multiagent.evaluate_run)")
+    return spec.load_policy(run_dir, device=device, deterministic=deterministic)
 
 
 __all__ = ["AlgoSpec", "OFFLINE", "ONLINE", "REGISTRY", "SPECS", "get_algo", "load_policy"]
