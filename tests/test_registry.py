@@ -32,7 +32,8 @@ def test_every_spec_resolves_its_lazy_entries() -> None:
 def test_every_spec_builds_its_own_config_with_the_run_fields() -> None:
     run_fields = {f.name for f in fields(RunConfig)}
     for spec in SPECS:
-        config = spec.make_config("Pendulum-v1" if spec.online else "CartPole-v1")
+        env_id = next(iter(spec.tuned)) if spec.multi_agent else "Pendulum-v1" if spec.online else "CartPole-v1"
+        config = spec.make_config(env_id)
         assert type(config) is spec.config_class and run_fields <= {f.name for f in fields(config)}
         budget_base = OnlineConfig if spec.budget == "env_steps" else OfflineConfig
         assert isinstance(config, budget_base), spec.name

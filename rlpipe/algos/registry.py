@@ -63,12 +63,12 @@ class AlgoSpec:
     """
 
     name: str
-    family: str  # on-policy, off-policy, offline, imitation (next: model-based, multi-agent)
+    family: str  # on-policy, off-policy, offline, imitation, multi-agent (next: model-based)
     online: bool  # learns by acting in ``--env``; False: learns from ``--dataset`` (its env from the metadata)
     module: str  # the algorithm's module: its config class, TUNED, train and ACTION_SPACES
     config_name: str = "Config"  # the config class's name in ``module``
     observation_kinds_ref: str = ""  # "module:NAME" of the accepted observation kinds (BOX, GOAL); "": BOX only
-    multi_agent: bool = False
+    multi_agent: bool = False  # trains on the multi-agent env ids of its TUNED table (rlpipe.envs.multiagent)
     records_training: bool = False  # ``train`` takes ``step_sink`` and streams every transition to it
     loader_ref: str = CHECKPOINT_LOADER  # "module:NAME" of its ``load_policy``
     summary: str = ""  # one line for ``rlpipe train --help``
@@ -148,6 +148,10 @@ SPECS: tuple[AlgoSpec, ...] = (
              summary="TD3 with a behaviour-cloning term"),
     AlgoSpec("iql", "offline", False, "rlpipe.algos.iql", observation_kinds_ref=OFFLINE_OBSERVATION_KINDS,
              summary="implicit Q-learning"),
+    AlgoSpec("ippo", "multi-agent", True, "rlpipe.algos.ippo", multi_agent=True,
+             summary="independent PPO, one policy shared by a team (Combat-v0)"),
+    AlgoSpec("maddpg", "multi-agent", True, "rlpipe.algos.maddpg", multi_agent=True,
+             summary="MADDPG: centralised critics, Gumbel-softmax actors (MPE)"),
 )
 REGISTRY: dict[str, AlgoSpec] = {spec.name: spec for spec in SPECS}
 ONLINE: tuple[str, ...] = tuple(spec.name for spec in SPECS if spec.online)
@@ -171,7 +175,11 @@ def load_policy(run_dir: str | Path, device: str = "cpu", deterministic: bool = 
     """
     from rlpipe.models.checkpoint import read_meta
 
-    return get_algo(read_meta(run_dir).get("algo", "")).load_policy(run_dir, device=device, deterministic=deterministic)
+    spec = get_algo(read_meta(run_dir).get("algo", ""))
+    if spec.multi_agent:  # a team's policy has no single observation -> action map
+        raise RlpipeError(f"{run_dir} is a multi-agent {spec.name} run: evaluate it with `rlpipe eval` "
+                          "(rlpipe.training.multiagent.evaluate_run)")
+    return spec.load_policy(run_dir, device=device, deterministic=deterministic)
 
 
 __all__ = ["AlgoSpec", "OFFLINE", "ONLINE", "REGISTRY", "SPECS", "get_algo", "load_policy"]

@@ -60,6 +60,10 @@ def train(
     m = result.metrics
     budget = f"{m['env_steps']} env steps, {m['gradient_updates']} updates" if m["env_steps"] else f"{m['gradient_updates']} updates on {dataset}"
     success = f", success rate {m['eval_success_rate']:.2f}" if "eval_success_rate" in m else ""
+    if "eval_win_rate" in m:
+        success = f", win rate {m['eval_win_rate']:.2f}"
+    elif "good_return_mean" in m:
+        success = f" (good agents; adversary {m['adversary_return_mean']:.1f})"
     typer.echo(
         f"{algo} {run.config.env_id}: eval return {m['eval_return_mean']:.1f} ± {m['eval_return_std']:.1f}{success} after "
         f"{budget} ({m['wall_seconds']:.1f} s) -> {run.run_dir}"
@@ -76,10 +80,13 @@ def eval_(
     device: str = typer.Option("cpu", "--device", help="auto, cpu or cuda."),
     video: Optional[Path] = typer.Option(None, "--video", help="Also record episodes to this .gif or .mp4 (render_mode rgb_array)."),
     video_episodes: int = typer.Option(1, "--video-episodes", min=1, help="Episodes in the video (seeds SEED, SEED+1, ...)."),
+    adversary_run: Optional[Path] = typer.Option(None, "--adversary-run", help="MPE runs: play the adversaries of this other run (cross-play)."),
 ) -> None:
-    """Evaluate a saved policy and print the mean ± std episode return; optionally record a video."""
-    from rlpipe.algos import load_policy
+    """Evaluate a saved policy and print the mean ± std episode return (multi-agent: win rate or
+    side returns); optionally record a video."""
+    from rlpipe.algos import get_algo, load_policy
     from rlpipe.datasets.atomic import recover_all
+    from rlpipe.models.checkpoint import read_meta
     from rlpipe.training.evaluation import evaluate
     from rlpipe.training.run import is_run_dir
 
@@ -88,6 +95,18 @@ def eval_(
         from rlpipe.pipeline.video import check_video_path, record_video
 
         check_video_path(video)  # before any episode runs
+    if get_algo(read_meta(run_dir).get("algo", "")).multi_agent:
+        from rlpipe.training.multiagent import evaluate_run
+
+        if video is not None:
+            raise RlpipeError("--video records single-agent Gymnasium runs only")
+        result = evaluate_run(run_dir, episodes, seed, not stochastic, device, adversary_run)
+        keys = ("win_rate",) if "win_rate" in result else ("adversary_return_mean", "good_return_mean")
+        typer.echo(json.dumps(result) if as_json else
+                   f"{result['algo']} {result['env_id']}: " + ", ".join(f"{k} {result[k]:.2f}" for k in keys) + f" over {episodes} episodes")
+        return
+    if adversary_run is not None:
+        raise RlpipeError("--adversary-run applies to multi-agent (MPE) runs only")
     policy = load_policy(run_dir, device=device, deterministic=not stochastic)
     res = evaluate(policy, policy.env_id, episodes, seed)
     score = _normalized_score(policy.config, res.mean)

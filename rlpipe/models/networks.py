@@ -401,9 +401,33 @@ class BCQPolicy(nn.Module):
         return candidates.view(batch, n, -1)[torch.arange(batch, device=obs.device), best]
 
 
+class AgentActors(nn.Module):
+    """One logits MLP per agent of a multi-agent env (MADDPG's decentralised actors).
+
+    ``logits(i, obs)`` / ``act(i, obs, deterministic)`` run agent ``i``'s actor on a batch of
+    its own observations; sampling draws from the softmax.
+    """
+
+    kind = "agent_actors"
+
+    def __init__(self, agents: Sequence[str], obs_dims: Sequence[int], n_actions: Sequence[int], hidden: Sequence[int] = (64, 64)) -> None:
+        super().__init__()
+        self.spec = {"agents": list(agents), "obs_dims": list(obs_dims), "n_actions": list(n_actions), "hidden": list(hidden)}
+        self.agents = list(agents)
+        self.nets = nn.ModuleList(mlp(d, n, hidden) for d, n in zip(obs_dims, n_actions))
+
+    def logits(self, i: int, obs: torch.Tensor) -> torch.Tensor:
+        return self.nets[i](obs)
+
+    @torch.no_grad()
+    def act(self, i: int, obs: torch.Tensor, deterministic: bool = True) -> torch.Tensor:
+        logits = self.logits(i, obs)
+        return logits.argmax(-1) if deterministic else torch.multinomial(logits.softmax(-1), 1).squeeze(-1)
+
+
 POLICY_CLASSES: dict[str, type[nn.Module]] = {
     cls.kind: cls
-    for cls in (TanhGaussianActor, DeterministicActor, CategoricalActor, ActorCritic, GreedyQPolicy, BCQPolicy)
+    for cls in (TanhGaussianActor, DeterministicActor, CategoricalActor, ActorCritic, GreedyQPolicy, BCQPolicy, AgentActors)
 }
 
 

@@ -16,6 +16,7 @@ from rlpipe.datasets.collector import RandomPolicy, collect, probe_info_space
 from rlpipe.datasets.scores import reference_scores
 from rlpipe.datasets.writer import DatasetWriter
 from rlpipe.envs import env_slug, env_spaces, has_native_vector_env
+from rlpipe.envs.multiagent import is_multi_agent
 from rlpipe.errors import RlpipeError
 
 POLICIES = ("random",)  # behaviour policies that need no expert
@@ -96,7 +97,7 @@ def collect_dataset(
     seed: int = 0,
     num_envs: int | None = None,
     name: str | None = None,
-    fmt: str = "both",
+    fmt: str | None = None,
     store: str | os.PathLike | None = None,
     force: bool = False,
     progress: bool = True,
@@ -114,13 +115,20 @@ def collect_dataset(
     except with `from_training`, whose budget is `expert_steps`. The default name is
     `<env>-random`, `<env>-expert` or `<env>-mixed`. Those `info_keys` the env reports are
     stored as `info`/`next_info` columns (not for training runs). The metadata gets reference
-    scores (`rlpipe.datasets.scores`). Nothing is left in the store on failure. `num_envs`
+    scores (`rlpipe.datasets.scores`). `fmt` defaults to "both" (Arrow and Minari HDF5).
+    Multi-agent envs (Combat-v0) go to :func:`collect_multi_agent`. Nothing is left in the
+    store on failure. `num_envs`
     None picks it from the env and the budget (`auto_num_envs`); the producer records the number used.
 
     With `backend` ("local" or "ray") or `workers`, the budget is split into tasks run by
     `workers` processes or Ray tasks (`rlpipe.pipeline.tasks`): the same bytes for any
     number of workers and either backend (but not the bytes of a single-process collection).
     """
+    if is_multi_agent(env_id):
+        return collect_multi_agent(env_id, policy=policy, expert=expert, expert_run=expert_run, stochastic=stochastic,
+                                   episodes=episodes, steps=steps, seed=seed, num_envs=num_envs or 8, name=name,
+                                   fmt=fmt or "arrow", store=store, force=force)
+    fmt = fmt or "both"
     _check_choice(policy, expert, from_training, episodes, steps)
     if from_training and (backend is not None or workers is not None):
         raise RlpipeError("--from-training is one training run: it cannot be split over --workers/--backend")
@@ -240,3 +248,60 @@ def _roll_out_expert(expert: str, env_id: str, writer: DatasetWriter, expert_run
     producer = ExpertProducer(expert, loaded.checkpoint_sha256, str(run_dir), not stochastic, rollout["seed"], rollout["num_envs"],
                               {"episodes": rollout["episodes"], "steps": rollout["steps"]})
     return producer, stats.mean_return
+
+
+def collect_multi_agent(
+    env_id: str,
+    *,
+    policy: str = "random",
+    expert: str | None = None,
+    expert_run: Path | None = None,
+    stochastic: bool = False,
+    episodes: int | None = None,
+    steps: int | None = None,
+    seed: int = 0,
+    num_envs: int = 8,
+    name: str | None = None,
+    fmt: str = "arrow",
+    store: str | os.PathLike | None = None,
+    force: bool = False,
+) -> CollectedDataset:
+    """Collect ``episodes`` whole Combat episodes, one row per living agent per step (an
+    ``agent`` column), with random actions or a trained IPPO run's team policy (the Combat
+    rules it was trained with). Arrow only: Minari's HDF5 has no multi-agent layout."""
+    from rlpipe.envs.combat import CombatRules
+    from rlpipe.pipeline.multiagent import collect_combat, random_team_policy
+
+    if env_id != "Combat-v0":
+        raise RlpipeError(f"multi-agent collection supports Combat-v0; got {env_id!r}")
+    if fmt != "arrow":
+        raise RlpipeError(f"--format {fmt}: multi-agent datasets are Arrow-only (Minari's HDF5 has no multi-agent layout); use --format arrow")
+    if steps is not None or episodes is None:
+        raise RlpipeError("multi-agent collection counts whole episodes: give --episodes N")
+    if expert is not None and (expert != "ippo" or expert_run is None):
+        raise RlpipeError("multi-agent experts: --expert ippo --expert-run RUN_DIR (a trained `rlpipe train ippo` run)")
+    if expert is None and policy not in POLICIES:
+        raise RlpipeError(f"unknown policy {policy!r}: use --policy random, or --expert ippo --expert-run RUN")
+    rules: dict[str, Any] = {}
+    producer: dict[str, Any] = {"algorithm": "random", "checkpoint_sha256": None}
+    if expert is not None:
+        import torch
+
+        from rlpipe.training.multiagent import load_team_policy
+
+        team, meta, sha = load_team_policy(expert_run, deterministic=not stochastic, seed=seed)
+        if meta["env_id"] != env_id:
+            raise RlpipeError(f"--expert-run {expert_run} was trained on {meta['env_id']}, not {env_id}")
+        rules = {k: v for k, v in meta["config"].items() if k in CombatRules.__dataclass_fields__}
+        make_policy: Any = lambda envs: team  # noqa: E731
+        producer = {"algorithm": "ippo", "checkpoint_sha256": sha, "run_dir": str(expert_run), "deterministic": not stochastic}
+        torch.set_num_threads(1)
+    else:
+        make_policy = lambda envs: random_team_policy(envs.rules.n_actions, seed)  # noqa: E731
+    game = CombatRules(**rules)
+    with DatasetWriter(name or f"combat-{'expert' if expert else policy}", game.observation_space(), game.action_space(),
+                       env_id=env_id, store=store, fmt="arrow", force=force, multi_agent=True) as writer:
+        collect_combat(writer.write, make_policy, episodes, num_envs, seed, rules)
+        producer.update({"seed": seed, "num_envs": num_envs, "params": {"episodes": episodes}, "rules": rules})
+        path = writer.finalize(producer)
+    return CollectedDataset(path, writer.metadata)

@@ -16,9 +16,10 @@ from typing import Any
 
 import yaml
 
-from rlpipe.algos.registry import AlgoSpec, get_algo
+from rlpipe.algos.registry import SPECS, AlgoSpec, get_algo
 from rlpipe.datasets.store import open_dataset
 from rlpipe.envs import env_spaces
+from rlpipe.envs.multiagent import is_multi_agent
 from rlpipe.errors import RlpipeError
 from rlpipe.training.config import RunConfig, typed_value
 from rlpipe.training.offline import dataset_env_id
@@ -88,7 +89,7 @@ def prepare_run(
             raise RlpipeError(f"{algo} is an online algorithm and trains in the environment; --dataset is for offline algorithms")
         if env_id is None:
             raise RlpipeError(f"{algo} needs --env (a Gymnasium env id, e.g. CartPole-v1)")
-        spec.check_spaces(env_id, *env_spaces(env_id))
+        _check_env(spec, env_id)
         source = env_id
     else:
         if dataset is None:
@@ -105,6 +106,17 @@ def prepare_run(
         raise RlpipeError(f"{algo}: --checkpoint-every is not supported for online algorithms yet (resumable so far: bc)")
     out = Path(run_dir) if run_dir is not None else Path(runs_root) / f"{algo}-{source}"
     return PreparedRun(spec, config, out, source)
+
+
+def _check_env(spec: AlgoSpec, env_id: str) -> None:
+    """An RlpipeError unless ``spec`` can train in ``env_id``: a Gymnasium env whose spaces it
+    accepts; a multi-agent env only for a multi-agent algorithm (whose config checks the id)."""
+    if spec.multi_agent:
+        return
+    if is_multi_agent(env_id):
+        multi = ", ".join(s.name for s in SPECS if s.multi_agent)
+        raise RlpipeError(f"{env_id} is a multi-agent environment: train it with {multi}")
+    spec.check_spaces(env_id, *env_spaces(env_id))
 
 
 def prepare_resume(algo: str, run_dir: str | os.PathLike) -> PreparedRun:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ from rlpipe.errors import RlpipeError
 from rlpipe.models.checkpoint import META_FILE, save_checkpoint
 from rlpipe.training.config import OfflineConfig, OnlineConfig
 from rlpipe.training.env import space_to_json
-from rlpipe.training.evaluation import PolicyFn, evaluate
+from rlpipe.training.evaluation import EvalResult, PolicyFn, evaluate
 
 METRICS_FILE = "metrics.json"
 EVAL_SEED_OFFSET = 10_000  # eval envs never share seeds with training envs
@@ -91,12 +92,14 @@ class Run:
 
     Progress is counted in env steps for an :class:`OnlineConfig` (budget ``env_steps``)
     and in gradient updates for an :class:`OfflineConfig` (budget ``updates``);
-    ``config.eval_every`` is in the same unit.
+    ``config.eval_every`` is in the same unit. ``evaluator(policy, episodes, seed)``
+    replaces the Gymnasium evaluation (multi-agent envs).
     """
 
     def __init__(self, algo: str, config: OnlineConfig | OfflineConfig, out_dir: str | Path | None = None,
-                 progress: bool = True) -> None:
+                 progress: bool = True, evaluator: Callable[[Any, int, int], EvalResult] | None = None) -> None:
         self.algo, self.config = algo, config
+        self.evaluator = evaluator or (lambda policy, episodes, seed: evaluate(policy, config.env_id, episodes, seed))
         self.unit = "steps" if isinstance(config, OnlineConfig) else "updates"
         self.total = config.env_steps if isinstance(config, OnlineConfig) else config.updates
         self.out_dir = Path(out_dir) if out_dir is not None else None
@@ -149,7 +152,7 @@ class Run:
 
     def evaluate(self, policy: PolicyFn, done: int) -> EvalPoint:
         """Evaluate now, record the point in the history and the DVCLive curve (x = ``done`` units)."""
-        res = evaluate(policy, self.config.env_id, self.config.eval_episodes, self.config.seed + EVAL_SEED_OFFSET)
+        res = self.evaluator(policy, self.config.eval_episodes, self.config.seed + EVAL_SEED_OFFSET)
         point = EvalPoint(done, self.elapsed(), res.mean, res.std, res.success_rate)
         self.history.append(point)
         if self.live is not None:

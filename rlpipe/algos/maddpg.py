@@ -1,0 +1,209 @@
+"""MADDPG: decentralised actors, centralised critics, Gumbel-softmax for discrete actions.
+
+Every agent ``i`` has an actor pi_i(o_i) (logits over its actions) and a critic
+Q_i(o_1..o_N, a_1..a_N) that sees all agents' observations and one-hot actions (the
+reference text's chapter 21, on MPE). With ``centralised=False`` each critic sees only
+its own agent's (o_i, a_i): independent DDPG, the baseline of the cross-play table.
+
+Acting samples a straight-through Gumbel-softmax of the logits (exploration); the critic
+targets use the target actors' greedy actions; agent i's actor ascends Q_i with its own
+action re-sampled through the Gumbel-softmax (so the gradient flows) and the others'
+current greedy actions. Truncated episodes (MPE ends every episode at ``max_cycles``)
+bootstrap. Read top to bottom: config, replay, the two losses, ``train``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from rlpipe.envs.multiagent import make_parallel_env
+from rlpipe.errors import RlpipeError
+from rlpipe.models.networks import AgentActors, mlp
+from rlpipe.training import OnlineConfig, Run, TrainResult, resolve_device, seed_everything
+from rlpipe.training.env import DISCRETE
+from rlpipe.training.multiagent import SideEval, evaluate_sides
+from rlpipe.training.optim import adam
+
+ACTION_SPACES = (DISCRETE,)
+
+
+@dataclass
+class Config(OnlineConfig):
+    env_steps: int = 125_000  # 5000 episodes of 25 steps
+    num_envs: int = 1  # one env, as the text (the only value accepted)
+    eval_every: int = 25_000
+    eval_episodes: int = 100
+    centralised: bool = True  # False: each critic sees only its own agent (independent DDPG)
+    buffer_size: int = 100_000
+    batch_size: int = 1024
+    learning_starts: int = 4000
+    update_every: int = 100  # env steps between updates (one gradient step per agent)
+    actor_lr: float = 1e-2
+    critic_lr: float = 1e-2
+    gamma: float = 0.95
+    tau: float = 0.01
+    hidden: tuple[int, ...] = (64, 64)
+    logits_l2: float = 1e-3  # keeps the actor's logits small (the Gumbel-softmax saturates otherwise)
+    # (stop_at_return, if set, applies to the good agents' mean return)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.env_id not in TUNED:
+            raise RlpipeError(f"maddpg trains on {', '.join(TUNED)}; got {self.env_id!r}")
+        if self.num_envs != 1:
+            raise RlpipeError(f"maddpg steps one env; got num_envs={self.num_envs}")
+
+
+# The reference text's settings for simple_adversary (N=2, 25 steps), the Config defaults.
+TUNED: dict[str, dict[str, Any]] = {"simple_adversary_v3": {}, "simple_spread_v3": {}}
+
+
+class MultiAgentReplay:
+    """Ring buffer of joint transitions: per-agent observation arrays, [N_agents] actions and rewards."""
+
+    def __init__(self, obs_dims: list[int], capacity: int) -> None:
+        self.capacity, self.size, self.pos = capacity, 0, 0
+        self.obs = [np.zeros((capacity, d), np.float32) for d in obs_dims]
+        self.next_obs = [np.zeros((capacity, d), np.float32) for d in obs_dims]
+        self.actions = np.zeros((capacity, len(obs_dims)), np.int64)
+        self.rewards = np.zeros((capacity, len(obs_dims)), np.float32)
+        self.terminated = np.zeros(capacity, np.float32)
+
+    def add(self, obs: list[np.ndarray], actions: np.ndarray, rewards: np.ndarray, next_obs: list[np.ndarray], terminated: bool) -> None:
+        for buf, o in zip(self.obs, obs):
+            buf[self.pos] = o
+        for buf, o in zip(self.next_obs, next_obs):
+            buf[self.pos] = o
+        self.actions[self.pos], self.rewards[self.pos], self.terminated[self.pos] = actions, rewards, terminated
+        self.pos = (self.pos + 1) % self.capacity
+        self.size = min(self.size + 1, self.capacity)
+
+    def sample(self, batch: int, rng: np.random.Generator, device: torch.device) -> dict[str, Any]:
+        idx = rng.integers(0, self.size, batch)
+
+        def t(x: np.ndarray) -> torch.Tensor:
+            return torch.as_tensor(x[idx], device=device)
+
+        return {"obs": [t(o) for o in self.obs], "next_obs": [t(o) for o in self.next_obs], "actions": t(self.actions),
+                "rewards": t(self.rewards), "terminated": t(self.terminated)}
+
+
+class Critics(nn.Module):
+    """Q_i for every agent; centralised: input all observations and one-hot actions."""
+
+    def __init__(self, obs_dims: list[int], n_actions: list[int], hidden: tuple[int, ...], centralised: bool) -> None:
+        super().__init__()
+        self.centralised = centralised
+        joint = sum(obs_dims) + sum(n_actions)
+        self.nets = nn.ModuleList(mlp(joint if centralised else d + n, 1, hidden) for d, n in zip(obs_dims, n_actions))
+
+    def forward(self, i: int, obs: list[torch.Tensor], actions: list[torch.Tensor]) -> torch.Tensor:
+        x = torch.cat([*obs, *actions] if self.centralised else [obs[i], actions[i]], dim=-1)
+        return self.nets[i](x).squeeze(-1)
+
+
+def greedy_onehot(logits: torch.Tensor) -> torch.Tensor:
+    return F.one_hot(logits.argmax(-1), logits.shape[-1]).float()
+
+
+def critic_loss(i: int, batch: dict[str, Any], critics: Critics, target_critics: Critics, target_actors: AgentActors,
+                n_actions: list[int], gamma: float) -> torch.Tensor:
+    """TD error of Q_i against r_i + gamma * Q_i'(o', greedy target actions)."""
+    with torch.no_grad():
+        next_actions = [greedy_onehot(target_actors.logits(j, o)) for j, o in enumerate(batch["next_obs"])]
+        target = batch["rewards"][:, i] + gamma * (1.0 - batch["terminated"]) * target_critics(i, batch["next_obs"], next_actions)
+    actions = [F.one_hot(batch["actions"][:, j], n).float() for j, n in enumerate(n_actions)]
+    return F.mse_loss(critics(i, batch["obs"], actions), target)
+
+
+def actor_loss(i: int, batch: dict[str, Any], critics: Critics, actors: AgentActors, logits_l2: float) -> torch.Tensor:
+    """-Q_i with agent i's action from the Gumbel-softmax (straight-through) and the others' greedy ones."""
+    logits = actors.logits(i, batch["obs"][i])
+    actions = [F.gumbel_softmax(logits, hard=True) if j == i else greedy_onehot(actors.logits(j, o)).detach()
+               for j, o in enumerate(batch["obs"])]
+    return -critics(i, batch["obs"], actions).mean() + logits_l2 * logits.square().mean()
+
+
+def soft_update(target: nn.Module, source: nn.Module, tau: float) -> None:
+    with torch.no_grad():
+        torch._foreach_lerp_(list(target.parameters()), list(source.parameters()), tau)
+
+
+def train(config: Config, out_dir: str | Path | None = None, *, progress: bool = True) -> TrainResult:
+    """Train MADDPG (or independent DDPG); with ``out_dir`` also write checkpoint, metrics.json and DVCLive curve."""
+    env = make_parallel_env(config.env_id)
+    device = resolve_device(config.device)
+    rng = seed_everything(config.seed, config.torch_threads)
+    agents = list(env.possible_agents)
+    obs_dims = [int(env.observation_space(a).shape[0]) for a in agents]
+    n_actions = [int(env.action_space(a).n) for a in agents]
+    actors = AgentActors(agents, obs_dims, n_actions, config.hidden).to(device)
+    critics = Critics(obs_dims, n_actions, config.hidden, config.centralised).to(device)
+    target_actors = AgentActors(agents, obs_dims, n_actions, config.hidden).to(device)
+    target_critics = Critics(obs_dims, n_actions, config.hidden, config.centralised).to(device)
+    target_actors.load_state_dict(actors.state_dict())
+    target_critics.load_state_dict(critics.state_dict())
+    actor_opts = [adam(net.parameters(), config.actor_lr) for net in actors.nets]
+    critic_opts = [adam(net.parameters(), config.critic_lr) for net in critics.nets]
+    replay = MultiAgentReplay(obs_dims, config.buffer_size)
+    evals: list[SideEval] = []
+
+    def greedy(i: int) -> Callable[[np.ndarray], int]:
+        return lambda o: int(actors.act(i, torch.as_tensor(o, dtype=torch.float32, device=device)[None])[0])
+
+    def evaluator(_policy: Any, episodes: int, seed: int) -> SideEval:
+        evals.append(evaluate_sides({a: greedy(i) for i, a in enumerate(agents)}, config.env_id, episodes, seed))
+        return evals[-1]
+
+    def update(batch: dict[str, Any]) -> None:
+        for i in range(len(agents)):
+            for opt, loss_fn in ((critic_opts[i], lambda: critic_loss(i, batch, critics, target_critics, target_actors, n_actions, config.gamma)),
+                                 (actor_opts[i], lambda: actor_loss(i, batch, critics, actors, config.logits_l2))):
+                opt.zero_grad(set_to_none=True)
+                loss_fn().backward()
+                opt.step()
+        soft_update(target_actors, actors, config.tau)
+        soft_update(target_critics, critics, config.tau)
+
+    run = Run("maddpg", config, out_dir, progress, evaluator=evaluator)  # independent DDPG: metrics' "centralised" is False
+    steps = updates = episodes = 0
+    stop = False
+    try:
+        while not stop:
+            obs, _ = env.reset(seed=int(rng.integers(2**31)))
+            episode_return = 0.0
+            while env.agents and not stop:
+                with torch.no_grad():  # exploration: a Gumbel-softmax sample of each actor's logits
+                    action = [int(F.gumbel_softmax(actors.logits(i, torch.as_tensor(obs[a], device=device)), hard=True).argmax())
+                              for i, a in enumerate(agents)]
+                next_obs, rewards, terminated, _, _ = env.step(dict(zip(agents, action)))
+                reward = np.array([rewards[a] for a in agents], np.float32)
+                replay.add([obs[a] for a in agents], np.array(action), reward, [next_obs[a] for a in agents], any(terminated.values()))
+                obs, steps, episode_return = next_obs, steps + 1, episode_return + float(reward.sum())
+                if replay.size >= config.learning_starts and steps % config.update_every == 0:
+                    update(replay.sample(config.batch_size, rng, device))
+                    updates += 1
+                stop = run.maybe_evaluate(None, steps)
+                run.show(steps, episode_return)
+            episodes += 1
+        if not run.history or run.history[-1].done != steps:
+            run.evaluate(None, steps)
+        final = evals[-1]
+        return run.finish(None, actors, {"policy": actors, "critics": critics}, env.action_space(agents[0]), steps, updates, {
+            "adversary_return_mean": final.adversary_return_mean,
+            "good_return_mean": final.good_return_mean,
+            **{f"eval_return_{a}": r for a, r in final.agent_returns.items()},
+            "train_episodes": episodes,
+            "centralised": config.centralised,
+        })
+    finally:
+        run.close()
+        env.close()

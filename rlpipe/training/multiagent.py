@@ -1,0 +1,221 @@
+"""Multi-agent pieces: a team's shared-policy inputs, batched Combat games as on-policy rows
+(one per game x agent), and evaluation on Combat and on any PettingZoo Parallel env
+(per-agent returns)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from rlpipe.envs.combat import CombatRules, CombatVectorEnv
+from rlpipe.envs.multiagent import make_parallel_env
+from rlpipe.errors import RlpipeError
+from rlpipe.training.evaluation import EvalResult
+
+TeamPolicy = Callable[[np.ndarray], np.ndarray]
+"""Observations of a batch of teams [B, n_agents, obs_dim] -> their actions [B, n_agents]."""
+
+
+def with_agent_ids(obs: torch.Tensor) -> torch.Tensor:
+    """Append each agent's one-hot id: [B, A, D] -> [B, A, D + A] (lets a shared policy specialise)."""
+    batch, n_agents = obs.shape[:2]
+    ids = torch.eye(n_agents, dtype=obs.dtype, device=obs.device).expand(batch, n_agents, n_agents)
+    return torch.cat([obs, ids], dim=-1)
+
+
+@dataclass(frozen=True)
+class RowStep:
+    """One step of every (game, agent) row: what :class:`rlpipe.training.onpolicy.RolloutStorage` stores."""
+
+    rewards: np.ndarray
+    terminated: np.ndarray  # the game ended, or this agent died
+    truncated: np.ndarray
+    valid: np.ndarray  # False for dead agents and the games' autoreset steps: not trained on
+
+
+class CombatRows:
+    """Batched Combat games as rows of a shared team policy (a ``RowStepper``): row
+    ``g * team_size + i`` is agent ``i`` of game ``g``; its observation has the agent's one-hot
+    id appended when ``agent_ids``. Counts the finished games and the team's wins."""
+
+    def __init__(self, envs: CombatVectorEnv, agent_ids: bool, seed: int) -> None:
+        self.envs, self.n_agents = envs, envs.rules.team_size
+        self._ids = np.eye(self.n_agents, dtype=np.float32) if agent_ids else None
+        obs, info = envs.reset(seed=seed)
+        self.alive: np.ndarray = info["alive"]  # [games, agents]
+        self.obs = self._rows(obs)
+        self.episodes = self.wins = 0
+
+    def _rows(self, obs: np.ndarray) -> np.ndarray:
+        x = obs.astype(np.float32, copy=False)
+        if self._ids is not None:
+            x = np.concatenate([x, np.broadcast_to(self._ids, (*x.shape[:2], self.n_agents))], axis=-1)
+        return x.reshape(-1, x.shape[-1])
+
+    def step(self, actions: np.ndarray) -> RowStep:
+        obs, reward, term, trunc, info = self.envs.step(actions.reshape(-1, self.n_agents))
+        died = self.alive & ~info["alive"]  # an agent's episode ends with its death
+        step = RowStep(reward.reshape(-1), (term[:, None] | died).reshape(-1), np.repeat(trunc, self.n_agents),
+                       (info["valid"][:, None] & self.alive).reshape(-1))
+        self.alive, self.obs = info["alive"], self._rows(obs)
+        self.episodes += int((term | trunc).sum())
+        self.wins += int(info["win"].sum())
+        return step
+
+
+def team_policy(actor: nn.Module, agent_ids: bool, device: torch.device | str = "cpu", deterministic: bool = True,
+                seed: int = 0) -> TeamPolicy:
+    """Wrap a shared ``ActorCritic`` as a numpy team policy: greedy, or sampled from a
+    generator seeded with ``seed`` (so a stochastic evaluation is reproducible too)."""
+    device = torch.device(device)
+    generator = torch.Generator(device=device).manual_seed(seed)
+
+    def act(obs: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            x = torch.as_tensor(obs, dtype=torch.float32, device=device)
+            logits = actor((with_agent_ids(x) if agent_ids else x).flatten(0, 1))[0]
+            action = logits.argmax(-1) if deterministic else torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(-1)
+            return action.view(obs.shape[:2]).cpu().numpy()
+
+    return act
+
+
+@dataclass(frozen=True)
+class CombatEval(EvalResult):
+    """EvalResult with ``mean``/``returns`` = team return (sum over agents) per episode and
+    ``success_rate`` = win rate, plus the mean return of each agent."""
+
+    agent_returns: tuple[float, ...] = ()
+
+    @property
+    def win_rate(self) -> float:
+        return float(self.success_rate or 0.0)
+
+
+def evaluate_combat(policy: TeamPolicy, episodes: int, seed: int, rules: Mapping[str, Any] | None = None, max_envs: int = 100) -> CombatEval:
+    """Play ``episodes`` Combat games with ``policy``; each batched game plays a fixed quota,
+    so the result depends only on (policy, episodes, seed, rules)."""
+    n = max(1, min(episodes, max_envs))
+    quota = np.array([episodes // n + (i < episodes % n) for i in range(n)])
+    envs = CombatVectorEnv(n, **(rules or {}))
+    obs, _ = envs.reset(seed=seed)
+    ep_ret = np.zeros((n, envs.rules.team_size))
+    ep_len = np.zeros(n, np.int64)
+    played = np.zeros(n, np.int64)
+    returns, lengths, wins = [], [], []
+    while (played < quota).any():
+        obs, reward, term, trunc, info = envs.step(policy(obs))
+        ep_ret += reward
+        ep_len += info["valid"]
+        for i in np.flatnonzero((term | trunc) & (played < quota)):
+            returns.append(ep_ret[i].copy())
+            lengths.append(int(ep_len[i]))
+            wins.append(bool(info["win"][i]))
+            played[i] += 1
+        ep_ret[term | trunc], ep_len[term | trunc] = 0.0, 0
+    per_agent = np.array(returns)
+    team = per_agent.sum(1)
+    return CombatEval(float(team.mean()), float(team.std()), team.tolist(), lengths, float(np.mean(wins)),
+                      tuple(float(r) for r in per_agent.mean(0)))
+
+
+AgentPolicies = Mapping[str, Callable[[np.ndarray], int]]
+"""agent name -> (its observation -> its action)."""
+
+
+@dataclass(frozen=True)
+class SideEval(EvalResult):
+    """EvalResult of a PettingZoo env with two sides: agents named ``adversary_*`` and the
+    good ones. ``mean``/``returns`` are the good agents' (per agent, per episode); also the
+    mean return of each agent and of each side (None for a side with no agents)."""
+
+    agent_returns: dict[str, float] | None = None
+    adversary_return_mean: float | None = None
+    good_return_mean: float | None = None
+
+
+def evaluate_sides(policies: AgentPolicies, env_id: str, episodes: int, seed: int, **env_kwargs: Any) -> SideEval:
+    """Play ``episodes`` episodes of a PettingZoo Parallel env (episode ``k`` reset with
+    ``seed + k``) and average each agent's and each side's episode return."""
+    env = make_parallel_env(env_id, **env_kwargs)
+    agents = list(env.possible_agents)
+    returns = np.zeros((episodes, len(agents)))
+    lengths = []
+    for k in range(episodes):
+        obs, _ = env.reset(seed=seed + k)
+        length = 0
+        while env.agents:
+            obs, rewards, *_ = env.step({agent: policies[agent](obs[agent]) for agent in env.agents})
+            returns[k] += [rewards.get(agent, 0.0) for agent in agents]
+            length += 1
+        lengths.append(length)
+    env.close()
+    adversary = np.array([a.startswith("adversary") for a in agents])
+    good = returns[:, ~adversary].mean(1)
+    return SideEval(float(good.mean()), float(good.std()), good.tolist(), lengths, None,
+                    {a: float(r) for a, r in zip(agents, returns.mean(0))},
+                    float(returns[:, adversary].mean()) if adversary.any() else None, float(good.mean()))
+
+
+def _load_actor(run_dir: str | Path, device: torch.device) -> tuple[nn.Module, dict[str, Any], str]:
+    """(actor, checkpoint meta, weights hash) of a saved run."""
+    from rlpipe.models.checkpoint import load_checkpoint
+    from rlpipe.models.networks import build_policy
+
+    ckpt = load_checkpoint(run_dir, device)
+    actor = build_policy(ckpt.meta["policy"]["kind"], ckpt.meta["policy"]["spec"]).to(device)
+    actor.load_state_dict(ckpt.state_dict("policy"))
+    return actor.eval(), ckpt.meta, ckpt.sha256
+
+
+def load_team_policy(run_dir: str | Path, deterministic: bool = True, seed: int = 0, device: str = "cpu") -> tuple[TeamPolicy, dict[str, Any], str]:
+    """(team policy, checkpoint meta, weights hash) of a saved IPPO run."""
+    dev = torch.device(device)
+    actor, meta, sha = _load_actor(run_dir, dev)
+    if meta["policy"]["kind"] != "actor_critic" or meta["env_id"] != "Combat-v0":
+        raise RlpipeError(f"{run_dir} is not an IPPO run on Combat-v0")
+    return team_policy(actor, meta["config"].get("agent_ids", False), dev, deterministic, seed), meta, sha
+
+
+def evaluate_run(run_dir: str | Path, episodes: int, seed: int, deterministic: bool = True, device: str = "cpu",
+                 adversary_run: str | Path | None = None) -> dict[str, Any]:
+    """Evaluate a saved multi-agent run (ippo on Combat, maddpg on MPE): the fixed metric
+    keys (``win_rate``, or ``adversary_return_mean`` / ``good_return_mean``) plus returns.
+
+    ``adversary_run`` (MPE) takes the ``adversary_*`` agents' actors from another run of the
+    same env: cross-play, e.g. MADDPG's good agents against an independent DDPG adversary.
+    """
+    from rlpipe.training.env import resolve_device
+
+    dev = resolve_device(device)
+    actor, meta, sha = _load_actor(run_dir, dev)
+    config = meta.get("config", {})
+    head = {"run_dir": str(run_dir), "algo": meta["algo"], "env_id": meta["env_id"], "episodes": episodes, "seed": seed,
+            "deterministic": deterministic, "checkpoint_sha256": sha}
+    if meta["env_id"] == "Combat-v0":
+        # An IPPO run trained with sampled evaluation actions is evaluated the same way.
+        deterministic = head["deterministic"] = deterministic and config.get("eval_deterministic", True)
+        rules = {k: v for k, v in config.items() if k in CombatRules.__dataclass_fields__}
+        res = evaluate_combat(team_policy(actor, config.get("agent_ids", False), dev, deterministic, seed), episodes, seed, rules)
+        return {**head, "win_rate": res.win_rate, "team_return_mean": res.mean, "team_return_std": res.std,
+                "agent_returns": list(res.agent_returns), "episode_length_mean": float(np.mean(res.lengths))}
+
+    def policy(net: nn.Module, i: int) -> Callable[[np.ndarray], int]:
+        return lambda o: int(net.act(i, torch.as_tensor(o, dtype=torch.float32, device=dev)[None], deterministic)[0])
+
+    policies = {a: policy(actor, i) for i, a in enumerate(actor.agents)}
+    if adversary_run is not None:
+        other, other_meta, _ = _load_actor(adversary_run, dev)
+        if other_meta["env_id"] != meta["env_id"] or getattr(other, "agents", None) != actor.agents:
+            raise RlpipeError(f"--adversary-run {adversary_run} is not a run of {meta['env_id']} with the same agents")
+        policies.update({a: policy(other, i) for i, a in enumerate(other.agents) if a.startswith("adversary")})
+        head["adversary_run"] = str(adversary_run)
+    sides = evaluate_sides(policies, meta["env_id"], episodes, seed)
+    return {**head, "adversary_return_mean": sides.adversary_return_mean, "good_return_mean": sides.good_return_mean,
+            "agent_returns": sides.agent_returns}

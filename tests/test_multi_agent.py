@@ -1,0 +1,165 @@
+"""IPPO and MADDPG: bad input, the pieces of their maths, and runs through the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from rlpipe.algos import load_policy, maddpg
+from rlpipe.errors import RlpipeError
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["train", "ippo", "--env", "CartPole-v1"], "ippo trains on Combat-v0; got 'CartPole-v1'"),
+        (["train", "maddpg", "--env", "Combat-v0"], "maddpg trains on simple_adversary_v3, simple_spread_v3"),
+        (["train", "maddpg", "--env", "simple_adversary_v3", "--num-envs", "4"], "maddpg steps one env"),
+        (["train", "ippo", "--env", "Combat-v0", "--set", "team_size=20"], "team_size + n_opponents must be <= 16"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(cli, tmp_path: Path, args: list[str], message: str) -> None:
+    result = cli(*args, "--out", tmp_path / "run")
+    assert result.code == 2 and result.err.startswith("error: ") and message in result.err, result.err
+    assert not (tmp_path / "run").exists()
+
+
+def test_ippo_run_writes_win_rate_and_eval_prints_it(cli, tmp_path: Path) -> None:
+    result = cli("train", "ippo", "--env", "Combat-v0", "--env-steps", "2048", "--out", tmp_path / "run", "--no-progress",
+                 "--num-envs", "16", "--set", "num_steps=64", "--set", "eval_episodes=8")
+    assert result.code == 0, result.err
+    assert "win rate" in result.out
+    metrics = json.loads((tmp_path / "run/metrics.json").read_text())
+    for key in ("eval_win_rate", "eval_team_return_mean", "eval_return_agent_0", "eval_return_agent_1",
+                "eval_episode_length_mean", "agent_steps", "eval_curve"):
+        assert key in metrics
+    assert metrics["eval_win_rate"] == metrics["eval_success_rate"]
+    report = json.loads(cli("eval", tmp_path / "run", "--episodes", "6", "--json").out)
+    assert 0.0 <= report["win_rate"] <= 1.0 and report["episodes"] == 6 and len(report["agent_returns"]) == 2
+    again = json.loads(cli("eval", tmp_path / "run", "--episodes", "6", "--json").out)
+    assert again == report  # seeded evaluation
+    with pytest.raises(RlpipeError, match="multi-agent ippo run: evaluate it with `rlpipe eval`"):
+        load_policy(tmp_path / "run")  # no single observation -> action map
+    collected = cli("collect", "--env", "Combat-v0", "--expert", "ippo", "--expert-run", tmp_path / "run", "--episodes", "4",
+                    "--store", tmp_path / "store", "--quiet", "--stochastic")
+    assert collected.code == 0, collected.err
+    meta = json.loads((tmp_path / "store/combat-expert/metadata.json").read_text())
+    assert meta["producer"]["checkpoint_sha256"] == metrics["checkpoint_sha256"] and meta["multi_agent"]
+    assert meta["producer"]["rules"]["win_reward"] == 10.0  # the expert's own rules
+
+
+def test_maddpg_run_writes_side_returns_and_eval_prints_them(cli, tmp_path: Path) -> None:
+    result = cli("train", "maddpg", "--env", "simple_adversary_v3", "--env-steps", "300", "--out", tmp_path / "run",
+                 "--no-progress", "--set", "learning_starts=100", "--set", "batch_size=64", "--set", "update_every=50",
+                 "--set", "eval_episodes=2")
+    assert result.code == 0, result.err
+    metrics = json.loads((tmp_path / "run/metrics.json").read_text())
+    assert metrics["gradient_updates"] == 5 and metrics["centralised"] is True
+    report = json.loads(cli("eval", tmp_path / "run", "--episodes", "2", "--seed", "10000", "--json").out)  # training's eval seed
+    assert report["adversary_return_mean"] == pytest.approx(metrics["adversary_return_mean"])
+    assert report["good_return_mean"] == pytest.approx(metrics["good_return_mean"])
+    crossed = json.loads(cli("eval", tmp_path / "run", "--episodes", "2", "--seed", "10000", "--json",
+                             "--adversary-run", tmp_path / "run").out)  # cross-play with itself is self-play
+    assert crossed["good_return_mean"] == report["good_return_mean"] and crossed["adversary_run"] == str(tmp_path / "run")
+    wrong = cli("eval", tmp_path / "run", "--adversary-run", tmp_path / "nowhere")
+    assert wrong.code == 2 and "no checkpoint" in wrong.err
+
+
+def test_centralised_critics_see_every_agent_independent_ones_only_their_own() -> None:
+    obs_dims, n_actions = [8, 10, 10], [5, 5, 5]
+    central = maddpg.Critics(obs_dims, n_actions, (16,), centralised=True)
+    independent = maddpg.Critics(obs_dims, n_actions, (16,), centralised=False)
+    assert [net[0].in_features for net in central.nets] == [43, 43, 43]
+    assert [net[0].in_features for net in independent.nets] == [13, 15, 15]
+    obs = [torch.randn(4, d, requires_grad=True) for d in obs_dims]
+    acts = [torch.eye(5)[:4] for _ in n_actions]
+    central(0, obs, acts).sum().backward()
+    assert all(o.grad is not None for o in obs)
+    obs = [o.detach().requires_grad_() for o in obs]
+    independent(0, obs, acts).sum().backward()
+    assert obs[0].grad is not None and obs[1].grad is None and obs[2].grad is None
+
+
+def test_actor_loss_reaches_only_its_own_actor_through_the_gumbel_softmax() -> None:
+    from rlpipe.models.networks import AgentActors
+
+    torch.manual_seed(0)
+    actors = AgentActors(["a", "b"], [3, 3], [4, 4], (8,))
+    critics = maddpg.Critics([3, 3], [4, 4], (8,), centralised=True)
+    batch = {"obs": [torch.randn(32, 3), torch.randn(32, 3)]}
+    maddpg.actor_loss(0, batch, critics, actors, logits_l2=1e-3).backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in actors.nets[0].parameters())
+    assert all(p.grad is None for p in actors.nets[1].parameters())
+
+
+def test_ippo_ends_an_agents_episode_at_its_death() -> None:
+    """A dead agent's value is not bootstrapped: GAE sees its death as a termination."""
+    from rlpipe.training.onpolicy import compute_gae
+
+    rewards = torch.tensor([[0.0], [-1.0], [0.0]])
+    values = torch.ones(3, 1)
+    term = torch.tensor([[False], [True], [False]])  # died at step 1
+    valid = torch.tensor([[True], [True], [False]])  # not acting afterwards
+    adv, _ = compute_gae(rewards, values, torch.ones(1), term, torch.zeros(3, 1, dtype=torch.bool), valid, 0.9, 1.0)
+    assert adv[1, 0].item() == pytest.approx(-2.0) and adv[2, 0].item() == 0.0
+    assert adv[0, 0].item() == pytest.approx(0.9 * 1.0 - 1.0 + 0.9 * -2.0)
+
+
+def test_combat_dataset_has_one_row_per_living_agent_per_step(cli, store: Path) -> None:
+    import polars as pl
+
+    result = cli("collect", "--env", "Combat-v0", "--policy", "random", "--episodes", "12", "--num-envs", "4",
+                 "--store", store, "--quiet")
+    assert result.code == 0, result.err
+    rows = pl.read_ipc(next((store / "combat-random/steps").glob("*.arrow")))
+    assert set(rows["agent"].unique()) == {"agent_0", "agent_1"} and rows["episode_id"].n_unique() == 12
+    per_step = rows.group_by("episode_id", "step").agg(pl.len().alias("n"), pl.col("agent").n_unique().alias("agents"))
+    assert (per_step["n"] == per_step["agents"]).all() and per_step["n"].max() == 2
+    # A living agent sees itself at the centre of its window (team +1, hp >= 1).
+    centre = np.stack(rows["obs"].to_numpy()).reshape(-1, 6, 5, 5)[:, :3, 2, 2]
+    assert (centre[:, 0] == 1.0).all() and (centre[:, 2] >= 1).all()
+    ends = rows.group_by("episode_id").agg((pl.col("terminated") | pl.col("truncated")).sum().alias("ends"), pl.col("step").max())
+    assert (ends["ends"] >= 1).all() and (ends["step"] < 100).all()
+    again = cli("collect", "--env", "Combat-v0", "--policy", "random", "--episodes", "12", "--num-envs", "4",
+                "--store", store, "--quiet", "--name", "again")
+    assert again.code == 0
+    assert pl.read_ipc(next((store / "again/steps").glob("*.arrow"))).equals(rows)  # same seed, same rows
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--format", "hdf5"], "multi-agent datasets are Arrow-only"),
+        (["--format", "both"], "multi-agent datasets are Arrow-only"),
+        (["--expert", "ppo"], "--expert ippo --expert-run"),
+        (["--steps", "100"], "give --episodes N"),
+    ],
+)
+def test_bad_multi_agent_collection_is_exit_2(cli, store: Path, args: list[str], message: str) -> None:
+    result = cli("collect", "--env", "Combat-v0", "--store", store, "--quiet", *(["--episodes", "3"] if "--steps" not in args else []), *args)
+    assert result.code == 2 and message in result.err, result.err
+    assert not any(store.iterdir())
+
+
+def test_combat_rows_end_an_agents_episode_at_its_death_and_skip_it_afterwards() -> None:
+    """IPPO's rows (one per game x agent) for the shared on-policy storage: an agent's death
+    is a termination of its row, and a dead agent's later steps are not trained on."""
+    from rlpipe.envs.combat import CombatVectorEnv
+    from rlpipe.training.multiagent import CombatRows
+
+    rows = CombatRows(CombatVectorEnv(8), agent_ids=True, seed=0)
+    assert rows.obs.shape == (16, 150 + 2) and (rows.obs[:, -2:] == np.tile(np.eye(2), (8, 1))).all()
+    rng = np.random.default_rng(0)
+    deaths = 0
+    for _ in range(300):
+        alive = rows.alive.reshape(-1).copy()
+        step = rows.step(rng.integers(0, 7, size=16))
+        died = alive & ~rows.alive.reshape(-1) & step.valid
+        deaths += int(died.sum())
+        assert step.terminated[died].all()
+        assert not step.valid[~alive].any()  # dead before the step: not acting
+    assert deaths > 0 and rows.episodes > 0
