@@ -21,12 +21,12 @@ from gymnasium import spaces
 
 from rlpipe.errors import RlpipeError
 
-ONLINE = ("ppo", "sac", "ddpg", "td3", "ddpg-her", "td3-her", "sac-her")
+ONLINE = ("ppo", "sac", "ddpg", "td3", "ddpg-her", "td3-her", "sac-her", "pets", "mbpo")
 # Offline algorithms read ``--dataset``; the env they are evaluated in comes from its metadata.
-OFFLINE: tuple[str, ...] = ("bc", "gail", "cql", "bcq", "td3bc", "iql")
+OFFLINE: tuple[str, ...] = ("bc", "gail", "cql", "bcq", "td3bc", "iql", "dynamics", "mopo")
 # name -> module; a module may serve several names (the HER variants share one file).
 REGISTRY: dict[str, str] = {
-    **{name: f"rlpipe.algos.{name}" for name in ("ppo", "sac", "ddpg", "td3", "bc", "gail", "cql", "bcq", "iql")},
+    **{name: f"rlpipe.algos.{name}" for name in ("ppo", "sac", "ddpg", "td3", "bc", "gail", "cql", "bcq", "iql", "pets", "mbpo", "dynamics", "mopo")},
     "td3bc": "rlpipe.algos.td3_bc",
     **{f"{base}-her": "rlpipe.algos.her" for base in ("ddpg", "td3", "sac")},
 }

@@ -71,3 +71,21 @@ class VecStepper:
         self.valid = ~batch.done
         self.obs = next_obs
         return batch
+
+
+class EpisodeReturns:
+    """A ``step_sink`` that records the return of every finished training episode
+    (``returns``, in order of completion), so a run's sample efficiency is visible."""
+
+    def __init__(self) -> None:
+        self.returns: list[float] = []
+        self._running: np.ndarray | None = None
+
+    def __call__(self, obs: np.ndarray, env_actions: np.ndarray, rewards: np.ndarray, next_obs: np.ndarray,
+                 terminated: np.ndarray, truncated: np.ndarray, valid: np.ndarray) -> None:
+        if self._running is None:
+            self._running = np.zeros(len(rewards))
+        self._running += rewards * valid
+        finished = (terminated | truncated) & valid
+        self.returns.extend(float(r) for r in self._running[finished])
+        self._running[finished] = 0.0

@@ -1,0 +1,122 @@
+"""PETS: probabilistic ensembles with trajectory sampling (Chua et al. 2018).
+
+No policy network: a Gaussian dynamics ensemble (``rlpipe.models.dynamics``) is fitted to
+every transition seen so far, and each action is planned by cross-entropy-method MPC in
+the model (``rlpipe.training.planning``), with the env's known termination and, by
+default, its known reward. Read top to bottom: config and tuned defaults, ``make_config``,
+then ``train``: random actions for ``random_steps``, then plan, refitting the model every
+``refit_every`` env steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from rlpipe.models.env_fns import reward_fn, termination_fn
+from rlpipe.training import ReplayBuffer, Run, TrainResult, VecStepper, config_for_env
+from rlpipe.training.env import BOX, ActionScaler
+from rlpipe.training.model_based import DYNAMICS_MODULE, buffer_contents, build_ensemble, fit_on
+from rlpipe.training.offpolicy import setup
+from rlpipe.training.planning import CEMPlanner, CEMSettings, ModelEnv, planner_policy
+from rlpipe.training.rollout import EpisodeReturns
+
+ACTION_SPACES = (BOX,)
+EVAL_GENERATOR_OFFSET = 1  # the evaluation planner draws from its own generator
+
+
+@dataclass
+class Config:
+    env_id: str = "Pendulum-v1"
+    env_steps: int = 3_000
+    seed: int = 0
+    num_envs: int = 1  # envs are planned for together, one batch
+    random_steps: int = 200  # uniform random actions first (the text: one episode)
+    refit_every: int = 200  # env steps between model fits (200: every Pendulum episode)
+    reward: str = "known"  # "known": the env's reward function; "learned": the model's
+    # The dynamics ensemble and its fit.
+    members: int = 5
+    elites: int = 5
+    model_hidden: tuple[int, ...] = (200, 200, 200, 200)  # the text's 4 x 200 Swish
+    model_lr: float = 1e-3
+    model_weight_decay: float = 5e-5
+    model_batch_size: int = 256
+    model_max_epochs: int = 50
+    model_patience: int = 5
+    holdout_fraction: float = 0.2
+    # CEM planning (see rlpipe.training.planning.CEMSettings).
+    horizon: int = 25
+    population: int = 50
+    elite_fraction: float = 0.2
+    iterations: int = 5
+    particles: int = 1
+    init_std: float = 0.5
+    smoothing: float = 0.1
+    eval_every: int = 3_000
+    eval_episodes: int = 10
+    stop_at_return: float | None = None
+    device: str = "cpu"
+    torch_threads: int = 1
+
+
+TUNED: dict[str, dict[str, Any]] = {}
+
+
+def make_config(env_id: str, **overrides: Any) -> Config:
+    """The tuned config for ``env_id`` with ``overrides`` (None values ignored) applied."""
+    return config_for_env(Config, TUNED, env_id, **overrides)
+
+
+def cem_settings(config: Any) -> CEMSettings:
+    """The planner settings of a config with CEMSettings' fields."""
+    return CEMSettings(config.horizon, config.population, config.elite_fraction, config.iterations,
+                       config.particles, config.init_std, config.smoothing)
+
+
+def train(config: Config, out_dir: str | Path | None = None, *, progress: bool = True) -> TrainResult:
+    """Train PETS; with ``out_dir`` also write the model checkpoint, metrics.json and curve."""
+    terminated, reward = termination_fn("pets", config.env_id), reward_fn("pets", config.env_id, config.reward)
+    env = setup("pets", config)
+    model, optimizer = build_ensemble(config, env.obs_dim, env.act_dim, env.device)
+    generator = torch.Generator(device=env.device).manual_seed(config.seed)
+    planner = CEMPlanner(ModelEnv(model, env.action_space, terminated, reward, generator), cem_settings(config), env.act_dim, generator)
+    eval_generator = torch.Generator(device=env.device).manual_seed(config.seed + EVAL_GENERATOR_OFFSET)
+    eval_planner = CEMPlanner(ModelEnv(model, env.action_space, terminated, reward, eval_generator), cem_settings(config), env.act_dim, eval_generator)
+    scaler = ActionScaler(env.action_space)
+    episodes = EpisodeReturns()
+    stepper = VecStepper(env.envs, scaler, config.seed, episodes)
+    buffer = ReplayBuffer(config.env_steps + config.num_envs, env.obs_dim, env.act_dim, env.device, seed=config.seed)
+    eval_policy = planner_policy(eval_planner, scaler, env.device)
+    run = Run("pets", config, out_dir, progress)
+    fits, next_fit = [], config.random_steps
+    try:
+        while True:
+            if stepper.env_steps >= next_fit:
+                fits.append(fit_on(model, optimizer, buffer_contents(buffer), config, generator))
+                next_fit += config.refit_every
+            if not fits:
+                actions = env.rng.uniform(-1.0, 1.0, (stepper.num_envs, env.act_dim))
+            else:
+                actions = planner.act(torch.as_tensor(np.asarray(stepper.obs, np.float32), device=env.device)).cpu().numpy()
+            b = stepper.step(actions)
+            buffer.store(b)
+            if b.done.any():
+                planner.reset()
+            run.show(stepper.env_steps, stepper.last_return)
+            if run.maybe_evaluate(eval_policy, stepper.env_steps):
+                break
+        extra = {
+            "train_episodes": stepper.episodes,
+            "episode_returns": episodes.returns,
+            "model_fits": len(fits),
+            "model_fit_seconds": round(sum(f.seconds for f in fits), 3),
+            **({"model_holdout_mse": fits[-1].holdout_mse, "model_holdout_loss": fits[-1].holdout_loss} if fits else {}),
+        }
+        return run.finish(eval_policy, model, {DYNAMICS_MODULE: model}, env.action_space, stepper.env_steps, 0, extra)
+    finally:
+        run.close()
+        env.envs.close()
