@@ -97,10 +97,11 @@ class GaussianEnsemble(nn.Module):
 
 @dataclass(frozen=True)
 class FitReport:
-    """How a fit went: epochs run, the elites' holdout MSE per output (Δobs dims, then
-    reward; data units) and its mean, and the wall time."""
+    """How a fit went: epochs and gradient updates run, the elites' holdout MSE per output
+    (Δobs dims, then reward; data units) and its mean, and the wall time."""
 
     epochs: int
+    updates: int
     holdout_mse: list[float]
     holdout_loss: float
     seconds: float
@@ -129,6 +130,7 @@ def fit_ensemble(
     batch_size: int = 256,
     max_epochs: int = 100,
     patience: int = 5,
+    max_updates: int | None = None,
     generator: torch.Generator | None = None,
 ) -> FitReport:
     """Fit ``model`` to ``inputs -> targets`` (see :func:`transitions_to_xy`) by Gaussian
@@ -137,7 +139,8 @@ def fit_ensemble(
     A random ``holdout_fraction`` (at most ``max_holdout`` rows) is held out. Each member
     trains on its own bootstrap of the rest. An epoch that improves no member's holdout MSE
     by 1% counts towards ``patience``; each member ends at its best epoch, and the
-    ``model.num_elites`` members with the lowest holdout MSE become the elites.
+    ``model.num_elites`` members with the lowest holdout MSE become the elites. The fit
+    also ends after ``max_updates`` gradient updates (None: no cap).
     """
     start = time.perf_counter()
     n = len(inputs)
@@ -151,16 +154,18 @@ def fit_ensemble(
     members, n_train = model.members, len(train)
     best = _holdout_mse(model, x_hold, y_hold).mean(1)
     best_state = {k: v.clone() for k, v in model.state_dict().items()}
-    epochs, stale = 0, 0
-    while epochs < max_epochs and stale < patience:
+    epochs, stale, updates = 0, 0, 0
+    max_updates = max_updates if max_updates is not None else max_epochs * -(-n_train // batch_size)
+    while epochs < max_epochs and stale < patience and updates < max_updates:
         boot = torch.randint(0, n_train, (members, n_train), generator=generator, device=x.device)
-        for rows in boot.split(batch_size, dim=1):
+        for rows in boot.split(batch_size, dim=1)[: max_updates - updates]:
             mean, logvar = model.normalized(x[rows])
             nll = ((mean - y[rows]).square() * (-logvar).exp() + logvar).mean((1, 2)).sum()
             loss = nll + 0.01 * (model.max_logvar.sum() - model.min_logvar.sum())
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
+            updates += 1
         epochs += 1
         mse = _holdout_mse(model, x_hold, y_hold).mean(1)
         improved = (best - mse) / best.clamp_min(1e-12) > 0.01
@@ -172,7 +177,7 @@ def fit_ensemble(
     per_output = _holdout_mse(model, x_hold, y_hold)
     model.elites.copy_(per_output.mean(1).argsort()[: model.num_elites].sort().values)
     elite_mse = per_output[model.elites].mean(0)
-    return FitReport(epochs, [float(v) for v in elite_mse], float(elite_mse.mean()), time.perf_counter() - start)
+    return FitReport(epochs, updates, [float(v) for v in elite_mse], float(elite_mse.mean()), time.perf_counter() - start)
 
 
 def _keep_members(best: dict[str, torch.Tensor], current: dict[str, torch.Tensor], members: torch.Tensor) -> None:
