@@ -67,13 +67,15 @@ def load_policy(run_dir: str | Path, device: str = "cpu", deterministic: bool = 
     ``.checkpoint_sha256`` identify it. Nothing is unpickled; the weights' hash is checked.
     """
     from rlpipe.models.checkpoint import load_checkpoint
-    from rlpipe.models.networks import build_policy
+    from rlpipe.models.networks import POLICY_CLASSES, build_policy
     from rlpipe.training.env import ActionScaler, resolve_device, space_from_json
     from rlpipe.training.evaluation import policy_fn
 
     dev = resolve_device(device)
     ckpt = load_checkpoint(run_dir, dev)
     meta = ckpt.meta
+    if meta["policy"]["kind"] not in POLICY_CLASSES:  # e.g. PETS: actions come from planning
+        raise RlpipeError(f"the {meta['algo']} run in {run_dir} has no policy network to load (it saved a {meta['policy']['kind']})")
     actor = build_policy(meta["policy"]["kind"], meta["policy"]["spec"]).to(dev)
     try:
         actor.load_state_dict(ckpt.state_dict("policy"))

@@ -10,12 +10,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from rlpipe.errors import RlpipeError
 from rlpipe.models.checkpoint import load_checkpoint
 from rlpipe.models.dynamics import FitReport, GaussianEnsemble, fit_ensemble, transitions_to_xy
 from rlpipe.training.buffer import Batch, ReplayBuffer
+from rlpipe.training.env import ActionScaler
+from rlpipe.training.offline import OfflineData
 from rlpipe.training.planning import ModelEnv
 
 DYNAMICS_MODULE = "dynamics"  # the ensemble's name in a checkpoint
@@ -44,6 +47,14 @@ def buffer_contents(buffer: ReplayBuffer) -> Batch:
     """Every transition held in ``buffer`` (views, no copy)."""
     n = len(buffer)
     return Batch(buffer.obs[:n], buffer.actions[:n], buffer.rewards[:n], buffer.next_obs[:n], buffer.terminated[:n])
+
+
+def dataset_batch(data: OfflineData) -> Batch:
+    """Every transition of an opened dataset as one batch on its device (actions in [-1, 1])."""
+    a = data.arrays
+    as_t = lambda x: torch.as_tensor(np.asarray(x, np.float32), device=data.device)  # noqa: E731
+    actions = ActionScaler(data.action_space).from_env(np.asarray(a.action))
+    return Batch(as_t(a.obs), as_t(actions), as_t(a.reward), as_t(a.next_obs), as_t(a.terminated))
 
 
 def load_dynamics(run_dir: str | Path, env_id: str, obs_dim: int, act_dim: int, device: torch.device) -> tuple[GaussianEnsemble, dict[str, Any]]:
