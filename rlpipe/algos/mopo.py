@@ -96,8 +96,8 @@ def dynamics_for(config: Config, data: OfflineData, generator: torch.Generator) 
 def train(config: Config, out_dir: str | Path | None = None, *, progress: bool = True) -> TrainResult:
     """Train MOPO on ``config.dataset``; with ``out_dir`` also write checkpoint (policy,
     critics, dynamics), metrics and curve."""
-    terminated, reward = termination_fn("mopo", config.env_id), reward_fn("mopo", config.env_id, config.reward)
     data = load_offline("mopo", config, ACTION_SPACES)
+    terminated, reward = termination_fn("mopo", config.env_id), reward_fn("mopo", config.env_id, config.reward)
     generator = torch.Generator(device=data.device).manual_seed(config.seed)
     model, model_metrics = dynamics_for(config, data, generator)
     model_env = ModelEnv(model, data.action_space, terminated, reward, generator)
