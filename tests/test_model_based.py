@@ -137,6 +137,23 @@ def test_envs_without_known_functions_are_refused_by_name(cli) -> None:
     assert res.code == 2 and "continuous (Box) action space" in res.err
 
 
+def test_bad_model_settings_are_refused_before_a_run_starts(cli, tmp_path: Path) -> None:
+    for algo, setting, message in [
+        ("pets", "population=7", "multiple of the 5 elite members"),
+        ("mbpo", "elites=9", "elites=9: expected at most members (7)"),
+        ("mbpo", "real_ratio=1.5", "real_ratio=1.5: expected a number in [0, 1]"),
+        ("pets", "reward=exact", "reward='exact': expected 'known' or 'learned'"),
+        ("pets", "horizon=0", "horizon=0: expected a positive number"),
+    ]:
+        res = cli("train", algo, "--env", "Pendulum-v1", "--set", setting, "--out", tmp_path / algo, "--no-progress")
+        assert res.code == 2 and message in res.err and "Traceback" not in res.err, (setting, res.err)
+        assert not (tmp_path / algo).exists()
+    cheap = ["env_steps=1", "random_steps=1", "eval_episodes=1", "model_hidden=[8]", "model_max_epochs=1", "horizon=2",
+             "population=5", "iterations=1"]
+    res = cli("train", "pets", "--env", "Pendulum-v1", *(a for kv in cheap for a in ("--set", kv)), "--out", tmp_path / "ok", "--no-progress")
+    assert res.code == 0, res.err  # the control: valid settings run
+
+
 @pytest.mark.slow
 def test_pets_learns_pendulum_in_four_episodes(tmp_path: Path, cli) -> None:
     pets = get_algo("pets")

@@ -24,7 +24,8 @@ from rlpipe.models.env_fns import reward_fn, termination_fn
 from rlpipe.training import Batch, OnlineConfig, ReplayBuffer, StepBatch, TrainResult
 from rlpipe.training.env import BOX
 from rlpipe.training.model_based import (
-    DYNAMICS_MODULE, MixedBatches, ModelFields, branched_rollout, buffer_contents, build_ensemble, check_real_ratio, fit_on, fits_metrics,
+    DYNAMICS_MODULE, MixedBatches, ModelFields, branched_rollout, buffer_contents, build_ensemble, check_real_ratio,
+    fit_on, fits_metrics,
 )
 from rlpipe.training.offpolicy import Agent, OffPolicySetup, setup, train_off_policy
 from rlpipe.training.planning import ModelEnv

@@ -3,8 +3,9 @@
 No policy network: a Gaussian dynamics ensemble (``rlpipe.models.dynamics``) is fitted to
 every transition seen so far, and each action is planned by cross-entropy-method MPC in
 the model (``rlpipe.training.planning``), with the env's known termination and, by
-default, its known reward. Read top to bottom: config and tuned defaults, then ``train``: random actions for ``random_steps``, then plan, refitting the model every
-``refit_every`` env steps. The ``num_envs`` envs are planned for together, as one batch.
+default, its known reward. Read top to bottom: config and tuned defaults, then ``train``:
+random actions for ``random_steps``, then plan, refitting the model every ``refit_every``
+env steps. The ``num_envs`` envs are planned for together, as one batch.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from rlpipe.envs.stepper import EpisodeReturns
 from rlpipe.models.env_fns import reward_fn, termination_fn
 from rlpipe.training import OnlineConfig, ReplayBuffer, Run, TrainResult, VecStepper
 from rlpipe.training.env import BOX, ActionScaler
-from rlpipe.training.model_based import DYNAMICS_MODULE, ModelFields, buffer_contents, build_ensemble, fits_metrics, fit_on
+from rlpipe.training.model_based import (
+    DYNAMICS_MODULE, ModelFields, buffer_contents, build_ensemble, fit_on, fits_metrics,
+)
 from rlpipe.training.offpolicy import setup
 from rlpipe.training.planning import CEMPlanner, ModelEnv, PlanningFields, planner_policy
 
