@@ -17,6 +17,19 @@ included. Finally the arrays of both are compared (assert equal).
 
     .venv/bin/python bench/load.py             # 1M transitions
     .venv/bin/python bench/load.py --quick     # 50k transitions
+    .venv/bin/python bench/load.py --large 50000000   # larger than memory: see below
+
+`--large N` (instead of the comparison with Minari) writes a synthetic CartPole-shaped dataset
+of N transitions (random observations, 100-step episodes; Arrow shards written directly by
+DatasetWriter, ~56 bytes a row) and times, each in a fresh process, minibatches of 256:
+  mapped       MappedSampler over the shards (what `rlpipe train` uses for datasets over
+               1 GiB): nothing copied; action, reward, terminated memory-mapped, obs and
+               next_obs read with pread per row (they would not fit the 1 GiB resident budget)
+  in RAM       TransitionSampler over the sampled columns copied into RAM (the comparison;
+               needs ~3 GB at 50M rows)
+  train bc     `rlpipe train bc` on the dataset (mapped automatically), as a whole process
+with each process's peak resident memory (VmHWM) and its anonymous/file-backed split. The
+dataset is deleted afterwards (--keep keeps it).
 
 Needs the `bench` extra:  pip install -c constraints.txt -e '.[dev,bench]'
 """
@@ -110,6 +123,124 @@ def run_child(which: str, store: Path, out: Path | None, cold: bool, dataset_dir
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+# ---------------------------------------------------------------------------- larger than memory
+
+LARGE_NAME = "synthetic-large"
+BATCH = 256
+
+
+def memory_status() -> dict:
+    """This process's peak and current resident memory (MiB), split into anonymous and file-backed pages."""
+    fields = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmHWM", "VmRSS", "RssAnon", "RssFile"):
+            fields[key] = int(value.split()[0]) / 1024
+    return fields
+
+
+def build_large(store: Path, rows: int, episode_length: int = 100, chunk: int = 1_000_000) -> float:
+    """Write a synthetic CartPole-shaped dataset of `rows` transitions straight through DatasetWriter."""
+    from rlpipe.datasets.writer import DatasetWriter
+    from rlpipe.envs import env_spaces
+
+    obs_space, act_space = env_spaces(ENV_ID)
+    rng = np.random.default_rng(0)
+    start = time.perf_counter()
+    with DatasetWriter(LARGE_NAME, obs_space, act_space, env_id=ENV_ID, store=store, fmt="arrow", force=True) as writer:
+        for first in range(0, rows, chunk):
+            n = min(chunk, rows - first)
+            row = np.arange(first, first + n)
+            obs = rng.standard_normal((n + 1, 4), dtype=np.float32)
+            ends = row % episode_length == episode_length - 1
+            writer.write({"episode_id": row // episode_length, "step": row % episode_length, "obs": obs[:-1], "next_obs": obs[1:],
+                          "action": rng.integers(2, size=n), "reward": np.ones(n, np.float32), "terminated": ends | (row == rows - 1),
+                          "truncated": np.zeros(n, bool)})
+        writer.finalize({"algorithm": "synthetic"})
+    return time.perf_counter() - start
+
+
+def child_sampler(store: Path, which: str, batches: int) -> dict:
+    import torch
+
+    from rlpipe.datasets.loader import TransitionArrays
+    from rlpipe.datasets.mapped import MappedTransitions
+    from rlpipe.datasets.store import open_dataset
+    from rlpipe.envs.spaces import ActionScaler
+    from rlpipe.training.sampler import MappedSampler, TransitionSampler
+
+    torch.set_num_threads(1)
+    info = open_dataset(LARGE_NAME, store)
+    action_map = ActionScaler(info.action_space).from_env
+    start = time.perf_counter()
+    mapped = MappedTransitions(info)  # set-up: reads the columns held in RAM, checks that next_obs chains
+    if which == "mapped":
+        sampler = MappedSampler(mapped, seed=0, action_map=action_map)
+    else:  # the sampled columns copied into RAM (the others left empty: the sampler does not read them)
+        columns = {name: mapped.column(name) for name in ("obs", "action", "reward", "next_obs", "terminated")}
+        del mapped
+        empty = np.zeros(0)
+        arrays = TransitionArrays(**columns, truncated=empty, episode_id=empty, step=empty)
+        sampler = TransitionSampler(arrays, seed=0, action_map=action_map)
+        del arrays, columns
+    ready = time.perf_counter()
+    for _ in range(200):  # warm-up: first touches of pages, allocator
+        sampler.sample(BATCH)
+    timed, cpu = time.perf_counter(), time.process_time()
+    for _ in range(batches):
+        sampler.sample(BATCH)
+    done, cpu_done = time.perf_counter(), time.process_time()
+    return {"setup_s": ready - start, "batches_per_s": batches / (done - timed), "cpu_batches_per_s": batches / (cpu_done - cpu),
+            "rows": sampler.size, **memory_status()}
+
+
+def large_case(args: argparse.Namespace) -> int:
+    limit_threads()
+    store = args.keep or Path(tempfile.mkdtemp(prefix="rlpipe-bench-large-"))
+    print(f"# larger-than-memory sampling, synthetic CartPole-shaped data -- {today()}")
+    print(f"# machine: {machine_description()}; {versions('rlpipe', 'numpy', 'pyarrow', 'torch')}")
+    try:
+        seconds = build_large(store, args.large)
+        size = sum(p.stat().st_size for p in (store / LARGE_NAME).rglob("*") if p.is_file())
+        print(f"# dataset: {args.large:,} transitions, {size / 2**30:.2f} GiB, written in {seconds:.0f} s", flush=True)
+        results = {}
+        for which in ("mapped", "in_ram"):
+            command = [sys.executable, __file__, "--child", which, "--store", str(store), "--batches", str(args.batches)]
+            results[which] = json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1])
+            print(f"  {which}: {results[which]}", flush=True)
+        exe = Path(sys.executable).with_name("rlpipe")
+        train = [str(exe), "train", "bc", "--dataset", LARGE_NAME, "--store", str(store), "--updates", "2000", "--out",
+                 str(store / "run"), "--no-progress", "--set", "eval_every=2000", "--set", "eval_episodes=2", "--set", "batch_size=256"]
+        # a wrapper process whose only child is the training run, so its peak RSS is that run's
+        wrapper = [sys.executable, "-c", "import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True, capture_output=True); "
+                   "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"]
+        start = time.perf_counter()
+        peak_kib = int(subprocess.run(wrapper + train, check=True, capture_output=True, text=True).stdout.split()[-1])
+        results["train_bc"] = {"seconds": time.perf_counter() - start, "VmHWM": peak_kib / 1024}
+        print(f"  rlpipe train bc (2000 updates of 256, mapped): {results['train_bc']}", flush=True)
+    finally:
+        if args.keep is None:
+            shutil.rmtree(store, ignore_errors=True)
+    m, r = results["mapped"], results["in_ram"]
+    print()
+    print(table(["sampler", "setup (s)", "batches of 256 / s (wall)", "per CPU second", "peak RSS (MiB)", "anonymous (MiB)", "file-backed (MiB)"], [
+        [label, f"{x['setup_s']:.2f}", f"{x['batches_per_s']:,.0f}", f"{x['cpu_batches_per_s']:,.0f}", f"{x['VmHWM']:,.0f}",
+         f"{x['RssAnon']:,.0f}", f"{x['RssFile']:,.0f}"] for label, x in (("mapped (MappedSampler)", m), ("in RAM (TransitionSampler)", r))
+    ]))
+    print(f"\nrlpipe train bc, whole process: peak RSS {results['train_bc']['VmHWM']:,.0f} MiB ")
+    for text, ok, value in [
+        ("mapped sampler peak RSS under 2 GiB", m["VmHWM"] < 2048, f"{m['VmHWM']:,.0f} MiB"),
+        ("rlpipe train bc peak RSS under 2 GiB", results["train_bc"]["VmHWM"] < 2048, f"{results['train_bc']['VmHWM']:,.0f} MiB"),
+        ("mapped sampling within 2x of in-RAM (wall)", m["batches_per_s"] * 2 >= r["batches_per_s"], f"{r['batches_per_s'] / m['batches_per_s']:.2f}x slower"),
+        ("mapped sampling within 2x of in-RAM (CPU time)", m["cpu_batches_per_s"] * 2 >= r["cpu_batches_per_s"],
+         f"{r['cpu_batches_per_s'] / m['cpu_batches_per_s']:.2f}x slower"),
+    ]:
+        print(f"goal {'MET   ' if ok else 'MISSED'} {text}: {value}")
+    if args.json is not None:
+        args.json.write_text(json.dumps({"date": today(), "machine": machine_description(), "rows": args.large, "results": results}, indent=2))
+    return 0
+
+
 # ---------------------------------------------------------------------------- main
 
 
@@ -122,16 +253,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-pin", action="store_true")
     parser.add_argument("--keep", type=Path, default=None, help="build the store here and keep it (default: a temp dir)")
     parser.add_argument("--json", type=Path, default=None, help="also write the results to this JSON file")
-    parser.add_argument("--child", choices=["rlpipe", "minari"], help=argparse.SUPPRESS)
+    parser.add_argument("--large", type=int, default=None, help="the larger-than-memory case with this many transitions")
+    parser.add_argument("--batches", type=int, default=3000, help="--large: minibatches timed per sampler")
+    parser.add_argument("--child", choices=["rlpipe", "minari", "mapped", "in_ram"], help=argparse.SUPPRESS)
     parser.add_argument("--store", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
 
+    if args.child in ("mapped", "in_ram"):
+        print(json.dumps(child_sampler(args.store, args.child, args.batches)))
+        return 0
     if args.child:  # no torch import here: the child's import time is measured
         result = (child_rlpipe if args.child == "rlpipe" else child_minari)(args.store, args.out)
         print(json.dumps(result))
         return 0
+    if args.large:
+        return large_case(args)
 
     if args.quick:
         args.steps = 50_000

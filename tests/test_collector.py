@@ -11,6 +11,7 @@ import pytest
 
 from rlpipe.datasets.collector import EpisodeAssembler, RandomPolicy, collect
 from rlpipe.datasets.loader import load_dataset
+from rlpipe.datasets.schema import concat_columnar
 from rlpipe.datasets.store import open_dataset
 from rlpipe.envs.stepper import StepBatch, VecStepper
 from rlpipe.pipeline.collect import collect_dataset as pipeline_collect
@@ -123,7 +124,7 @@ def test_episode_cap_drops_the_extra_episodes(store: Path) -> None:
 def episode_lengths(num_envs: int, seed: int, **budget) -> np.ndarray:
     """Lengths of the episodes `collect` keeps from random CartPole (no dataset written)."""
     ids = []
-    collect("CartPole-v1", lambda e: RandomPolicy(e.single_action_space, e.num_envs, seed), lambda rows: ids.append(rows["episode_id"]),
+    collect("CartPole-v1", lambda space, n: RandomPolicy(space, n, seed), lambda rows: ids.append(rows["episode_id"]),
             num_envs=num_envs, seed=seed, show_progress=False, **budget)
     return np.bincount(np.concatenate(ids))
 
@@ -201,3 +202,46 @@ def test_budgets_are_split_evenly_over_the_envs() -> None:
     assembler.close()
     rewards = np.concatenate([block["reward"] for block in out])
     assert np.bincount(rewards.astype(int)).tolist() == [4, 2]  # env 0: 2 + 2 >= 3 steps; env 1: 2 >= 2
+
+
+def rows_of(blocks: list[dict]) -> dict:
+    """Row blocks from a sink joined into one column each."""
+    return {key: concat_columnar([block[key] for block in blocks]) for key in blocks[0]}
+
+
+@pytest.mark.parametrize("env_id,budget", [("CartPole-v1", {"steps": 700}), ("Pendulum-v1", {"episodes": 3}), ("GoalWorld-v0", {"episodes": 5})])
+def test_one_env_path_equals_a_one_env_vector_env(env_id: str, budget: dict) -> None:
+    """`collect` with one env steps a plain gym.make env (no vector env); its rows equal those
+    of the vector path (VecStepper + EpisodeAssembler) over a 1-env SyncVectorEnv of the same env."""
+    fast, reference = [], []
+    collect(env_id, lambda space, n: RandomPolicy(space, n, 4), fast.append, num_envs=1, seed=4, show_progress=False, **budget)
+    envs = gym.vector.SyncVectorEnv([lambda: gym.make(env_id)], autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
+    assembler = EpisodeAssembler(1, reference.append, **budget)
+    policy = RandomPolicy(envs.single_action_space, 1, 4)
+    stepper = VecStepper(envs, None, 4, assembler.add_step)
+    while not assembler.finished:
+        stepper.step(policy(stepper.obs))
+    assembler.close()
+    fast, reference = rows_of(fast), rows_of(reference)
+    assert set(fast) == set(reference)
+    for key in reference:
+        for ours, theirs in leaf_pairs(fast[key], reference[key]):
+            np.testing.assert_array_equal(ours, theirs, err_msg=key)
+
+
+def test_auto_num_envs_batches_native_vector_envs_only() -> None:
+    from rlpipe.pipeline.collect import AUTO_MAX_ENVS, auto_num_envs
+
+    assert auto_num_envs("CartPole-v1", None, 1_000_000, batched_policy=False) == AUTO_MAX_ENVS
+    assert auto_num_envs("CartPole-v1", None, 10_000, batched_policy=False) == 5  # 2,000 steps per env at least
+    assert auto_num_envs("CartPole-v1", None, 500, batched_policy=False) == 1
+    assert auto_num_envs("CartPole-v1", 40, None, batched_policy=False) == 10  # 4 episodes per env at least
+    assert auto_num_envs("Pendulum-v1", None, 1_000_000, batched_policy=False) == 1  # stepped in Python: one env is fastest
+    assert auto_num_envs("Pendulum-v1", None, 1_000_000, batched_policy=True) == 8  # an expert's forward pass is shared
+
+
+def test_auto_num_envs_is_recorded_and_reproducible(tmp_path: Path) -> None:
+    first = pipeline_collect("CartPole-v1", steps=20_000, seed=2, fmt="arrow", store=tmp_path / "a", progress=False)
+    again = pipeline_collect("CartPole-v1", steps=20_000, seed=2, num_envs=10, fmt="arrow", store=tmp_path / "b", progress=False)
+    assert first.metadata["producer"]["num_envs"] == 10
+    assert first.metadata["content_hash"] == again.metadata["content_hash"]

@@ -164,28 +164,30 @@ def test_each_name_gets_its_base_algorithm() -> None:
 
 
 @pytest.mark.slow
-def test_ddpg_her_learns_goalworld_and_plain_replay_does_not() -> None:
+def test_ddpg_her_learns_goalworld_and_plain_replay_does_not(learning_seed: int, record_property) -> None:
     """The reference text: DDPG+HER about -4, without HER -50. A small budget: 1000 random
     steps (20 episodes), then 500 steps with 500 updates."""
     module = get_algo("ddpg-her")
     results = {}
     for her in (True, False):
-        config = module.make_config("GoalWorld-v0", env_steps=1500, eval_every=1500, seed=0, her=her)
+        config = module.make_config("GoalWorld-v0", env_steps=1500, eval_every=1500, seed=learning_seed, her=her)
         results[her] = module.train(config, progress=False).metrics
+        record_property(f"her={her}", (results[her]["eval_success_rate"], results[her]["eval_return_mean"]))
     assert results[True]["eval_success_rate"] >= 0.8 and results[True]["eval_return_mean"] >= -10, results[True]
     assert results[False]["eval_success_rate"] <= 0.1 and results[False]["eval_return_mean"] <= -45, results[False]
 
 
 @pytest.mark.slow
-def test_offline_training_on_the_relabelled_dataset_beats_the_raw_one(store: Path) -> None:
+def test_offline_training_on_the_relabelled_dataset_beats_the_raw_one(store: Path, learning_seed: int, record_property) -> None:
     collect_dataset(store, "GoalWorld-v0", "goalworld-random", fmt="arrow", episodes=300, num_envs=16)
     relabel_dataset(open_dataset("goalworld-random", store), "goalworld-random-her", strategy="future", k=4, seed=0, store=store)
     module = get_algo("td3bc")
     success = {}
     for name in ("goalworld-random", "goalworld-random-her"):
         config = module.make_config("GoalWorld-v0", dataset=name, store=str(store), updates=2000, eval_every=2000,
-                                    eval_episodes=50, hidden=(64, 64), actor_lr=1e-3, critic_lr=1e-3)
+                                    eval_episodes=50, hidden=(64, 64), actor_lr=1e-3, critic_lr=1e-3, seed=learning_seed)
         data = load_offline("td3bc", config, module.ACTION_SPACES)
         assert data.obs_dim == 4 and data.arrays.obs.shape == (len(data.arrays), 4)  # flattened goal observations
         success[name] = module.train(config, progress=False).metrics["eval_success_rate"]
+        record_property(name, success[name])
     assert success["goalworld-random-her"] >= 0.8 and success["goalworld-random"] <= 0.2, success

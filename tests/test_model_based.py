@@ -155,10 +155,11 @@ def test_bad_model_settings_are_refused_before_a_run_starts(cli, tmp_path: Path)
 
 
 @pytest.mark.slow
-def test_pets_learns_pendulum_in_four_episodes(tmp_path: Path, cli) -> None:
+def test_pets_learns_pendulum_in_four_episodes(tmp_path: Path, cli, learning_seed: int, record_property) -> None:
     pets = get_algo("pets")
-    result = pets.train(pets.make_config("Pendulum-v1", **PETS_TEST), tmp_path / "pets", progress=False)
+    result = pets.train(pets.make_config("Pendulum-v1", seed=learning_seed, **PETS_TEST), tmp_path / "pets", progress=False)
     m = result.metrics
+    record_property("pets_return", m["eval_return_mean"])
     # Seeds 0-4 (1 random + 3 planning episodes, 3 eval episodes): -85.7, -756.0, -296.1,
     # -868.2, -1027.8. Only seed 0 has learnt by 800 steps: a weak threshold (issue 11 follow-up).
     assert m["eval_return_mean"] > -1100, m
@@ -168,9 +169,10 @@ def test_pets_learns_pendulum_in_four_episodes(tmp_path: Path, cli) -> None:
 
 
 @pytest.mark.slow
-def test_mbpo_learns_pendulum_in_1000_steps() -> None:
+def test_mbpo_learns_pendulum_in_1000_steps(learning_seed: int, record_property) -> None:
     mbpo = get_algo("mbpo")
-    m = mbpo.train(mbpo.make_config("Pendulum-v1", **MBPO_TEST), progress=False).metrics
+    m = mbpo.train(mbpo.make_config("Pendulum-v1", seed=learning_seed, **MBPO_TEST), progress=False).metrics
+    record_property("mbpo_return", m["eval_return_mean"])
     # Seeds 0-4: -904.1, -339.4, -398.4, -719.1, -788.4 (the random-action episodes of an
     # MBPO run scored -1072 and -1767). At 1k steps MBPO is only starting; -200 needs ~1.5k.
     assert m["eval_return_mean"] > -1000, m
@@ -178,10 +180,13 @@ def test_mbpo_learns_pendulum_in_1000_steps() -> None:
 
 
 @pytest.mark.slow
-def test_mopo_learns_pendulum_from_a_mixed_dataset_and_reuses_a_dynamics_run(offline_store: Path, tmp_path: Path, cli) -> None:
+def test_mopo_learns_pendulum_from_a_mixed_dataset_and_reuses_a_dynamics_run(
+    offline_store: Path, tmp_path: Path, cli, learning_seed: int, record_property
+) -> None:
     mopo = get_algo("mopo")
-    config = mopo.make_config("Pendulum-v1", dataset="pendulum-mixed", store=str(offline_store), **MOPO_TEST)
+    config = mopo.make_config("Pendulum-v1", dataset="pendulum-mixed", store=str(offline_store), seed=learning_seed, **MOPO_TEST)
     m = mopo.train(config, tmp_path / "mopo", progress=False).metrics
+    record_property("mopo_return", m["eval_return_mean"])
     # Seeds 0-4 (3000 updates, 5 eval episodes): -127.5, -151.0, -341.6, -207.8, -506.4.
     assert m["eval_return_mean"] > -600, m
     # A saved dynamics run is reused instead of refitting.

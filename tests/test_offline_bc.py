@@ -25,29 +25,42 @@ def test_subset_rows_come_from_the_first_episodes(offline_store: Path) -> None:
 
 
 @pytest.mark.slow
-def test_bc_clones_the_cartpole_expert(offline_store: Path) -> None:
+def test_bc_clones_the_cartpole_expert(offline_store: Path, learning_seed: int, record_property) -> None:
     bc = get_algo("bc")
-    result = bc.train(bc.make_config("CartPole-v1", dataset="cartpole-expert", store=str(offline_store), updates=1000), progress=False)
+    config = bc.make_config("CartPole-v1", dataset="cartpole-expert", store=str(offline_store), updates=1000, seed=learning_seed)
+    result = bc.train(config, progress=False)
+    record_property("eval_return_mean", result.metrics["eval_return_mean"])
     assert result.metrics["eval_return_mean"] >= 475
 
 
 @pytest.mark.slow
-def test_bc_from_30_pairs(offline_store: Path) -> None:
+def test_bc_from_30_pairs(offline_store: Path, learning_seed: int, record_property) -> None:
     bc = get_algo("bc")
-    config = bc.make_config("CartPole-v1", dataset="cartpole-expert", store=str(offline_store), updates=1000, max_samples=30)
+    config = bc.make_config("CartPole-v1", dataset="cartpole-expert", store=str(offline_store), updates=1000, max_samples=30,
+                            seed=learning_seed)
     result = bc.train(config, progress=False)
+    record_property("eval_return_mean", result.metrics["eval_return_mean"])
     assert result.metrics["dataset_transitions"] == 30
     assert result.metrics["eval_return_mean"] >= 300  # the reference text reaches 199.3 of v0's 200
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("loss", ["mse", "gaussian"])
-def test_bc_continuous_learns_from_the_late_part_of_pendulum_mixed(offline_store: Path, loss: str) -> None:
-    """Cloning a mixed dataset gives a mediocre but far-from-random policy."""
+def test_bc_continuous_learns_from_the_late_part_of_pendulum_mixed(offline_store: Path, loss: str, learning_seed: int,
+                                                                 record_property, non_learning_returns) -> None:
+    """Cloning a mixed dataset gives a mediocre policy, clearly better than not learning:
+    zero torque and uniform random actions on the same eval episodes are the controls."""
     bc = get_algo("bc")
-    config = bc.make_config("Pendulum-v1", dataset="pendulum-mixed", store=str(offline_store), updates=2000, continuous_loss=loss)
-    result = bc.train(config, progress=False)
-    assert result.metrics["eval_return_mean"] > -1000  # random actions score about -1200
+    config = bc.make_config("Pendulum-v1", dataset="pendulum-mixed", store=str(offline_store), updates=2000, continuous_loss=loss,
+                            seed=learning_seed)
+    result = bc.train(config, progress=False).metrics["eval_return_mean"]
+    controls = non_learning_returns("Pendulum-v1", learning_seed)
+    record_property("eval_return_mean", result)
+    record_property("controls", controls)
+    # Controls, seeds 0-4 (zero torque / uniform random): -1071.7/-1118.2, -1167.3/-1185.9,
+    # -1113.9/-1117.0, -1173.6/-1202.0, -1139.6/-1224.3.
+    assert max(controls.values()) < -1000, controls
+    assert result >= -800, result  # mse: seed 0 -524.3, seed 2 -627.4; gaussian: seed 0 -449.7 (others not yet measured)
 
 
 def test_offline_cli_and_bad_input(offline_store: Path, tmp_path: Path, cli) -> None:

@@ -117,30 +117,34 @@ def test_bcq_policy_picks_its_best_candidate_and_rebuilds_from_json() -> None:
 
 
 @pytest.mark.slow
-def test_cql_learns_pendulum_from_a_mixed_dataset(offline_store: Path) -> None:
+def test_discrete_cql_matches_the_cartpole_expert(offline_store: Path, learning_seed: int, record_property) -> None:
+    """Trains until a 10-episode eval reaches 475, at most 3k updates: 1k fixed updates gave
+    343.1 on an Intel Xeon (issue 10), where floating-point paths differ as seeds do, and
+    gave 343.1 for seed 0 here too. Seeds 0-4 reach 500.0 after 2000, 1500, 2000, 1500 and
+    1000 updates."""
     cql = get_algo("cql")
-    config = cql.make_config("Pendulum-v1", dataset="pendulum-mixed", store=str(offline_store), updates=4000,
-                             batch_size=128, eval_every=4000)
+    config = cql.make_config("CartPole-v1", dataset="cartpole-expert", store=str(offline_store), updates=3000, eval_every=500,
+                             stop_at_return=475.0, seed=learning_seed)
     result = cql.train(config, progress=False)
-    # Seeds 0-2 reach -128 to -138 here; the dataset's episodes average -540.
-    assert result.metrics["eval_return_mean"] >= -300
-
-
-@pytest.mark.slow
-def test_discrete_cql_matches_the_cartpole_expert(offline_store: Path) -> None:
-    cql = get_algo("cql")
-    config = cql.make_config("CartPole-v1", dataset="cartpole-expert", store=str(offline_store), updates=1000, eval_every=1000)
-    result = cql.train(config, progress=False)
+    record_property("eval_return_mean", result.metrics["eval_return_mean"])
+    record_property("gradient_updates", result.metrics["gradient_updates"])
     assert result.metrics["eval_return_mean"] >= 400
 
 
 @pytest.mark.slow
-def test_bcq_learns_pendulum_from_a_mixed_dataset(offline_store: Path) -> None:
+def test_bcq_learns_pendulum_from_a_mixed_dataset(offline_store: Path, learning_seed: int, record_property,
+                                                  non_learning_returns) -> None:
     bcq = get_algo("bcq")
     config = bcq.make_config("Pendulum-v1", dataset="pendulum-mixed", store=str(offline_store), updates=3000,
-                             hidden=(64, 64), vae_hidden=(64, 64), eval_every=3000)
-    result = bcq.train(config, progress=False)
-    assert result.metrics["eval_return_mean"] >= -500  # seeds 0 and 1: -167 and -234
+                             hidden=(64, 64), vae_hidden=(64, 64), eval_every=3000, seed=learning_seed)
+    result = bcq.train(config, progress=False).metrics["eval_return_mean"]
+    controls = non_learning_returns("Pendulum-v1", learning_seed)  # zero torque, uniform random actions
+    record_property("eval_return_mean", result)
+    record_property("controls", controls)
+    # Controls, seeds 0-4 (zero torque / uniform random): -1071.7/-1118.2, -1167.3/-1185.9,
+    # -1113.9/-1117.0, -1173.6/-1202.0, -1139.6/-1224.3.
+    assert max(controls.values()) < -1000, controls
+    assert result >= -400, result  # seeds 0 and 1: -167 and -234 (seeds 2-4 not yet measured, issue 10)
 
 
 def test_cql_and_bcq_cli_round_trip_and_bad_input(offline_store: Path, tmp_path: Path, cli) -> None:

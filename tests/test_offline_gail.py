@@ -47,11 +47,17 @@ def test_expert_like_pairs_get_higher_reward() -> None:
 
 
 @pytest.mark.slow
-def test_gail_imitates_30_expert_pairs(offline_store: Path) -> None:
-    config = gail.make_config("CartPole-v1", dataset="cartpole-expert", store=str(offline_store), max_samples=30,
-                              env_steps=30_000, eval_every=30_000)
-    result = gail.train(config, progress=False)
+def test_gail_learns_cartpole_from_30_expert_pairs(offline_store: Path, learning_seed: int, record_property) -> None:
+    """A smoke and regression test of GAIL's loop (D trained on every rollout, PPO on its
+    reward), not evidence of imitation: -log D is always positive and CartPole ends only on
+    failure, so a constant reward learns it as well (PPO with reward 1 and these settings:
+    500.0, 500.0, 407.5 for seeds 0-2, issue 10). Imitation that survival cannot explain is
+    shown by DAC on Pendulum (tests/test_offline_dac.py)."""
+    config = get_algo("gail").make_config("CartPole-v1", dataset="cartpole-expert", store=str(offline_store), max_samples=30,
+                              env_steps=30_000, eval_every=30_000, seed=learning_seed)
+    result = get_algo("gail").train(config, progress=False)
     m = result.metrics
+    record_property("eval_return_mean", m["eval_return_mean"])
     assert m["dataset_transitions"] == 30 and m["discriminator_updates"] > 0
     assert m["train_episodes"] <= 500  # the issue's bar: within 500 episodes of interaction
     assert m["eval_return_mean"] >= 400, m  # a random policy scores ~22

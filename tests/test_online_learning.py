@@ -25,10 +25,12 @@ from rlpipe.envs.stepper import StepBatch
         ("td3", "Pendulum-v1", 7_000, -250.0),
     ],
 )
-def test_default_config_learns(algo: str, env_id: str, env_steps: int, threshold: float) -> None:
+def test_default_config_learns(algo: str, env_id: str, env_steps: int, threshold: float, learning_seed: int,
+                               record_property) -> None:
     module = get_algo(algo)
-    config = module.make_config(env_id, env_steps=env_steps, seed=0, device="cpu", eval_every=env_steps)
+    config = module.make_config(env_id, env_steps=env_steps, seed=learning_seed, device="cpu", eval_every=env_steps)
     result = module.train(config, progress=False)
+    record_property("eval_return_mean", result.metrics["eval_return_mean"])
     assert result.metrics["env_steps"] >= env_steps
     assert result.metrics["eval_return_mean"] >= threshold, result.metrics
 

@@ -91,11 +91,19 @@ def discriminator_update(
     policy_obs: torch.Tensor,
     policy_actions: torch.Tensor,
     expert: Batch,
+    grad_penalty: float = 0.0,
 ) -> float:
-    """One binary cross-entropy step: label 1 for the policy's pairs, 0 for the expert's."""
-    x = torch.cat([disc.encode(policy_obs, policy_actions), disc.encode(expert.obs, expert.actions)])
+    """One binary cross-entropy step: label 1 for the policy's pairs, 0 for the expert's;
+    plus ``grad_penalty`` * (|grad D| - 1)^2 on random mixes of the two (DAC uses 10)."""
+    policy_x, expert_x = disc.encode(policy_obs, policy_actions), disc.encode(expert.obs, expert.actions)
+    x = torch.cat([policy_x, expert_x])
     labels = torch.cat([torch.ones(len(policy_obs)), torch.zeros(len(expert.obs))]).to(x.device)
     loss = F.binary_cross_entropy_with_logits(disc.net(x).squeeze(-1), labels)
+    if grad_penalty > 0:
+        mix = torch.rand(len(policy_x), 1, device=x.device)
+        mixed = (mix * policy_x + (1 - mix) * expert_x).requires_grad_(True)
+        (grad,) = torch.autograd.grad(disc.net(mixed).sum(), mixed, create_graph=True)
+        loss = loss + grad_penalty * (grad.norm(dim=-1) - 1).square().mean()
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     optimizer.step()

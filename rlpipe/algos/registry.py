@@ -139,6 +139,8 @@ SPECS: tuple[AlgoSpec, ...] = (
              summary="behaviour cloning"),
     AlgoSpec("gail", "imitation", False, "rlpipe.algos.gail",
              summary="generative adversarial imitation (PPO generator, env-steps budget)"),
+    AlgoSpec("dac", "imitation", False, "rlpipe.algos.dac",
+             summary="discriminator-actor-critic: adversarial imitation with a SAC learner (env-steps budget)"),
     AlgoSpec("cql", "offline", False, "rlpipe.algos.cql", observation_kinds_ref=OFFLINE_OBSERVATION_KINDS,
              summary="conservative Q-learning"),
     AlgoSpec("bcq", "offline", False, "rlpipe.algos.bcq", observation_kinds_ref=OFFLINE_OBSERVATION_KINDS,

@@ -9,6 +9,7 @@ import typer
 
 from rlpipe.cli.app import app
 from rlpipe.datasets.atomic import check_output_file, json_text
+from rlpipe.errors import RlpipeError
 from rlpipe.files import atomic_write_text
 
 
@@ -31,7 +32,8 @@ def collect_command(
     steps: Optional[int] = typer.Option(None, "--steps", help="Store at least this many transitions in whole episodes (each env "
                                         "keeps whole episodes until its even share is reached)."),
     seed: int = typer.Option(0, "--seed", min=0, help="Seed for the envs and the policy; same seed, same bytes."),
-    num_envs: int = typer.Option(8, "--num-envs", help="Parallel environments (gymnasium vector env)."),
+    num_envs: str = typer.Option("auto", "--num-envs", help="Parallel environments (gymnasium vector env), or auto: up to 256 for "
+                                 "envs with a numpy-batched vector env (CartPole), else 1 (8 with --expert)."),
     fmt: str = typer.Option("both", "--format", help="arrow, hdf5 (Minari layout, plus Arrow) or both."),
     store: Optional[Path] = typer.Option(None, "--store", help="Dataset store (default: $RLPIPE_DATASETS or ./datasets)."),
     force: bool = typer.Option(False, "--force", help="Replace an existing dataset of the same name."),
@@ -47,7 +49,7 @@ def collect_command(
         check_output_file(metrics)  # before anything is collected
     collected = collect_dataset(
         env, policy=policy, expert=expert, expert_run=expert_run, expert_steps=expert_steps, from_training=from_training,
-        stochastic=stochastic, episodes=episodes, steps=steps, seed=seed, num_envs=num_envs, name=name, fmt=fmt, store=store,
+        stochastic=stochastic, episodes=episodes, steps=steps, seed=seed, num_envs=_num_envs(num_envs), name=name, fmt=fmt, store=store,
         force=force, progress=not quiet, info_keys=tuple(info_keys),
     )
     summary = collected.summary()
@@ -55,3 +57,12 @@ def collect_command(
         atomic_write_text(metrics, json_text(summary))
     mean = "n/a (non-finite rewards)" if summary["return_mean"] is None else f"{summary['return_mean']:.2f}"
     typer.echo(f"wrote {collected.path}: {summary['episodes']} episodes, {summary['steps']} steps, mean return {mean}")
+
+
+def _num_envs(value: str) -> int | None:
+    """`--num-envs`: a positive integer, or auto (None)."""
+    if value == "auto":
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise RlpipeError(f"--num-envs must be a positive integer or auto, got {value!r}")
+    return int(value)

@@ -6,14 +6,10 @@ import json
 from pathlib import Path
 from typing import Optional
 
-import polars as pl
 import typer
-from rich.console import Console
-from rich.table import Column, Table
 
 from rlpipe.cli.app import app
 from rlpipe.datasets.store import DatasetInfo, open_dataset, remove_dataset, store_entries, store_root
-from rlpipe.datasets.validate import validate_dataset
 from rlpipe.errors import RlpipeError
 
 datasets_app = typer.Typer(help="Manage the dataset store.", no_args_is_help=True)
@@ -25,6 +21,9 @@ STORE_OPTION = typer.Option(None, "--store", help="Dataset store (default: $RLPI
 @datasets_app.command("list")
 def list_command(store: Optional[Path] = STORE_OPTION) -> None:
     """List the datasets in the store with their env, producer, size and returns (broken ones too)."""
+    from rich.console import Console  # the commands import what they use: `rlpipe collect` starts faster
+    from rich.table import Column, Table
+
     table = Table(Column("name", no_wrap=True), Column("env", no_wrap=True), "producer", "episodes", "steps", "return mean", "formats")
     entries = store_entries(store)
     for name, info in entries:
@@ -58,6 +57,8 @@ def show_command(name: str = typer.Argument(..., help="Dataset name."), store: O
 @datasets_app.command("inspect")
 def inspect_command(name: str = typer.Argument(..., help="Dataset name."), store: Optional[Path] = STORE_OPTION) -> None:
     """Summarise a dataset with polars: episodes, steps, return distribution, action statistics."""
+    import polars as pl
+
     from rlpipe.datasets.summary import summary_tables
 
     info = open_dataset(name, store)
@@ -71,6 +72,8 @@ def inspect_command(name: str = typer.Argument(..., help="Dataset name."), store
 @datasets_app.command("validate")
 def validate_command(name: str = typer.Argument(..., help="Dataset name."), store: Optional[Path] = STORE_OPTION) -> None:
     """Re-check a dataset's files, sizes, content hash, schema and row counts."""
+    from rlpipe.datasets.validate import validate_dataset
+
     info = open_dataset(name, store, check_files=False)
     problems = validate_dataset(info)
     if problems:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol
 
 import gymnasium as gym
 import numpy as np
@@ -18,7 +18,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from rlpipe.datasets.schema import Columnar, info_value_space, map_columnar
 from rlpipe.errors import RlpipeError
-from rlpipe.envs import make_vec_env
+from rlpipe.envs import make_env, make_vec_env
 from rlpipe.envs.stepper import StepBatch, VecStepper
 
 RowSink = Callable[[dict[str, Columnar]], None]
@@ -31,25 +31,40 @@ class Policy(Protocol):
 
 
 class RandomPolicy:
-    """Uniform random actions for a batch of envs, from its own seeded generator."""
+    """Uniform random actions for a batch of envs, from its own seeded generator.
+
+    Actions are drawn `BLOCK` steps at a time (one generator call per block, not per step:
+    a call costs microseconds, as much as a CartPole step), so the actions depend only on
+    the seed and `num_envs`.
+    """
+
+    BLOCK = 1024
 
     def __init__(self, action_space: gym.Space, num_envs: int, seed: int = 0) -> None:
         self.space = action_space
         self.num_envs = num_envs
         self.rng = np.random.default_rng(seed)
+        self._block = self._draw()
+        self._next = 0
 
     def __call__(self, obs: Columnar) -> np.ndarray:
-        space, n = self.space, self.num_envs
+        if self._next == self.BLOCK:
+            self._block, self._next = self._draw(), 0
+        self._next += 1
+        return self._block[self._next - 1]
+
+    def _draw(self) -> np.ndarray:
+        space, size = self.space, (self.BLOCK, self.num_envs) + tuple(self.space.shape or ())
         if isinstance(space, gym.spaces.Discrete):
-            return space.start + self.rng.integers(space.n, size=n)
+            return space.start + self.rng.integers(space.n, size=size)
         if isinstance(space, gym.spaces.Box):
             low = np.where(np.isfinite(space.low), space.low, -1.0)
             high = np.where(np.isfinite(space.high), space.high, 1.0)
-            return self.rng.uniform(low, high, size=(n,) + space.shape).astype(space.dtype)
+            return self.rng.uniform(low, high, size=size).astype(space.dtype)
         if isinstance(space, gym.spaces.MultiDiscrete):
-            return space.start + (self.rng.random((n,) + space.shape) * space.nvec).astype(np.int64)
+            return space.start + (self.rng.random(size) * space.nvec).astype(np.int64)
         if isinstance(space, gym.spaces.MultiBinary):
-            return self.rng.integers(2, size=(n,) + tuple(space.shape), dtype=np.int8)
+            return self.rng.integers(2, size=size, dtype=np.int8)
         raise RlpipeError(f"random policy does not support action space {space!r}")
 
 
@@ -254,7 +269,7 @@ class CollectStats:
 
 def collect(
     env_id: str,
-    make_policy: Callable[[gym.vector.VectorEnv], Policy],
+    make_policy: Callable[[gym.Space, int], Policy],
     sink: RowSink,
     *,
     episodes: int | None = None,
@@ -269,59 +284,205 @@ def collect(
     split evenly over the envs, so the kept episodes are not biased towards short ones (see
     `EpisodeAssembler`).
 
-    `make_policy` receives the vector env (for its spaces) and returns the batched policy.
-    Truncation and termination stay apart, and `next_obs` of a truncated step is the real
-    final observation: the env steps through :class:`~rlpipe.envs.stepper.VecStepper`, which
-    marks the reset step after an episode's end (next-step autoreset), and that row is dropped. With `info_space` the rows also get those info keys
-    (`info` with obs, `next_info` with next_obs; see `probe_info_space`).
+    `make_policy` receives the single-env action space and the number of envs and returns
+    the batched policy. Truncation and termination stay apart, and `next_obs` of a truncated
+    step is the real final observation: the env steps through
+    :class:`~rlpipe.envs.stepper.VecStepper`, which marks the reset step after an episode's
+    end (next-step autoreset), and that row is dropped. With `info_space` the rows also get
+    those info keys (`info` with obs, `next_info` with next_obs; see `probe_info_space`).
+
+    With one env there is nothing to batch: `OneEnvRollout` steps a plain ``gym.make`` env
+    (a 1-env vector env costs several times a CartPole step) and gives the same rows as a
+    1-env SyncVectorEnv would.
     """
     if (episodes is None) == (steps is None):
         raise RlpipeError("give exactly one of --episodes and --steps")
     if (episodes if episodes is not None else steps) < 1:
         raise RlpipeError("--episodes/--steps must be at least 1")
+    if num_envs == 1:
+        return OneEnvRollout(env_id, make_policy, sink, episodes, steps, info_space).run(seed, show_progress)
     envs = make_vec_env(env_id, num_envs)
     try:
-        policy = make_policy(envs)
+        policy = make_policy(envs.single_action_space, num_envs)
         assembler = EpisodeAssembler(num_envs, sink, episodes=episodes, steps=steps, info_space=info_space)
         stepper = VecStepper(envs, None, seed, assembler.add_step)
         if info_space is not None:
             assembler.obs_info = info_columns(stepper.infos, info_space, num_envs)
-        env_steps = 0
         start = time.perf_counter()
-        total = episodes if episodes is not None else steps
         with _progress(show_progress) as progress:
-            task = progress.add_task(f"collect {env_id}", total=total, rate="", ret="")
-            next_update = start
+            meter = _Meter(progress, f"collect {env_id}", episodes, steps, start)
             while not assembler.finished:
                 stepper.step(policy(stepper.obs))
-                env_steps += num_envs
-                now = time.perf_counter()
-                if now >= next_update:
-                    next_update = now + 0.25
-                    done = assembler.episodes_done if episodes is not None else assembler.steps_done
-                    progress.update(
-                        task,
-                        completed=min(done, total),
-                        rate=f"{env_steps / max(now - start, 1e-9):,.0f} steps/s",
-                        ret=_mean_return_text(assembler),
-                    )
+                meter.show(stepper.env_steps, assembler.episodes_done, assembler.steps_done, assembler.recent_returns)
             assembler.close()
-            progress.update(task, completed=total, ret=_mean_return_text(assembler))
+            meter.done(assembler.episodes_done, assembler.recent_returns)
     finally:
         envs.close()
     return CollectStats(
         episodes=assembler.episodes_done,
         steps=assembler.steps_done,
-        env_steps=env_steps,
+        env_steps=stepper.env_steps,
         seconds=time.perf_counter() - start,
         mean_return=assembler.return_sum / assembler.episodes_done if assembler.episodes_done else float("nan"),
     )
 
 
-def _mean_return_text(assembler: EpisodeAssembler) -> str:
-    if not assembler.recent_returns:
+class OneEnvRollout:
+    """Collection from one ``gym.make`` env in a plain Python loop: per step one policy call,
+    one env step and a few list appends; rows are built in bulk every `flush_rows` steps.
+
+    Keeps the first `episodes` episodes, or whole episodes until at least `steps` steps (the
+    crossing one included), with the same rows, ids and order as `EpisodeAssembler` gives
+    for one env.
+    """
+
+    def __init__(self, env_id: str, make_policy: Callable[[gym.Space, int], Policy], sink: RowSink, episodes: int | None,
+                 steps: int | None, info_space: gym.spaces.Dict | None, flush_rows: int = 1 << 16) -> None:
+        self.env_id, self.make_policy, self.sink, self.info_space = env_id, make_policy, sink, info_space
+        self.episodes, self.steps, self.flush_rows = episodes, steps, flush_rows
+        self.returns: list[float] = []
+        self.kept_steps = 0
+        self._clear()
+
+    def _clear(self) -> None:
+        # the observation stream: each episode's observations, its final one included
+        self._observations: list = []
+        self._infos: list = []
+        self._actions: list = []
+        self._rewards: list = []
+        self._lengths: list[int] = []
+        self._ends: list[tuple[bool, bool]] = []
+
+    def run(self, seed: int, show_progress: bool) -> CollectStats:
+        env = make_env(self.env_id)
+        try:
+            policy = self.make_policy(env.action_space, 1)
+            obs, info = env.reset(seed=seed)
+            start = time.perf_counter()
+            with _progress(show_progress) as progress:
+                meter = _Meter(progress, f"collect {self.env_id}", self.episodes, self.steps, start)
+                while not self._budget_used():
+                    obs, info = self._episode(env, policy, obs, info)
+                    meter.show(self.kept_steps, len(self.returns), self.kept_steps, self.returns[-100:])
+                self._flush()
+                meter.done(len(self.returns), self.returns[-100:])
+        finally:
+            env.close()
+        return CollectStats(len(self.returns), self.kept_steps, self.kept_steps, time.perf_counter() - start,
+                            float(np.mean(self.returns)))
+
+    def _budget_used(self) -> bool:
+        return len(self.returns) >= self.episodes if self.episodes is not None else self.kept_steps >= self.steps
+
+    def _episode(self, env: gym.Env, policy: Policy, obs: Any, info: dict) -> tuple[Any, dict]:
+        """Run one episode from `obs`; return the first observation (and info) of the next."""
+        observations, actions, rewards, infos = self._observations, self._actions, self._rewards, self._infos
+        step, keys = env.step, None if self.info_space is None else tuple(self.info_space.spaces)
+        batched = isinstance(obs, np.ndarray)
+        length, total = 0, 0.0
+        while True:
+            observations.append(obs if batched else _copy(obs))
+            if keys is not None:
+                infos.append(tuple(info.get(key, 0) for key in keys))
+            action = policy(obs[None] if batched else map_columnar(obs, lambda a: np.asarray(a)[None]))[0]
+            next_obs, reward, terminated, truncated, info = step(action)
+            if next_obs is obs:  # an env that updates its observation array in place
+                observations[-1] = obs.copy()
+            actions.append(action)
+            rewards.append(reward)
+            total += reward
+            length += 1
+            obs = next_obs
+            if terminated or truncated:
+                break
+        observations.append(obs if batched else _copy(obs))
+        if keys is not None:
+            infos.append(tuple(info.get(key, 0) for key in keys))
+        self._lengths.append(length)
+        self._ends.append((bool(terminated), bool(truncated)))
+        self.returns.append(float(total))
+        self.kept_steps += length
+        if len(actions) >= self.flush_rows:
+            self._flush()
+        # A vector env's reset step asks the policy for an action it ignores; asking here too
+        # keeps a stochastic policy's draws, and so the rows, those of a 1-env vector env.
+        policy(obs[None] if batched else map_columnar(obs, lambda a: np.asarray(a)[None]))
+        return env.reset()
+
+    def _flush(self) -> None:
+        """Emit the stored episodes as rows (obs and next_obs are slices of the stream)."""
+        if not self._lengths:
+            return
+        lengths = np.asarray(self._lengths, np.int64)
+        ends = np.cumsum(lengths)
+        first_row = ends - lengths
+        row = np.arange(ends[-1])
+        episode = np.repeat(np.arange(len(lengths)), lengths)
+        at = row + episode  # the row's observation in the stream (each episode adds one final observation)
+        flags = np.asarray(self._ends, bool).reshape(-1, 2)
+        terminated, truncated = np.zeros(len(row), bool), np.zeros(len(row), bool)
+        terminated[ends - 1], truncated[ends - 1] = flags[:, 0], flags[:, 1]
+        stream = _stack(self._observations)
+        rows = {
+            "step": row - first_row[episode],
+            "obs": map_columnar(stream, lambda a: a[at]),
+            "action": np.asarray(self._actions),
+            "reward": np.asarray(self._rewards),
+            "next_obs": map_columnar(stream, lambda a: a[at + 1]),
+            "terminated": terminated,
+            "truncated": truncated,
+            "episode_id": len(self.returns) - len(lengths) + episode,
+        }
+        if self.info_space is not None:
+            infos = _info_stream(self._infos, self.info_space)
+            rows.update(info=map_columnar(infos, lambda a: a[at]), next_info=map_columnar(infos, lambda a: a[at + 1]))
+        self._clear()
+        self.sink(rows)
+
+
+def _copy(obs: Columnar) -> Columnar:
+    return map_columnar(obs, np.array)
+
+
+def _stack(rows: list) -> Columnar:
+    """Stack per-step observations (arrays, or dicts of arrays) into one column."""
+    if isinstance(rows[0], dict):
+        return {key: _stack([row[key] for row in rows]) for key in rows[0]}
+    return np.stack(rows)
+
+
+def _info_stream(values: list[tuple], space: gym.spaces.Dict) -> dict[str, np.ndarray]:
+    """Per-step info tuples (in `space`'s key order) as one array per key."""
+    columns = zip(*values)
+    return {key: np.asarray(list(column), sub.dtype).reshape((-1,) + sub.shape) for (key, sub), column in zip(space.spaces.items(), columns)}
+
+
+class _Meter:
+    """The collection progress bar, refreshed at most every 0.25 s."""
+
+    def __init__(self, progress: Progress, description: str, episodes: int | None, steps: int | None, start: float) -> None:
+        self.progress, self.start, self.next_update = progress, start, start
+        self.by_episodes = episodes is not None
+        self.total = episodes if episodes is not None else steps
+        self.task = progress.add_task(description, total=self.total, rate="", ret="")
+
+    def show(self, env_steps: int, episodes: int, steps: int, recent_returns: Any) -> None:
+        now = time.perf_counter()
+        if now < self.next_update:
+            return
+        self.next_update = now + 0.25
+        done = episodes if self.by_episodes else steps
+        self.progress.update(self.task, completed=min(done, self.total), rate=f"{env_steps / max(now - self.start, 1e-9):,.0f} steps/s",
+                             ret=_mean_return_text(episodes, recent_returns))
+
+    def done(self, episodes: int, recent_returns: Any) -> None:
+        self.progress.update(self.task, completed=self.total, ret=_mean_return_text(episodes, recent_returns))
+
+
+def _mean_return_text(episodes: int, recent_returns: Any) -> str:
+    if not len(recent_returns):
         return ""
-    return f"{assembler.episodes_done} episodes, return {np.mean(assembler.recent_returns):.1f}"
+    return f"{episodes} episodes, return {np.mean(recent_returns):.1f}"
 
 
 def _progress(enabled: bool) -> Progress:

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
-import h5py
 import minari
 import numpy as np
 from minari.serialization import deserialize_space
@@ -87,13 +86,51 @@ def _chained(obs: Columnar, next_obs: Columnar, starts: np.ndarray, count: int) 
     return bool(np.array_equal(next_obs[:-1][inner], obs[1:][inner]))
 
 
-def _write_leaves(group: h5py.Group, name: str, values: Columnar) -> None:
-    if isinstance(values, dict):
-        sub = group.create_group(name)
-        for key, child in values.items():
-            _write_leaves(sub, key, child)
-    else:
-        group.create_dataset(name, data=values, track_times=False)
+class _LowLevelWriter:
+    """Groups, datasets and scalar attributes through h5py's low-level API.
+
+    Minari's layout is a group per episode with ~6 datasets and ~7 attributes; h5py's
+    high-level calls cost about twice the HDF5 work per object (random CartPole, 45k short
+    episodes: 1.1 ms against 0.55 ms per episode), and the layout is many small objects.
+    """
+
+    def __init__(self) -> None:
+        import h5py  # only writing HDF5 needs it (0.1-0.5 s of start-up)
+
+        self._h5 = h5py
+        self._dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        self._dcpl.set_obj_track_times(False)  # reproducible bytes
+        self._scalar = h5py.h5s.create(h5py.h5s.SCALAR)
+        self._types: dict[np.dtype, Any] = {}
+
+    def create_file(self, path: Path) -> Any:
+        """A new (truncated) HDF5 file, as an h5py.File."""
+        return self._h5.File(path, "w")
+
+    def _type(self, dtype: np.dtype) -> Any:
+        if dtype not in self._types:
+            self._types[dtype] = self._h5.h5t.py_create(dtype, logical=True)
+        return self._types[dtype]
+
+    def group(self, parent: Any, name: str) -> Any:
+        return self._h5.h5g.create(parent, name.encode())
+
+    def leaves(self, parent: Any, name: str, values: Columnar) -> None:
+        """`values` as dataset `name` (Dict columns as sub-groups, to any depth)."""
+        if isinstance(values, dict):
+            sub = self.group(parent, name)
+            for key, child in values.items():
+                self.leaves(sub, key, child)
+            return
+        values = np.ascontiguousarray(values)
+        h5 = self._h5
+        space = h5.h5s.create_simple(values.shape) if values.shape else self._scalar
+        dataset = h5.h5d.create(parent, name.encode(), self._type(values.dtype), space, dcpl=self._dcpl)
+        dataset.write(h5.h5s.ALL, h5.h5s.ALL, values)
+
+    def attribute(self, parent: Any, name: str, value: Any) -> None:
+        value = np.asarray(value)
+        self._h5.h5a.create(parent, name.encode(), self._type(value.dtype), self._scalar).write(value)
 
 
 def _episode_statistics(rewards: np.ndarray) -> dict[str, float]:
@@ -128,7 +165,8 @@ def write_minari_layout(
     data_dir = dataset_dir / MINARI_DIR
     data_dir.mkdir(exist_ok=True)
     total_episodes = total_steps = 0
-    with h5py.File(data_dir / MINARI_HDF5_FILE, "w") as file:
+    writer = _LowLevelWriter()
+    with writer.create_file(data_dir / MINARI_HDF5_FILE) as file:
         for rel in shard_rels:
             rows = read_shard(dataset_dir / rel, obs_space, act_space, info_space)
             episode_id, count = rows["episode_id"], len(rows["reward"])
@@ -143,19 +181,19 @@ def write_minari_layout(
             bounds = np.r_[starts, count]
             for index, (begin, end) in enumerate(zip(bounds[:-1], bounds[1:])):
                 number = total_episodes + index
-                group = file.create_group(f"episode_{number}")
-                group.attrs["id"] = number
-                group.attrs["total_steps"] = end - begin
+                group = writer.group(file.id, f"episode_{number}")
+                attributes = {"id": number, "total_steps": end - begin, **_episode_statistics(rows["reward"][begin:end])}
                 if str(number) in seeds:
-                    group.attrs["seed"] = seeds[str(number)]
-                group.attrs.update(_episode_statistics(rows["reward"][begin:end]))
+                    attributes["seed"] = seeds[str(number)]
+                for key in sorted(attributes):  # Minari reads them by name; a fixed order keeps the bytes fixed
+                    writer.attribute(group, key, attributes[key])
                 with_final = slice(begin + index, end + index + 1)
-                _write_leaves(group, "observations", map_columnar(observations, lambda a: a[with_final]))
-                _write_leaves(group, "actions", map_columnar(rows["action"], lambda a: a[begin:end]))
-                _write_leaves(group, "rewards", rows["reward"][begin:end])
-                _write_leaves(group, "terminations", rows["terminated"][begin:end])
-                _write_leaves(group, "truncations", rows["truncated"][begin:end])
-                _write_leaves(group, "infos", map_columnar(infos, lambda a: a[with_final]))
+                writer.leaves(group, "observations", map_columnar(observations, lambda a: a[with_final]))
+                writer.leaves(group, "actions", map_columnar(rows["action"], lambda a: a[begin:end]))
+                writer.leaves(group, "rewards", rows["reward"][begin:end])
+                writer.leaves(group, "terminations", rows["terminated"][begin:end])
+                writer.leaves(group, "truncations", rows["truncated"][begin:end])
+                writer.leaves(group, "infos", map_columnar(infos, lambda a: a[with_final]))
             total_episodes += len(starts)
             total_steps += count
     metadata = {

@@ -18,7 +18,7 @@ def random_policy_return(env_id: str, episodes: int = REFERENCE_EPISODES, seed: 
     """The uniform random policy's mean return over `episodes` episodes (vectorised, seeded)."""
     stats = collect(
         env_id,
-        lambda envs: RandomPolicy(envs.single_action_space, envs.num_envs, seed),
+        lambda space, num_envs: RandomPolicy(space, num_envs, seed),
         lambda rows: None,
         episodes=episodes,
         num_envs=min(episodes, 16),

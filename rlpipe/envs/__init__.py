@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import gymnasium as gym
@@ -30,6 +32,19 @@ def env_slug(env_id: str) -> str:
     return env_id.split("/")[-1].split("-v")[0].lower()
 
 
+@contextmanager
+def _building(env_id: str) -> Iterator[None]:
+    """Turn gymnasium's errors while building `env_id` into one clear RlpipeError."""
+    try:
+        yield
+    except gym.error.DependencyNotInstalled as exc:
+        raise RlpipeError(f"environment {env_id!r} needs an extra dependency: {exc}") from None
+    except ImportError as exc:
+        raise RlpipeError(f"environment {env_id!r} cannot be built here: {exc}") from None
+    except gym.error.Error:
+        raise RlpipeError(f"unknown environment {env_id!r} (not registered with gymnasium)") from None
+
+
 def make_vec_env(env_id: str, num_envs: int = 1, **kwargs: Any) -> gym.vector.VectorEnv:
     """``gymnasium.make_vec`` with unknown ids turned into one clear RlpipeError.
 
@@ -38,14 +53,21 @@ def make_vec_env(env_id: str, num_envs: int = 1, **kwargs: Any) -> gym.vector.Ve
     """
     if num_envs < 1:
         raise RlpipeError(f"--num-envs must be >= 1, got {num_envs}")
-    try:
+    with _building(env_id):
         return gym.make_vec(env_id, num_envs=num_envs, **kwargs)
-    except gym.error.DependencyNotInstalled as exc:
-        raise RlpipeError(f"environment {env_id!r} needs an extra dependency: {exc}") from None
-    except ImportError as exc:
-        raise RlpipeError(f"environment {env_id!r} cannot be built here: {exc}") from None
-    except gym.error.Error:
-        raise RlpipeError(f"unknown environment {env_id!r} (not registered with gymnasium)") from None
+
+
+def make_env(env_id: str) -> gym.Env:
+    """``gymnasium.make`` (one env, with its time limit) with the errors of `make_vec_env`."""
+    with _building(env_id):
+        return gym.make(env_id)
+
+
+def has_native_vector_env(env_id: str) -> bool:
+    """Whether `env_id` steps many copies as one numpy-batched env (a vector entry point,
+    e.g. CartPole), so that adding envs costs little per step."""
+    with _building(env_id):
+        return gym.spec(env_id).vector_entry_point is not None
 
 
 def env_spaces(env_id: str) -> tuple[spaces.Space, spaces.Space]:

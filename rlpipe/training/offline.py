@@ -20,7 +20,8 @@ from torch import nn
 
 from rlpipe.datasets.loader import TransitionArrays, load_shards, shards_digest
 from rlpipe.datasets.schema import map_columnar
-from rlpipe.datasets.store import DatasetInfo, open_dataset
+from rlpipe.datasets.mapped import MappedTransitions
+from rlpipe.datasets.store import STEPS_DIR, DatasetInfo, open_dataset
 from rlpipe.envs import env_id_for_spec
 from rlpipe.envs.goals import flat_observation_space, flatten_obs, is_goal_space
 from rlpipe.errors import RlpipeError
@@ -29,7 +30,7 @@ from rlpipe.training.env import BOX, GOAL, ActionScaler, action_dim, env_spaces,
 from rlpipe.training.evaluation import policy_fn
 from rlpipe.training.graphs import UpdateStepper, graphs_enabled
 from rlpipe.training.run import Run, TrainResult
-from rlpipe.training.sampler import TransitionSampler
+from rlpipe.training.sampler import MappedSampler, TransitionSampler
 from rlpipe.training.seeding import seed_everything
 
 # Offline algorithms train on flat Box observations or goal Dicts (flattened when loaded).
@@ -94,8 +95,8 @@ class OfflineData:
     """
 
     info: DatasetInfo
-    arrays: TransitionArrays
-    sampler: TransitionSampler
+    arrays: TransitionArrays | MappedTransitions
+    sampler: TransitionSampler | MappedSampler
     observation_space: spaces.Box
     action_space: spaces.Space
     obs_dim: int
@@ -107,12 +108,26 @@ class OfflineData:
         return isinstance(self.action_space, spaces.Discrete)
 
 
+MAPPED_SAMPLING_BYTES = 1 << 30  # step shards larger than this in all are sampled from their maps, not loaded
+
+
+def _sample_from_maps(info: DatasetInfo, config: Any) -> bool:
+    """Whether to gather minibatches from the memory-mapped shards (`MappedSampler`) instead of
+    loading the dataset into RAM: for large datasets, unless a subset or goal flattening
+    needs the arrays in RAM."""
+    shard_bytes = sum(entry["bytes"] for rel, entry in info.metadata["files"].items() if rel.startswith(STEPS_DIR + "/"))
+    in_ram_only = getattr(config, "max_samples", None) is not None or is_goal_space(info.observation_space)
+    return shard_bytes > MAPPED_SAMPLING_BYTES and not in_ram_only
+
+
 def load_offline(algo: str, config: Any, action_kinds: tuple[str, ...]) -> OfflineData:
     """Open `config.dataset`, check the spaces suit `algo`, seed, and build the sampler.
 
     `config` needs dataset, store, seed, device, torch_threads and may have max_samples.
     Continuous actions are mapped to the policy's [-1, 1] range once, here; so are goal
-    Dict observations to ``concat(observation, desired_goal)``.
+    Dict observations to ``concat(observation, desired_goal)``. Datasets over
+    `MAPPED_SAMPLING_BYTES` stay in their memory-mapped shards (`MappedSampler`; actions are
+    then mapped per batch) and ``arrays`` is their `MappedTransitions`.
     """
     seed_everything(config.seed, config.torch_threads)
     info = open_dataset(config.dataset, config.store)
@@ -120,6 +135,12 @@ def load_offline(algo: str, config: Any, action_kinds: tuple[str, ...]) -> Offli
     require_spaces(algo, f"dataset {info.name!r}", obs_space, act_space, action_kinds, OBSERVATION_KINDS)
     if info.env_id:
         require_dataset_fits_env(info)
+    device = resolve_device(config.device)
+    scaler = ActionScaler(act_space)
+    if _sample_from_maps(info, config):
+        mapped = MappedTransitions(info)
+        sampler = MappedSampler(mapped, device, seed=config.seed, action_map=scaler.from_env)
+        return OfflineData(info, mapped, sampler, obs_space, act_space, int(obs_space.shape[0]), action_dim(act_space), device)
     data = load_shards(info)
     if len(data) == 0:
         raise RlpipeError(f"dataset {info.name!r} is empty")
@@ -128,8 +149,6 @@ def load_offline(algo: str, config: Any, action_kinds: tuple[str, ...]) -> Offli
     if is_goal_space(obs_space):
         data = replace(data, obs=flatten_obs(data.obs), next_obs=flatten_obs(data.next_obs))
         obs_space = flat_observation_space(obs_space)
-    device = resolve_device(config.device)
-    scaler = ActionScaler(act_space)
     sampler = TransitionSampler(data, device, seed=config.seed, action_map=scaler.from_env)
     return OfflineData(info, data, sampler, obs_space, act_space, int(obs_space.shape[0]), action_dim(act_space), device)
 
@@ -159,13 +178,14 @@ def train_offline(
     """Run `config.updates` updates on `config.batch_size` samples, evaluating every
     `config.eval_every` updates in the dataset's env; save the run like online ones.
     `modules` must include ``"policy"`` (the actor that is evaluated and checkpointed).
-    On CUDA the updates replay as a CUDA graph (:mod:`rlpipe.training.graphs`); an update
+    On CUDA the updates replay as a CUDA graph (:mod:`rlpipe.training.graphs`; not with a
+    `MappedSampler`, which gathers on the CPU); an update
     whose work repeats every ``update_period`` indices is captured over that period.
     """
     run = Run(algo, config, out_dir, progress)
     eval_policy = policy_fn(actor, ActionScaler(data.action_space), data.device)
     step = UpdateStepper(update, data.sampler, config.batch_size, config.updates,
-                         graph=graphs_enabled(data.device), period=update_period)
+                         graph=graphs_enabled(data.device) and isinstance(data.sampler, TransitionSampler), period=update_period)
     updates = 0
     try:
         while True:

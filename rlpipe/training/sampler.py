@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from rlpipe.datasets.loader import TransitionArrays
+from rlpipe.datasets.mapped import MappedTransitions
 from rlpipe.datasets.schema import map_columnar
 from rlpipe.errors import RlpipeError
 from rlpipe.training.buffer import Batch
@@ -65,3 +66,49 @@ class TransitionSampler:
     def take(self, index: torch.Tensor) -> Batch:
         """The rows at `index` (on the device) as a Batch: one gather per column."""
         return Batch(**{name: map_columnar(column, lambda t: t[index]) for name, column in self._columns.items()})
+
+
+class MappedSampler:
+    """Uniform minibatches gathered from a dataset's memory-mapped shards (`MappedTransitions`):
+    for datasets larger than memory. Nothing is copied up front; each batch is gathered
+    from the maps, converted like `TransitionSampler` converts the whole dataset (actions
+    through `action_map`, float64 as float32) and moved to `device`.
+
+    The same seed draws the same indices as `TransitionSampler` (one torch generator on
+    `device`), so both give the same batches.
+    """
+
+    def __init__(
+        self,
+        data: MappedTransitions,
+        device: str | torch.device = "cpu",
+        seed: int = 0,
+        action_map: Callable[[np.ndarray], np.ndarray] | None = None,
+    ) -> None:
+        self.device = torch.device(device)
+        self.data = data
+        self.size = len(data)
+        if self.size == 0:
+            raise RlpipeError("cannot sample from an empty dataset")
+        self.action_map = action_map
+        self._generator = torch.Generator(device=self.device).manual_seed(seed)
+
+    def sample(self, batch_size: int) -> Batch:
+        """A batch of `batch_size` transitions drawn uniformly with replacement."""
+        return self.take(self.draw(batch_size))
+
+    def draw(self, batch_size: int) -> torch.Tensor:
+        """`batch_size` row indices drawn uniformly with replacement (the sampler's generator)."""
+        return torch.randint(self.size, (batch_size,), device=self.device, generator=self._generator)
+
+    def take(self, index: torch.Tensor) -> Batch:
+        """The rows at `index` as a Batch on the device."""
+        rows = self.data.take(index.cpu().numpy())
+        actions = rows["action"] if self.action_map is None else self.action_map(rows["action"])
+        return Batch(
+            obs=map_columnar(rows["obs"], lambda a: _to_tensor(a, self.device)),
+            actions=_to_tensor(actions, self.device),
+            rewards=_to_tensor(rows["reward"], self.device),
+            next_obs=map_columnar(rows["next_obs"], lambda a: _to_tensor(a, self.device)),
+            terminated=_to_tensor(rows["terminated"], self.device).float(),
+        )

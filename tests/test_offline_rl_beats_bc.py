@@ -1,0 +1,42 @@
+"""Offline RL on `pendulum-mixed` (every transition of a 10k-step SAC run from scratch;
+its episodes average about -540): CQL, IQL and TD3+BC each reach a return bar and beat
+behaviour cloning trained on the same data, which copies the mostly poor early behaviour."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rlpipe.algos import get_algo
+
+
+@pytest.fixture(scope="module")
+def bc_return(offline_store: Path, learning_seed: int) -> float:
+    """BC (MSE, its tuned Pendulum settings at 2k updates) on the same data and seed."""
+    bc = get_algo("bc")
+    config = bc.make_config("Pendulum-v1", dataset="pendulum-mixed", store=str(offline_store), updates=2000,
+                            seed=learning_seed)
+    return bc.train(config, progress=False).metrics["eval_return_mean"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("algo", "overrides", "bar"), [
+    # Seed 0: CQL -127.7, TD3+BC -167.5, IQL -143.9 against BC -524.3 (BC seed 2: -627.4; CQL seeds 1-2 earlier:
+    # -128 to -138). Other seeds not yet measured (a CPU-starved sweep, issue 10).
+    ("cql", dict(updates=4000, batch_size=128), -300.0),
+    ("td3bc", dict(updates=8000), -300.0),
+    ("iql", dict(updates=6000), -250.0),
+])
+def test_offline_rl_beats_bc_on_pendulum_mixed(offline_store: Path, bc_return: float, algo: str,
+                                               overrides: dict[str, Any], bar: float, learning_seed: int,
+                                               record_property) -> None:
+    module = get_algo(algo)
+    config = module.make_config("Pendulum-v1", dataset="pendulum-mixed", store=str(offline_store),
+                                eval_every=overrides["updates"], seed=learning_seed, **overrides)
+    result = module.train(config, progress=False).metrics["eval_return_mean"]
+    record_property("eval_return_mean", result)
+    record_property("bc_return", bc_return)
+    assert result >= bar, result
+    assert result >= bc_return + 100, (result, bc_return)
