@@ -104,6 +104,8 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
         sac.critic_step(0.5 * (sac.critic(b.obs, b.actions) - target).square().mean(1).sum())
         sac.policy_step(b.obs, config.tau)
 
+    # Not a TransitionSampler, so train_offline runs the updates eagerly, never as a CUDA
+    # graph: the rollouts every rollout_every updates are host work a graph cannot replay.
     mixed = replace(data, sampler=MixedBatches(dataset_sampler.sample, synthetic, config.real_ratio))
     modules = {"policy": sac.actor, "critic": sac.critic, "critic_target": sac.critic_target, DYNAMICS_MODULE: model}
     extra = lambda: {**model_metrics, "alpha": sac.alpha(), "penalised_model_reward": stats["rollout_reward"]}  # noqa: E731
