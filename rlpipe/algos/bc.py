@@ -63,4 +63,5 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
         loss.backward()
         optimizer.step()
 
-    return train_offline("bc", config, data, actor, {"policy": actor}, update, out_dir, progress)
+    return train_offline("bc", config, data, actor, {"policy": actor}, update, out_dir, progress,
+                         optimizers={"optimizer": optimizer})

@@ -41,6 +41,9 @@ def collect_command(
     info_keys: list[str] = typer.Option(["is_success"], "--info-key", help="Env info key to store as info/next_info columns when the env "
                                         "reports it (repeatable; default: is_success)."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
+    backend: Optional[str] = typer.Option(None, "--backend", help="Split the budget into tasks run by worker processes (local) "
+                                          "or Ray tasks (ray; $RAY_ADDRESS joins a cluster): the same bytes for any --workers."),
+    workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Tasks run at once (implies --backend local)."),
 ) -> None:
     """Collect trajectories from ENV into a versioned dataset (Arrow shards + metadata, Minari HDF5)."""
     from rlpipe.pipeline.collect import collect_dataset
@@ -50,7 +53,7 @@ def collect_command(
     collected = collect_dataset(
         env, policy=policy, expert=expert, expert_run=expert_run, expert_steps=expert_steps, from_training=from_training,
         stochastic=stochastic, episodes=episodes, steps=steps, seed=seed, num_envs=_num_envs(num_envs), name=name, fmt=fmt, store=store,
-        force=force, progress=not quiet, info_keys=tuple(info_keys),
+        force=force, progress=not quiet, info_keys=tuple(info_keys), backend=backend, workers=workers,
     )
     summary = collected.summary()
     if metrics is not None:

@@ -33,10 +33,14 @@ def train(
     settings_from: Optional[str] = typer.Option(None, "--set-from", help="Read settings from a YAML mapping, FILE:DOTTED.KEY (e.g. params.yaml:train_online.ppo-cartpole.set)."),
     stop_at_return: Optional[float] = typer.Option(None, "--stop-at-return", help="Stop early once the eval mean return reaches this."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar (steps/s, latest return) on stderr."),
+    checkpoint_every: Optional[int] = typer.Option(None, "--checkpoint-every", help="Save the full training state every N units "
+                                                   "(env steps, or updates offline) so --resume can continue the run."),
+    resume: Optional[Path] = typer.Option(None, "--resume", help="Continue the interrupted run in this directory from its last "
+                                          "saved state (other options come from that run)."),
 ) -> None:
     """Train ALGO (online on --env, offline on --dataset) and save a safe checkpoint, metrics.json and a DVCLive curve."""
     from rlpipe.algos import get_algo
-    from rlpipe.pipeline.runs import merge_settings, prepare_run, read_settings, train_run
+    from rlpipe.pipeline.runs import merge_settings, prepare_resume, prepare_run, read_settings, train_run
     from rlpipe.training.config import parse_settings
 
     config_class = get_algo(algo).config_class
@@ -46,8 +50,12 @@ def train(
     if device is None and "device" not in settings:
         device = "auto"  # the CLI's default; library configs default to cpu
     options = dict(seed=seed, device=device, stop_at_return=stop_at_return, env_steps=env_steps, num_envs=num_envs,
-                   updates=updates, max_samples=max_samples)
-    run = prepare_run(algo, env_id=env, dataset=dataset, store=store, options=options, settings=settings, run_dir=out)
+                   updates=updates, max_samples=max_samples, checkpoint_every=checkpoint_every)
+    if resume is not None:
+        run = prepare_resume(algo, resume)
+        dataset = run.config.dataset if not run.spec.online else None
+    else:
+        run = prepare_run(algo, env_id=env, dataset=dataset, store=store, options=options, settings=settings, run_dir=out)
     result = train_run(run, progress=progress)
     m = result.metrics
     budget = f"{m['env_steps']} env steps, {m['gradient_updates']} updates" if m["env_steps"] else f"{m['gradient_updates']} updates on {dataset}"

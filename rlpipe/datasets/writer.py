@@ -172,6 +172,34 @@ class DatasetWriter:
         if self._pending_bytes >= self.shard_bytes:
             self._flush_shard()
 
+    def adopt_shard(self, shard: Path) -> None:
+        """Take over a finished Arrow shard of this dataset's schema (e.g. written by a
+        collection task under ``temp_path``) as the next shard: its episode ids are renumbered
+        to follow the rows written so far, and the source file is removed."""
+        self._flush_shard()  # keep rows in arrival order
+        with pa.memory_map(str(shard)) as source:
+            table = pa.ipc.open_file(source).read_all()
+        if table.schema != self.schema:
+            raise RlpipeError(f"shard {shard} does not have the schema of dataset {self.name!r}")
+        episode_id = table.column("episode_id").to_numpy()
+        if len(episode_id) == 0:
+            shard.unlink()
+            return
+        starts = np.flatnonzero(np.r_[True, episode_id[1:] != episode_id[:-1]])
+        renumbered = self._last_episode + 1 + np.cumsum(np.r_[False, episode_id[1:] != episode_id[:-1]])
+        field = self.schema.field("episode_id")
+        table = table.set_column(self.schema.get_field_index("episode_id"), field, pa.array(renumbered, field.type))
+        self._last_episode = int(renumbered[-1])
+        self._episode_returns.append(np.add.reduceat(table.column("reward").to_numpy().astype(np.float64), starts))
+        self._episode_lengths.append(np.diff(np.r_[starts, len(episode_id)]))
+        self.total_steps += len(episode_id)
+        rel = f"{STEPS_DIR}/shard-{len(self._shards):05d}.arrow"
+        with pa.OSFile(str(self.temp_path / rel), "wb") as sink, pa.ipc.new_file(sink, self.schema) as ipc:
+            for batch in table.combine_chunks().to_batches(max_chunksize=None):
+                ipc.write_batch(batch)
+        self._shards.append(rel)
+        shard.unlink()
+
     def _flush_shard(self) -> None:
         if not self._pending:
             return

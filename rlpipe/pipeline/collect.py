@@ -101,6 +101,8 @@ def collect_dataset(
     force: bool = False,
     progress: bool = True,
     info_keys: tuple[str, ...] = INFO_KEYS,
+    backend: str | None = None,
+    workers: int | None = None,
 ) -> CollectedDataset:
     """Collect a dataset from `env_id` into the store and return where it went.
 
@@ -114,8 +116,14 @@ def collect_dataset(
     stored as `info`/`next_info` columns (not for training runs). The metadata gets reference
     scores (`rlpipe.datasets.scores`). Nothing is left in the store on failure. `num_envs`
     None picks it from the env and the budget (`auto_num_envs`); the producer records the number used.
+
+    With `backend` ("local" or "ray") or `workers`, the budget is split into tasks run by
+    `workers` processes or Ray tasks (`rlpipe.pipeline.tasks`): the same bytes for any
+    number of workers and either backend (but not the bytes of a single-process collection).
     """
     _check_choice(policy, expert, from_training, episodes, steps)
+    if from_training and (backend is not None or workers is not None):
+        raise RlpipeError("--from-training is one training run: it cannot be split over --workers/--backend")
     if num_envs is None:
         num_envs = auto_num_envs(env_id, episodes, steps, batched_policy=expert is not None)
     kind = "mixed" if from_training else ("expert" if expert else policy)
@@ -125,7 +133,10 @@ def collect_dataset(
                                "info_space": info_space}
     with DatasetWriter(name or dataset_name(env_id, kind), obs_space, act_space, env_id=env_id, store=store, fmt=fmt, force=force,
                        info_space=info_space) as writer:
-        if expert is None:
+        if backend is not None or workers is not None:
+            producer, expert_return = _collect_in_tasks(expert, env_id, writer, expert_run, expert_steps, stochastic, rollout,
+                                                        backend or "local", workers or 1)
+        elif expert is None:
             collect(env_id, lambda space, n: RandomPolicy(space, n, seed=seed), writer.write, **rollout)
             producer: Producer = RandomProducer(seed, num_envs, {"episodes": episodes, "steps": steps})
             expert_return = None
@@ -171,6 +182,32 @@ def _check_choice(policy: str, expert: str | None, from_training: bool, episodes
         from rlpipe.pipeline import experts  # torch: only collections with an expert import it
 
         experts.check_expert(expert)
+
+
+def _collect_in_tasks(expert: str | None, env_id: str, writer: DatasetWriter, expert_run: Path | None, expert_steps: int | None,
+                      stochastic: bool, rollout: dict[str, Any], backend: str,
+                      workers: int) -> tuple[RandomProducer | ExpertProducer, float | None]:
+    """Collect `rollout`'s budget as tasks (`rlpipe.pipeline.tasks`); the expert, if any, is
+    loaded (or trained) here first and reloaded from its run directory by each task."""
+    from rlpipe.pipeline.tasks import TaskPolicy, collect_tasks
+
+    budget = {"episodes": rollout["episodes"], "steps": rollout["steps"]}
+    policy, producer, expert_return = TaskPolicy(), None, None
+    if expert is not None:
+        from rlpipe.pipeline import experts
+
+        run_dir = expert_run or experts.default_run_dir(expert, env_id)
+        loaded, _ = experts.ensure_expert(expert, env_id, run_dir, {"env_steps": expert_steps, "seed": rollout["seed"]},
+                                          match_params=expert_run is None, deterministic=not stochastic,
+                                          progress=rollout["show_progress"])
+        policy = TaskPolicy(str(Path(run_dir).resolve()), not stochastic)
+    tasks, mean_return = collect_tasks(writer, env_id, policy, **budget, seed=rollout["seed"], num_envs=rollout["num_envs"], backend=backend,
+                          workers=workers)
+    params = {**budget, "tasks": tasks}
+    if expert is None:
+        return RandomProducer(rollout["seed"], rollout["num_envs"], params), None
+    return ExpertProducer(expert, loaded.checkpoint_sha256, str(run_dir), not stochastic, rollout["seed"], rollout["num_envs"],
+                          params), mean_return
 
 
 def _store_training_run(expert: str, env_id: str, writer: DatasetWriter, expert_run: Path | None, expert_steps: int | None,

@@ -101,8 +101,24 @@ def prepare_run(
         overrides.update(dataset=dataset, store=None if store is None else str(store))
         source = dataset
     config = spec.make_config(env_id, **overrides)
+    if spec.online and config.checkpoint_every is not None:
+        raise RlpipeError(f"{algo}: --checkpoint-every is not supported for online algorithms yet (resumable so far: bc)")
     out = Path(run_dir) if run_dir is not None else Path(runs_root) / f"{algo}-{source}"
     return PreparedRun(spec, config, out, source)
+
+
+def prepare_resume(algo: str, run_dir: str | os.PathLike) -> PreparedRun:
+    """The interrupted run in ``run_dir`` (trained with ``checkpoint_every``) prepared with its
+    saved config, so :func:`train_run` continues it from its last saved state."""
+    from rlpipe.training.resume import read_resume_info
+
+    info = read_resume_info(run_dir)
+    if info["algo"] != algo:
+        raise RlpipeError(f"{run_dir} is a {info['algo']} run, not {algo}")
+    config = dict(info["config"])
+    env_id, dataset, store = config.pop("env_id"), config.pop("dataset", None), config.pop("store", None)
+    settings = {key: typed_value(get_algo(algo).config_class, key, value) for key, value in config.items()}
+    return prepare_run(algo, env_id=None if dataset else env_id, dataset=dataset, store=store, settings=settings, run_dir=run_dir)
 
 
 def train_run(run: PreparedRun, *, progress: bool = True) -> TrainResult:
@@ -110,4 +126,4 @@ def train_run(run: PreparedRun, *, progress: bool = True) -> TrainResult:
     return run.spec.train(run.config, run.run_dir, progress=progress)
 
 
-__all__ = ["PreparedRun", "merge_settings", "prepare_run", "read_settings", "train_run"]
+__all__ = ["PreparedRun", "merge_settings", "prepare_resume", "prepare_run", "read_settings", "train_run"]

@@ -29,6 +29,7 @@ from rlpipe.training.buffer import Update
 from rlpipe.training.env import BOX, GOAL, ActionScaler, action_dim, env_spaces, require_spaces, resolve_device
 from rlpipe.training.evaluation import policy_fn
 from rlpipe.training.graphs import UpdateStepper, graphs_enabled
+from rlpipe.training.resume import Checkpointer
 from rlpipe.training.run import Run, TrainResult
 from rlpipe.training.sampler import MappedSampler, TransitionSampler
 from rlpipe.training.seeding import seed_everything
@@ -174,6 +175,7 @@ def train_offline(
     progress: bool,
     extra_metrics: Callable[[], dict[str, Any]] | None = None,
     update_period: int = 1,
+    optimizers: dict[str, torch.optim.Optimizer] | None = None,
 ) -> TrainResult:
     """Run `config.updates` updates on `config.batch_size` samples, evaluating every
     `config.eval_every` updates in the dataset's env; save the run like online ones.
@@ -181,19 +183,28 @@ def train_offline(
     On CUDA the updates replay as a CUDA graph (:mod:`rlpipe.training.graphs`; not with a
     `MappedSampler`, which gathers on the CPU); an update
     whose work repeats every ``update_period`` indices is captured over that period.
+    With ``config.checkpoint_every`` the full state (``modules``, ``optimizers``, sampler,
+    RNGs) is saved for resuming (:mod:`rlpipe.training.resume`); ``optimizers`` are then required.
     """
     run = Run(algo, config, out_dir, progress)
+    if config.checkpoint_every is not None and optimizers is None:
+        run.close()
+        raise RlpipeError(f"{algo} does not support --checkpoint-every yet (resumable so far: bc)")
+    checkpoints = Checkpointer(run, {**modules, **(optimizers or {}), "sampler": data.sampler})
     eval_policy = policy_fn(actor, ActionScaler(data.action_space), data.device)
     step = UpdateStepper(update, data.sampler, config.batch_size, config.updates,
                          graph=graphs_enabled(data.device) and isinstance(data.sampler, TransitionSampler), period=update_period)
-    updates = 0
+    updates = (checkpoints.restore() or {}).get("updates", 0)
     try:
         while True:
             updates += step(updates)
             run.show(updates)
             if run.maybe_evaluate(eval_policy, updates):
                 break
+            checkpoints.maybe_save(updates, {"updates": updates})
         extra = {**dataset_metrics(data), **(extra_metrics() if extra_metrics else {})}
-        return run.finish(eval_policy, actor, modules, data.action_space, 0, updates, extra)
+        result = run.finish(eval_policy, actor, modules, data.action_space, 0, updates, extra)
+        checkpoints.discard()
+        return result
     finally:
         run.close()

@@ -225,6 +225,21 @@ class Run:
             self._staging = None
         return TrainResult(self.algo, self.config.env_id, metrics, list(self.history), actor, self.out_dir, digest)
 
+    def state(self) -> dict[str, Any]:
+        """The eval history and schedule, for a resumable checkpoint (rlpipe.training.resume)."""
+        return {"history": [asdict(point) for point in self.history], "next_eval": self.next_eval}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Continue from :meth:`state`: the history (logged again to the DVCLive curve) and schedule."""
+        self.history = [EvalPoint(**point) for point in state["history"]]
+        self.next_eval = state["next_eval"]
+        if self.live is not None:
+            for point in self.history:
+                self.live.step = point.done
+                self.live.log_metric("eval/return_mean", point.mean)
+                self.live.log_metric("eval/return_std", point.std)
+            self.live.make_summary()
+
     def close(self) -> None:
         """Stop the progress bar and DVCLive; an unfinished run's directory is deleted."""
         self._stop()

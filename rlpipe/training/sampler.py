@@ -55,6 +55,13 @@ class TransitionSampler:
         }
         self._generator = torch.Generator(device=self.device).manual_seed(seed)
 
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The generator's state (what a resumed run needs to draw the same batches)."""
+        return {"generator": self._generator.get_state()}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        self._generator.set_state(state["generator"])
+
     def sample(self, batch_size: int) -> Batch:
         """A batch of `batch_size` transitions drawn uniformly with replacement."""
         return self.take(self.draw(batch_size))

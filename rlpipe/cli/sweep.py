@@ -1,0 +1,45 @@
+"""`rlpipe sweep`: train a grid of settings with several seeds and print the summary table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from rlpipe.cli.app import app
+
+
+@app.command()
+def sweep(
+    algo: str = typer.Argument(..., help="Algorithm, as for `rlpipe train`."),
+    env: Optional[str] = typer.Option(None, "--env", help="Gymnasium env id for online algorithms."),
+    dataset: Optional[str] = typer.Option(None, "--dataset", help="Dataset name for offline algorithms."),
+    store: Optional[Path] = typer.Option(None, "--store", help="Dataset store (default: $RLPIPE_DATASETS or ./datasets)."),
+    seeds: str = typer.Option("0-4", "--seeds", help="Seeds of every setting: a range 0-4 or a list 0,1,2."),
+    grid: list[str] = typer.Option([], "--set", help="A grid axis KEY=V1,V2,... (repeatable; one value: a fixed setting)."),
+    settings_from: Optional[str] = typer.Option(None, "--set-from", help="Fixed settings from a YAML mapping, FILE:DOTTED.KEY."),
+    backend: str = typer.Option("local", "--backend", help="local (worker processes) or ray (Tune trials; $RAY_ADDRESS joins a cluster)."),
+    workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Trials at once (default: the number of cores)."),
+    name: Optional[str] = typer.Option(None, "--name", help="Sweep name: runs go to sweeps/NAME/runs/SETTING/seed-K (default: ALGO-SOURCE)."),
+    root: Path = typer.Option(Path("sweeps"), "--root", help="Directory of all sweeps."),
+) -> None:
+    """Train every setting of a grid with every seed; write sweeps/NAME/summary.json and print mean ± std and a 95% bootstrap interval."""
+    from rlpipe.algos import get_algo
+    from rlpipe.pipeline.runs import read_settings
+    from rlpipe.pipeline.sweep import SweepSpec, parse_grid, parse_seeds, run_sweep
+
+    config_class = get_algo(algo).config_class
+    fixed = read_settings(settings_from, config_class) if settings_from else {}
+    axes = parse_grid(grid, config_class)
+    fixed.update({key: values[0] for key, values in axes.items() if len(values) == 1})  # one value: not an axis
+    axes = {key: values for key, values in axes.items() if len(values) > 1}
+    spec = SweepSpec(algo, env, dataset, None if store is None else str(store), fixed)
+    out = root / (name or f"{algo}-{env or dataset}")
+    summary = run_sweep(spec, axes, parse_seeds(seeds), out, backend=backend, workers=workers)
+    width = max(len(s) for s in summary["settings"])
+    typer.echo(f"{'setting':<{width}}  seeds  return mean ± std    95% bootstrap interval")
+    for setting, stats in summary["settings"].items():
+        typer.echo(f"{setting:<{width}}  {stats['seeds']:>5}  {stats['return_mean']:>9.1f} ± {stats['return_std']:<7.1f}"
+                   f"  [{stats['return_ci95_low']:.1f}, {stats['return_ci95_high']:.1f}]")
+    typer.echo(f"-> {out / 'summary.json'}")

@@ -1,0 +1,223 @@
+"""Multi-seed sweeps: every setting of a grid trained with every seed, the final eval
+returns gathered into one summary (mean, std and a bootstrap interval over seeds).
+
+``rlpipe sweep`` and the ``sweep_*`` DVC stages call :func:`run_sweep`. Each trial is one
+:func:`~rlpipe.pipeline.runs.train_run` in its own directory ``ROOT/runs/SETTING/seed-K``;
+the ``local`` backend runs trials in spawned worker processes (one per core), the ``ray``
+backend as Ray Tune trials with one CPU each (Ray is imported only then).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import multiprocessing
+import os
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlpipe.errors import RlpipeError
+from rlpipe.files import atomic_write_text
+from rlpipe.training.config import parse_settings
+
+BACKENDS = ("local", "ray")
+SUMMARY_FILE = "summary.json"
+RUNS_DIR = "runs"
+BOOTSTRAP_SAMPLES = 10_000
+DEFAULT_SETTING = "default"
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One run of a sweep: a setting (its name and typed values) and a seed."""
+
+    setting: str
+    values: Mapping[str, Any]
+    seed: int
+    run_dir: Path
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """What every trial of a sweep shares: the algorithm, its env or dataset and fixed settings."""
+
+    algo: str
+    env_id: str | None = None
+    dataset: str | None = None
+    store: str | None = None
+    fixed: Mapping[str, Any] = field(default_factory=dict)
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``0-4`` -> [0, 1, 2, 3, 4]; ``0,3,7`` and mixes such as ``0-2,9`` also work."""
+    seeds: list[int] = []
+    try:
+        for part in filter(None, text.split(",")):
+            low, sep, high = part.partition("-")
+            seeds += range(int(low), int(high) + 1) if sep else [int(low)]
+    except ValueError:
+        raise RlpipeError(f"--seeds expects e.g. 0-4 or 0,1,2; got {text!r}") from None
+    if not seeds or min(seeds) < 0 or len(set(seeds)) != len(seeds):
+        raise RlpipeError(f"--seeds {text!r}: expected distinct seeds >= 0")
+    return seeds
+
+
+def _split_values(raw: str) -> list[str]:
+    """Split ``v1,v2`` on the commas outside brackets, so ``[64, 64],[256, 256]`` is two values."""
+    values, depth, start = [], 0, 0
+    for i, char in enumerate(raw):
+        if char in "[{(":
+            depth += 1
+        elif char in "]})":
+            depth -= 1
+        elif char == "," and depth == 0:
+            values.append(raw[start:i])
+            start = i + 1
+    return values + [raw[start:]]
+
+
+def parse_grid(pairs: Sequence[str], config_class: type) -> dict[str, list[Any]]:
+    """``KEY=V1,V2`` strings -> key -> typed values (each checked like ``--set KEY=V``)."""
+    grid: dict[str, list[Any]] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep:
+            raise RlpipeError(f"--set expects KEY=V1,V2,..., got {pair!r}")
+        typed = [parse_settings([f"{key}={value}"], config_class) for value in _split_values(raw)]
+        name = next(iter(typed[0]))
+        if name in grid:
+            raise RlpipeError(f"--set {name} is given twice")
+        grid[name] = [t[name] for t in typed]
+    return grid
+
+
+def setting_name(values: Mapping[str, Any]) -> str:
+    """The directory name of a setting, e.g. ``learning_rate=0.001,tau=0.01`` (``default``: none)."""
+    if not values:
+        return DEFAULT_SETTING
+    text = ",".join(f"{key}={json.dumps(value, separators=(',', ':')) if isinstance(value, (list, tuple)) else value}"
+                    for key, value in values.items())
+    return text.replace("/", "_").replace(" ", "")
+
+
+def plan_trials(grid: Mapping[str, Sequence[Any]], seeds: Sequence[int], root: Path) -> list[Trial]:
+    """Every (setting, seed) pair of the grid, settings in grid order, seeds innermost."""
+    keys = list(grid)
+    trials = []
+    for combo in itertools.product(*(grid[key] for key in keys)):
+        values = dict(zip(keys, combo))
+        name = setting_name(values)
+        trials += [Trial(name, values, seed, root / RUNS_DIR / name / f"seed-{seed}") for seed in seeds]
+    return trials
+
+
+def run_trial(spec: SweepSpec, trial: Trial) -> dict[str, Any]:
+    """Train one trial (no progress bar) and return its ``metrics.json`` values."""
+    from rlpipe.pipeline.runs import prepare_run, train_run
+
+    settings = {**spec.fixed, **trial.values, "seed": trial.seed}
+    run = prepare_run(spec.algo, env_id=spec.env_id, dataset=spec.dataset, store=spec.store, settings=settings,
+                      run_dir=trial.run_dir)
+    return train_run(run, progress=False).metrics
+
+
+def bootstrap_interval(values: Sequence[float], samples: int = BOOTSTRAP_SAMPLES, seed: int = 0) -> tuple[float, float]:
+    """The 95% percentile-bootstrap interval of the mean of ``values`` (resampled with a fixed seed)."""
+    data = np.asarray(values, dtype=np.float64)
+    means = np.random.default_rng(seed).choice(data, size=(samples, len(data))).mean(axis=1)
+    low, high = np.percentile(means, [2.5, 97.5])
+    return float(low), float(high)
+
+
+def summarize(trials: Sequence[Trial], metrics: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Per setting: the final eval returns by seed, their mean, std (ddof=1) and 95% bootstrap interval."""
+    by_setting: dict[str, dict[int, float]] = {}
+    for trial, result in zip(trials, metrics):
+        by_setting.setdefault(trial.setting, {})[trial.seed] = float(result["eval_return_mean"])
+    summary = {}
+    for name, returns in by_setting.items():
+        values = list(returns.values())
+        low, high = bootstrap_interval(values)
+        summary[name] = {
+            "seeds": len(values),
+            "return_mean": float(np.mean(values)),
+            "return_std": float(np.std(values, ddof=1)) if len(values) > 1 else 0.0,
+            "return_ci95_low": low,
+            "return_ci95_high": high,
+            "returns": {f"seed-{seed}": value for seed, value in returns.items()},
+        }
+    return summary
+
+
+def _run_local(spec: SweepSpec, trials: Sequence[Trial], workers: int) -> list[dict[str, Any]]:
+    # spawn, not fork: torch and the envs start clean in each worker
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return list(pool.map(run_trial, [spec] * len(trials), trials))
+
+
+def _run_ray(spec: SweepSpec, trials: Sequence[Trial], workers: int, root: Path) -> list[dict[str, Any]]:
+    from rlpipe.pipeline.cluster import ensure_ray
+
+    ensure_ray(workers)
+    from ray import tune
+
+    def trainable(config: dict[str, Any]) -> None:
+        tune.report(run_trial(spec, trials[config["trial"]]))
+
+    tuner = tune.Tuner(
+        tune.with_resources(trainable, {"cpu": 1}),
+        param_space={"trial": tune.grid_search(list(range(len(trials))))},
+        tune_config=tune.TuneConfig(max_concurrent_trials=workers),
+        run_config=tune.RunConfig(name="tune", storage_path=str(root.resolve()), verbose=0),
+    )
+    results = tuner.fit()
+    by_index: dict[int, dict[str, Any]] = {}
+    for result in results:
+        if result.error is not None:
+            raise RlpipeError(f"sweep trial failed: {result.error}")
+        by_index[result.config["trial"]] = dict(result.metrics)
+    return [by_index[i] for i in range(len(trials))]
+
+
+def run_sweep(
+    spec: SweepSpec,
+    grid: Mapping[str, Sequence[Any]],
+    seeds: Sequence[int],
+    root: str | os.PathLike,
+    *,
+    backend: str = "local",
+    workers: int | None = None,
+) -> dict[str, Any]:
+    """Train every (setting, seed) of the sweep under ``root`` and write ``root/summary.json``.
+
+    Every trial's config is built (and checked) before any trains; ``workers`` defaults to
+    the number of cores. Returns the summary: setting name -> statistics of the final eval
+    return over seeds.
+    """
+    if backend not in BACKENDS:
+        raise RlpipeError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
+    root = Path(root).resolve()  # Ray trials run in their own working directories
+    trials = plan_trials(grid, seeds, root)
+    from rlpipe.pipeline.runs import prepare_run
+
+    for trial in trials:  # bad settings fail here, before anything trains
+        prepare_run(spec.algo, env_id=spec.env_id, dataset=spec.dataset, store=spec.store,
+                    settings={**spec.fixed, **trial.values, "seed": trial.seed}, run_dir=trial.run_dir)
+    workers = max(1, min(workers or os.cpu_count() or 1, len(trials)))
+    root.mkdir(parents=True, exist_ok=True)
+    metrics = _run_ray(spec, trials, workers, root) if backend == "ray" else _run_local(spec, trials, workers)
+    summary = {"algo": spec.algo, "source": spec.env_id or spec.dataset, "seeds": list(seeds),
+               "settings": summarize(trials, metrics)}
+    atomic_write_text(root / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+__all__ = [
+    "BACKENDS", "SUMMARY_FILE", "SweepSpec", "Trial", "bootstrap_interval", "parse_grid", "parse_seeds", "plan_trials",
+    "run_sweep", "run_trial", "setting_name", "summarize",
+]
