@@ -61,4 +61,17 @@ def load_checkpoint_policy(run_dir: str | Path, device: str = "cpu", determinist
     return LoadedPolicy(meta["algo"], env_id, ckpt.sha256, Path(run_dir), space, meta.get("config", {}), actor, fn)
 
 
-__all__ = ["LoadedPolicy", "load_checkpoint_policy"]
+def refuse_planner_policy(run_dir: str | Path, device: str = "cpu", deterministic: bool = True) -> LoadedPolicy:
+    """The loader of planner runs (PETS, the dynamics trainer): their checkpoint holds a
+    dynamics model, their actions come from planning with it, so there is no policy network
+    to load; always an RlpipeError saying so."""
+    from rlpipe.models.checkpoint import read_meta
+
+    meta = read_meta(run_dir)
+    raise RlpipeError(
+        f"the {meta['algo']} run in {run_dir} has no policy network to load (it saved a "
+        f"{meta.get('policy', {}).get('kind', 'model')}; its actions come from planning)"
+    )
+
+
+__all__ = ["LoadedPolicy", "load_checkpoint_policy", "refuse_planner_policy"]

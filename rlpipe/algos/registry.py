@@ -45,6 +45,7 @@ PolicyLoader = Callable[..., "LoadedPolicy"]
 
 OFFLINE_OBSERVATION_KINDS = "rlpipe.training.offline:OBSERVATION_KINDS"  # what load_offline accepts
 CHECKPOINT_LOADER = "rlpipe.algos.policy:load_checkpoint_policy"
+PLANNER_LOADER = "rlpipe.algos.policy:refuse_planner_policy"  # runs that act by planning save no policy network
 
 
 def resolve(reference: str) -> Any:
@@ -63,7 +64,7 @@ class AlgoSpec:
     """
 
     name: str
-    family: str  # on-policy, off-policy, offline, imitation, multi-agent (next: model-based)
+    family: str  # on-policy, off-policy, offline, imitation, model-based, multi-agent
     online: bool  # learns by acting in ``--env``; False: learns from ``--dataset`` (its env from the metadata)
     module: str  # the algorithm's module: its config class, TUNED, train and ACTION_SPACES
     config_name: str = "Config"  # the config class's name in ``module``
@@ -152,6 +153,12 @@ SPECS: tuple[AlgoSpec, ...] = (
              summary="independent PPO, one policy shared by a team (Combat-v0)"),
     AlgoSpec("maddpg", "multi-agent", True, "rlpipe.algos.maddpg", multi_agent=True,
              summary="MADDPG: centralised critics, Gumbel-softmax actors (MPE)"),
+    AlgoSpec("pets", "model-based", True, "rlpipe.algos.pets", loader_ref=PLANNER_LOADER,
+             summary="dynamics ensemble + CEM planning (no policy network)"),
+    AlgoSpec("mbpo", "model-based", True, "rlpipe.algos.mbpo", summary="SAC on real and short model rollouts"),
+    AlgoSpec("dynamics", "model-based", False, "rlpipe.algos.dynamics", loader_ref=PLANNER_LOADER,
+             summary="fit a dynamics ensemble to a dataset (reused by mopo)"),
+    AlgoSpec("mopo", "model-based", False, "rlpipe.algos.mopo", summary="offline MBPO with an uncertainty penalty"),
 )
 REGISTRY: dict[str, AlgoSpec] = {spec.name: spec for spec in SPECS}
 ONLINE: tuple[str, ...] = tuple(spec.name for spec in SPECS if spec.online)

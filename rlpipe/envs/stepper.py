@@ -60,6 +60,17 @@ StepSink = Callable[[StepBatch], None]
 """Receives every step (reset steps included, marked by ``valid``), e.g. to store a run's transitions."""
 
 
+class EpisodeReturns:
+    """A :data:`StepSink` that records the return of every finished episode (``returns``, in
+    order of completion), e.g. to show a training run's sample efficiency."""
+
+    def __init__(self) -> None:
+        self.returns: list[float] = []
+
+    def __call__(self, step: StepBatch) -> None:
+        self.returns.extend(step.episode_return[step.finished].tolist())
+
+
 def require_next_step_autoreset(envs: gym.vector.VectorEnv) -> None:
     """Raise a one-line RlpipeError unless ``envs`` resets in NEXT_STEP mode."""
     mode = envs.metadata.get("autoreset_mode")

@@ -1,0 +1,120 @@
+"""MBPO: model-based policy optimisation (Janner et al. 2019) -- SAC on real transitions
+mixed with short model rollouts branched from real states.
+
+Read top to bottom: config and tuned defaults, ``ModelAugmentedReplay`` (the replay SAC
+samples: real transitions as they arrive; every ``model_train_every`` env steps the
+dynamics ensemble is refitted on them and rolled out with the current policy from
+``rollout_batch`` real states for ``rollout_length`` steps into a model buffer; minibatches
+are ``real_ratio`` real), then ``train``: SAC's agent (``rlpipe.algos.sac.make_agent``) in
+the shared off-policy loop with that replay.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from rlpipe.algos.sac import make_agent
+from rlpipe.envs.stepper import EpisodeReturns
+from rlpipe.models.dynamics import FitReport
+from rlpipe.models.env_fns import reward_fn, termination_fn
+from rlpipe.training import Batch, OnlineConfig, ReplayBuffer, StepBatch, TrainResult
+from rlpipe.training.env import BOX
+from rlpipe.training.model_based import (
+    DYNAMICS_MODULE, MixedBatches, ModelFields, branched_rollout, buffer_contents, build_ensemble, check_real_ratio,
+    fit_on, fits_metrics,
+)
+from rlpipe.training.offpolicy import Agent, OffPolicySetup, setup, train_off_policy
+from rlpipe.training.planning import ModelEnv
+
+ACTION_SPACES = (BOX,)
+
+
+@dataclass
+class Config(ModelFields, OnlineConfig):
+    # SAC (see rlpipe.algos.sac).
+    buffer_size: int = 100_000
+    batch_size: int = 256
+    gamma: float = 0.99
+    tau: float = 0.005
+    actor_lr: float = 1e-3
+    critic_lr: float = 1e-3
+    alpha_lr: float = 1e-3
+    init_alpha: float = 1.0
+    target_entropy: float | None = None
+    hidden: tuple[int, ...] = (64, 64)
+    learning_starts: int = 250  # uniform random actions before this many env steps
+    updates_per_step: float = 10.0  # SAC updates per env step (the text: 10)
+    # The dynamics ensemble (see ModelFields): 7 members, 5 elites, the learned reward.
+    reward: Literal["known", "learned"] = "learned"
+    members: int = 7
+    # Branched rollouts.
+    model_train_every: int = 250  # env steps between model refits (and rollouts)
+    rollout_batch: int = 2_000  # real start states per refit
+    rollout_length: int = 1
+    model_retain: int = 4  # refits whose rollouts the model buffer keeps
+    real_ratio: float = 0.5  # share of real transitions per minibatch (the text: 0.5)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_real_ratio(self.real_ratio)
+
+
+TUNED: dict[str, dict[str, Any]] = {
+    # The issue's budget: -200 within 4k env steps (SAC needs about 10k here).
+    "Pendulum-v1": dict(env_steps=4_000),
+}
+
+
+class ModelAugmentedReplay:
+    """The replay interface of the off-policy loop over real and model transitions."""
+
+    def __init__(self, config: Config, env: OffPolicySetup, agent: Agent, generator: torch.Generator) -> None:
+        self.config, self.agent, self.generator = config, agent, generator
+        capacity = min(config.buffer_size, config.env_steps + config.num_envs)
+        self.real = ReplayBuffer(capacity, env.obs_dim, env.act_dim, env.device, seed=config.seed)
+        synthetic = config.model_retain * config.rollout_batch * config.rollout_length
+        self.synthetic = ReplayBuffer(synthetic, env.obs_dim, env.act_dim, env.device, seed=config.seed + 1)
+        self.model, self.optimizer = build_ensemble(config, env.obs_dim, env.act_dim, env.device)
+        terminated, reward = termination_fn("mbpo", config.env_id), reward_fn("mbpo", config.env_id, config.reward)
+        self.model_env = ModelEnv(self.model, env.action_space, terminated, reward, generator)
+        self.batches = MixedBatches(self.real.sample, self.synthetic, config.real_ratio)
+        self.fits: list[FitReport] = []
+        self.next_refit = config.learning_starts
+
+    def __len__(self) -> int:
+        return len(self.real)
+
+    def store(self, step: StepBatch) -> None:
+        self.real.store(step)
+        if len(self.real) >= self.next_refit:
+            self.refit_and_roll_out()
+            self.next_refit += self.config.model_train_every
+
+    def refit_and_roll_out(self) -> None:
+        self.fits.append(fit_on(self.model, self.optimizer, buffer_contents(self.real), self.config, self.generator))
+        start = self.real.sample(self.config.rollout_batch).obs
+        policy = lambda obs: self.agent.actor.sample(obs)[0]  # noqa: E731
+        branched_rollout(self.model_env, policy, start, self.config.rollout_length, self.synthetic)
+
+    def sample(self, batch_size: int) -> Batch:
+        return self.batches.sample(batch_size)
+
+
+def train(config: Config, out_dir: str | Path | None = None, *, progress: bool = True) -> TrainResult:
+    """Train MBPO; with ``out_dir`` also write checkpoint (policy, critics, dynamics),
+    ``metrics.json`` (with every training episode's return) and the DVCLive curve."""
+    env = setup("mbpo", config)
+    agent = make_agent(config, env)
+    replay = ModelAugmentedReplay(config, env, agent, torch.Generator(device=env.device).manual_seed(config.seed))
+    episodes = EpisodeReturns()
+    sac_metrics = agent.extra_metrics
+
+    def extra_metrics() -> dict[str, Any]:
+        return {**sac_metrics(), "episode_returns": episodes.returns, **fits_metrics(replay.fits)}
+
+    agent = replace(agent, modules={**agent.modules, DYNAMICS_MODULE: replay.model}, extra_metrics=extra_metrics)
+    return train_off_policy("mbpo", config, env, agent, out_dir, progress, episodes, replay)

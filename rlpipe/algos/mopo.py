@@ -1,0 +1,112 @@
+"""MOPO: model-based offline policy optimisation (Yu et al. 2020) -- MBPO on a fixed
+dataset, with the model's rewards penalised by its uncertainty.
+
+Read top to bottom: config and tuned defaults, then ``train``: the dynamics ensemble is
+fitted on the dataset (or loaded from a ``dynamics`` run, ``--set dynamics=RUN_DIR``);
+every ``rollout_every`` SAC updates the current policy is rolled out in the model for
+``rollout_length`` steps from ``rollout_batch`` dataset states, each model reward lowered
+by ``penalty * max over members of ||std||``; SAC (``rlpipe.algos.sac.SoftActorCritic``)
+learns from minibatches of ``real_ratio`` dataset and the rest model transitions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from rlpipe.algos.sac import SoftActorCritic
+from rlpipe.models.env_fns import reward_fn, termination_fn
+from rlpipe.training import Batch, OfflineConfig, ReplayBuffer, TrainResult
+from rlpipe.training.env import BOX
+from rlpipe.training.model_based import (
+    DYNAMICS_MODULE, MixedBatches, ModelFields, branched_rollout, build_ensemble, check_real_ratio, dataset_batch,
+    fit_on, load_dynamics,
+)
+from rlpipe.training.offline import OfflineData, load_offline, train_offline
+from rlpipe.training.planning import ModelEnv
+
+ACTION_SPACES = (BOX,)
+
+
+@dataclass
+class Config(ModelFields, OfflineConfig):
+    dynamics: str | None = None  # a `dynamics` run directory to start from (None: fit here)
+    batch_size: int = 256
+    gamma: float = 0.99
+    tau: float = 0.005
+    actor_lr: float = 1e-3
+    critic_lr: float = 1e-3
+    alpha_lr: float = 1e-3
+    init_alpha: float = 1.0
+    target_entropy: float | None = None
+    hidden: tuple[int, ...] = (64, 64)
+    # The dynamics ensemble and its fit, unless loaded (see ModelFields): 7 members of
+    # 3 x 200, 5 elites, the learned reward.
+    reward: Literal["known", "learned"] = "learned"
+    members: int = 7
+    model_hidden: tuple[int, ...] = (200, 200, 200)
+    model_max_epochs: int = 20
+    # Penalised rollouts.
+    penalty: float = 1.0  # lambda: reward - lambda * max_member ||std||
+    rollout_every: int = 1_000  # SAC updates between rollouts
+    rollout_batch: int = 2_000
+    rollout_length: int = 5
+    model_retain: int = 5  # rollouts the model buffer keeps
+    real_ratio: float = 0.5
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_real_ratio(self.real_ratio)
+
+
+TUNED: dict[str, dict[str, Any]] = {
+    "Pendulum-v1": dict(updates=10_000, eval_every=2_000),
+}
+
+
+def dynamics_for(config: Config, data: OfflineData, generator: torch.Generator) -> tuple[Any, dict[str, Any]]:
+    """The ensemble loaded from ``config.dynamics`` or fitted on the dataset, and what the
+    metrics record about it."""
+    if config.dynamics is not None:
+        model, meta = load_dynamics(config.dynamics, config.env_id, data.obs_dim, data.act_dim, data.device)
+        return model, {"dynamics_run": str(config.dynamics), "dynamics_sha256": meta["sha256"]}
+    model, optimizer = build_ensemble(config, data.obs_dim, data.act_dim, data.device)
+    fit = fit_on(model, optimizer, dataset_batch(data), config, generator)
+    return model, {"model_holdout_mse": fit.holdout_mse, "model_holdout_loss": fit.holdout_loss,
+                   "model_fit_epochs": fit.epochs, "model_fit_seconds": round(fit.seconds, 3)}
+
+
+def train(config: Config, out_dir: str | Path | None = None, *, progress: bool = True) -> TrainResult:
+    """Train MOPO on ``config.dataset``; with ``out_dir`` also write checkpoint (policy,
+    critics, dynamics), metrics and curve."""
+    data = load_offline("mopo", config, ACTION_SPACES)
+    terminated, reward = termination_fn("mopo", config.env_id), reward_fn("mopo", config.env_id, config.reward)
+    generator = torch.Generator(device=data.device).manual_seed(config.seed)
+    model, model_metrics = dynamics_for(config, data, generator)
+    model_env = ModelEnv(model, data.action_space, terminated, reward, generator)
+    sac = SoftActorCritic.build(config, data.obs_dim, data.act_dim, data.device)
+    synthetic = ReplayBuffer(config.model_retain * config.rollout_batch * config.rollout_length, data.obs_dim, data.act_dim,
+                             data.device, seed=config.seed + 1)
+    dataset_sampler = data.sampler
+    stats = {"rollout_reward": float("nan")}
+
+    def update(b: Batch, i: int) -> None:
+        if i % config.rollout_every == 0:
+            before = synthetic.pos
+            start = dataset_sampler.sample(config.rollout_batch).obs
+            added = branched_rollout(model_env, lambda obs: sac.actor.sample(obs)[0], start, config.rollout_length, synthetic, config.penalty)
+            rows = (before + torch.arange(added)) % synthetic.capacity
+            stats["rollout_reward"] = float(synthetic.rewards[rows].mean())
+        target = sac.soft_target(b, b.rewards, config.gamma)
+        sac.critic_step(0.5 * (sac.critic(b.obs, b.actions) - target).square().mean(1).sum())
+        sac.policy_step(b.obs, config.tau)
+
+    # Not a TransitionSampler, so train_offline runs the updates eagerly, never as a CUDA
+    # graph: the rollouts every rollout_every updates are host work a graph cannot replay.
+    mixed = replace(data, sampler=MixedBatches(dataset_sampler.sample, synthetic, config.real_ratio))
+    modules = {"policy": sac.actor, "critic": sac.critic, "critic_target": sac.critic_target, DYNAMICS_MODULE: model}
+    extra = lambda: {**model_metrics, "alpha": sac.alpha(), "penalised_model_reward": stats["rollout_reward"]}  # noqa: E731
+    return train_offline("mopo", config, mixed, sac.actor, modules, update, out_dir, progress, extra)

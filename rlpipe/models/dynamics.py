@@ -1,0 +1,191 @@
+"""A probabilistic dynamics ensemble (PETS, MBPO, MOPO): E Gaussian MLPs that map
+(observation, action) to a Gaussian over (Δobservation, reward), evaluated as one batched
+computation over members, and its fitting with a holdout split and early stopping.
+
+Inputs and targets are normalised with the training data's mean and std (kept as buffers,
+so a checkpoint carries them); each member predicts a mean and a log-variance that is
+softly bounded between two learned limits (Chua et al. 2018, appendix A.1). Members whose
+holdout error is lowest are the *elites* that planning and model rollouts use.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from rlpipe.models.networks import EnsembleLinear
+
+Layers = list[tuple[torch.Tensor, torch.Tensor]]
+"""(weight [K, in, out], bias [K, 1, out]) per layer, for K chosen members."""
+
+
+class GaussianEnsemble(nn.Module):
+    """E Gaussian MLPs over ``concat(obs, action) -> (Δobs, reward)`` with Swish (SiLU) hidden
+    units; every layer is one ``baddbmm`` over members ([E, N, in] -> [E, N, out])."""
+
+    kind = "gaussian-ensemble"
+
+    def __init__(self, obs_dim: int, act_dim: int, members: int = 5, hidden: Sequence[int] = (200, 200, 200, 200), elites: int | None = None) -> None:
+        super().__init__()
+        self.obs_dim, self.act_dim, self.members = obs_dim, act_dim, members
+        self.num_elites = members if elites is None else elites
+        if not 1 <= self.num_elites <= members:
+            raise ValueError(f"elites must be between 1 and members ({members}), got {elites}")
+        self.spec = dict(obs_dim=obs_dim, act_dim=act_dim, members=members, hidden=list(hidden), elites=self.num_elites)
+        in_dim, self.out_dim = obs_dim + act_dim, obs_dim + 1
+        dims = [in_dim, *hidden, 2 * self.out_dim]
+        self.layers = nn.ModuleList(EnsembleLinear(members, a, b) for a, b in zip(dims[:-1], dims[1:]))
+        # Soft log-variance limits, learned (pushed apart only by the data, see fit_ensemble).
+        self.max_logvar = nn.Parameter(torch.full((self.out_dim,), 0.5))
+        self.min_logvar = nn.Parameter(torch.full((self.out_dim,), -10.0))
+        self.register_buffer("in_mean", torch.zeros(in_dim))
+        self.register_buffer("in_std", torch.ones(in_dim))
+        self.register_buffer("out_mean", torch.zeros(self.out_dim))
+        self.register_buffer("out_std", torch.ones(self.out_dim))
+        self.register_buffer("elites", torch.arange(self.num_elites))
+
+    def set_normalizer(self, inputs: torch.Tensor, targets: torch.Tensor) -> None:
+        """Normalise with these inputs' and targets' mean and std (constant columns: std 1)."""
+        std = lambda x: torch.where(x.std(0) < 1e-6, torch.ones_like(x[0]), x.std(0))  # noqa: E731
+        self.in_mean.copy_(inputs.mean(0)), self.in_std.copy_(std(inputs))
+        self.out_mean.copy_(targets.mean(0)), self.out_std.copy_(std(targets))
+
+    def member_layers(self, members: torch.Tensor | None = None) -> Layers:
+        """The layers' parameters of ``members`` (None: all, without copying)."""
+        if members is None:
+            return [(layer.weight, layer.bias) for layer in self.layers]
+        return [(layer.weight[members], layer.bias[members]) for layer in self.layers]
+
+    def normalized(self, x: torch.Tensor, layers: Layers | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Normalised inputs [K, N, in] -> normalised mean and bounded log-variance [K, N, out]
+        of the K members in ``layers`` (default: all E)."""
+        layers = self.member_layers() if layers is None else layers
+        last = len(layers) - 1
+        for i, (weight, bias) in enumerate(layers):
+            x = torch.baddbmm(bias, x, weight)
+            if i < last:
+                # In place only without autograd: SiLU's backward needs its input.
+                x = F.silu(x, inplace=not torch.is_grad_enabled())
+        mean, logvar = x.split(self.out_dim, dim=-1)
+        logvar = self.max_logvar - F.softplus(self.max_logvar - logvar)
+        return mean, self.min_logvar + F.softplus(logvar - self.min_logvar)
+
+    def normalize_inputs(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        return (torch.cat([obs, actions], dim=-1) - self.in_mean) / self.in_std
+
+    def forward(self, obs: torch.Tensor, actions: torch.Tensor, layers: Layers | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mean and std of (Δobs, reward) in data units, [K, N, obs_dim + 1], for inputs
+        [K, N, .] (one batch per member) or [N, .] (the same batch for every member)."""
+        x = self.normalize_inputs(obs, actions)
+        k = self.members if layers is None else layers[0][0].shape[0]
+        if x.dim() == 2:
+            x = x.unsqueeze(0).expand(k, -1, -1)
+        mean, logvar = self.normalized(x, layers)
+        return self.out_mean + self.out_std * mean, self.out_std * (0.5 * logvar).exp()
+
+    def sample(self, obs: torch.Tensor, actions: torch.Tensor, layers: Layers | None = None, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """One draw of (next observation, reward) per row: [K, N, obs_dim] and [K, N]."""
+        mean, std = self(obs, actions, layers)
+        draw = mean + std * torch.randn(mean.shape, generator=generator, device=mean.device)
+        return obs + draw[..., :-1], draw[..., -1]
+
+
+@dataclass(frozen=True)
+class FitReport:
+    """How a fit went: epochs and gradient updates run, the elites' holdout MSE per output
+    (Δobs dims, then reward; data units) and its mean, and the wall time."""
+
+    epochs: int
+    updates: int
+    holdout_mse: list[float]
+    holdout_loss: float
+    seconds: float
+
+
+def transitions_to_xy(obs: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor, next_obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Training pairs: inputs concat(obs, action), targets concat(next_obs - obs, reward)."""
+    return torch.cat([obs, actions], -1), torch.cat([next_obs - obs, rewards.reshape(-1, 1)], -1)
+
+
+def _holdout_mse(model: GaussianEnsemble, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Per member and output, the holdout MSE of the mean in data units: [E, out]."""
+    with torch.no_grad():
+        mean, _ = model.normalized(((x - model.in_mean) / model.in_std).expand(model.members, -1, -1))
+        return ((model.out_mean + model.out_std * mean - y) ** 2).mean(1)
+
+
+def fit_ensemble(
+    model: GaussianEnsemble,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    optimizer: torch.optim.Optimizer,
+    *,
+    holdout_fraction: float = 0.2,
+    max_holdout: int = 5000,
+    batch_size: int = 256,
+    max_epochs: int = 100,
+    patience: int = 5,
+    max_updates: int | None = None,
+    generator: torch.Generator | None = None,
+) -> FitReport:
+    """Fit ``model`` to ``inputs -> targets`` (see :func:`transitions_to_xy`) by Gaussian
+    negative log-likelihood; refit the normaliser first.
+
+    A random ``holdout_fraction`` (at most ``max_holdout`` rows) is held out. Each member
+    trains on its own bootstrap of the rest. An epoch that improves no member's holdout MSE
+    by 1% counts towards ``patience``; each member ends at its best epoch, and the
+    ``model.num_elites`` members with the lowest holdout MSE become the elites. The fit
+    also ends after ``max_updates`` gradient updates (None: no cap).
+    """
+    start = time.perf_counter()
+    n = len(inputs)
+    perm = torch.randperm(n, generator=generator, device=inputs.device)
+    n_hold = min(max_holdout, int(n * holdout_fraction)) if n >= 10 else 0
+    hold, train = perm[:n_hold], perm[n_hold:]
+    x_hold, y_hold = (inputs[hold], targets[hold]) if n_hold else (inputs[train], targets[train])
+    model.set_normalizer(inputs[train], targets[train])
+    x = (inputs[train] - model.in_mean) / model.in_std
+    y = (targets[train] - model.out_mean) / model.out_std
+    members, n_train = model.members, len(train)
+    best = _holdout_mse(model, x_hold, y_hold).mean(1)
+    best_state = {k: v.clone() for k, v in model.state_dict().items()}
+    epochs, stale, updates = 0, 0, 0
+    max_updates = max_updates if max_updates is not None else max_epochs * -(-n_train // batch_size)
+    while epochs < max_epochs and stale < patience and updates < max_updates:
+        boot = torch.randint(0, n_train, (members, n_train), generator=generator, device=x.device)
+        for rows in boot.split(batch_size, dim=1)[: max_updates - updates]:
+            mean, logvar = model.normalized(x[rows])
+            nll = ((mean - y[rows]).square() * (-logvar).exp() + logvar).mean((1, 2)).sum()
+            loss = nll + 0.01 * (model.max_logvar.sum() - model.min_logvar.sum())
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            updates += 1
+        epochs += 1
+        mse = _holdout_mse(model, x_hold, y_hold).mean(1)
+        improved = (best - mse) / best.clamp_min(1e-12) > 0.01
+        stale = 0 if improved.any() else stale + 1
+        if improved.any():
+            _keep_members(best_state, model.state_dict(), improved)
+            best = torch.where(improved, mse, best)
+    model.load_state_dict(best_state)
+    per_output = _holdout_mse(model, x_hold, y_hold)
+    model.elites.copy_(per_output.mean(1).argsort()[: model.num_elites].sort().values)
+    elite_mse = per_output[model.elites].mean(0)
+    return FitReport(epochs, updates, [float(v) for v in elite_mse], float(elite_mse.mean()), time.perf_counter() - start)
+
+
+def _keep_members(best: dict[str, torch.Tensor], current: dict[str, torch.Tensor], members: torch.Tensor) -> None:
+    """Copy ``members``' slices of the per-member tensors (leading dim E) into ``best``;
+    shared tensors (log-variance limits, normaliser) follow the latest epoch."""
+    for key, value in current.items():
+        if key.startswith("layers."):
+            best[key][members] = value[members]
+        elif key != "elites":
+            best[key].copy_(value)
+

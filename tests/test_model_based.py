@@ -1,0 +1,227 @@
+"""Model-based RL: the dynamics ensemble, the CEM planner, PETS, MBPO, MOPO, the dynamics
+trainer, their checkpoints and their errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from gymnasium import spaces
+
+from rlpipe.algos import get_algo
+from rlpipe.envs.spaces import space_to_json
+from rlpipe.errors import RlpipeError
+from rlpipe.models.checkpoint import save_checkpoint
+from rlpipe.models.dynamics import GaussianEnsemble, fit_ensemble
+from rlpipe.models.env_fns import never_terminates, reward_fn, termination_fn
+from rlpipe.training.model_based import DYNAMICS_MODULE, load_dynamics
+from rlpipe.training.planning import CEMPlanner, CEMSettings, ModelEnv
+
+# Small budgets for the learning tests (the sweep in this file's __main__ measures them).
+PETS_TEST = dict(env_steps=800, horizon=15, model_max_epochs=20, eval_episodes=3)
+MBPO_TEST = dict(env_steps=1_000, model_hidden=(128, 128, 128), model_max_epochs=20, eval_every=1_000, eval_episodes=5)
+MOPO_TEST = dict(updates=3_000, model_hidden=(128, 128, 128), model_max_epochs=10, eval_every=3_000, eval_episodes=5)
+
+
+def linear_system(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Inputs (obs 2-D, action 1-D) and targets (Δobs, reward) of a known linear system."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand(n, 3, generator=g) * 2 - 1
+    a = torch.tensor([[0.1, -0.2, 0.3], [0.05, 0.1, -0.4], [1.0, -0.5, 0.25]])  # rows: Δobs0, Δobs1, reward
+    return x, x @ a.T, a
+
+
+def test_ensemble_recovers_a_known_linear_system() -> None:
+    torch.manual_seed(0)
+    x, y, _ = linear_system(2_000, seed=0)
+    model = GaussianEnsemble(2, 1, members=3, hidden=(32, 32))
+    x_new, y_new, _ = linear_system(200, seed=1)
+    before = (model(x_new[:, :2], x_new[:, 2:])[0] - y_new).square().mean()
+    report = fit_ensemble(model, x, y, torch.optim.Adam(model.parameters(), 3e-3), max_epochs=40, generator=torch.Generator().manual_seed(0))
+    mean, std = model(x_new[:, :2], x_new[:, 2:])
+    after = (mean - y_new).square().mean()
+    assert after < 1e-3 < before  # the untrained model (the control) is far off
+    assert max(report.holdout_mse) < 1e-3 and len(report.holdout_mse) == 3
+    assert std.max() < 0.1  # noise-free data: the learned std shrinks
+
+
+def test_batched_ensemble_equals_a_loop_over_members() -> None:
+    torch.manual_seed(0)
+    model = GaussianEnsemble(3, 2, members=4, hidden=(16, 16), elites=2)
+    model.set_normalizer(torch.randn(100, 5) * 3 + 1, torch.randn(100, 4) * 2)
+    obs, act = torch.randn(4, 7, 3), torch.randn(4, 7, 2)
+    mean, std = model(obs, act)
+    for i in range(4):
+        h = (torch.cat([obs[i], act[i]], -1) - model.in_mean) / model.in_std
+        for j, layer in enumerate(model.layers):
+            h = F.linear(h, layer.weight[i].T, layer.bias[i, 0])
+            h = F.silu(h) if j < len(model.layers) - 1 else h
+        mu, logvar = h.split(4, -1)
+        logvar = model.max_logvar - F.softplus(model.max_logvar - logvar)
+        logvar = model.min_logvar + F.softplus(logvar - model.min_logvar)
+        torch.testing.assert_close(mean[i], model.out_mean + model.out_std * mu)
+        torch.testing.assert_close(std[i], model.out_std * (0.5 * logvar).exp())
+    # A subset of members (the elites) gives those members' rows.
+    members = torch.tensor([3, 1])
+    sub_mean, _ = model(obs[members], act[members], model.member_layers(members))
+    torch.testing.assert_close(sub_mean, mean[members])
+
+
+def static_model_env(act_dim: int, reward: object) -> ModelEnv:
+    """A model that never moves the state (zero weights, negligible noise) and a known reward."""
+    model = GaussianEnsemble(2, act_dim, members=2, hidden=(8,))
+    with torch.no_grad():
+        for p in model.layers.parameters():
+            p.zero_()
+        model.out_std.fill_(1e-8)
+    box = spaces.Box(-1.0, 1.0, (act_dim,), np.float32)
+    return ModelEnv(model, box, never_terminates, reward, torch.Generator().manual_seed(0))
+
+
+def test_cem_finds_the_optimum_of_a_known_quadratic() -> None:
+    target = torch.tensor([0.3, -0.6])
+    env = static_model_env(2, lambda obs, action, next_obs: -(action - target).square().sum(-1))
+    obs = torch.zeros(3, 2)  # three envs planned together
+
+    def error(settings: CEMSettings) -> float:
+        planner = CEMPlanner(env, settings, 2, torch.Generator().manual_seed(0))
+        return float((planner.act(obs) - target).abs().max())
+
+    assert error(CEMSettings(horizon=5, population=200, iterations=10)) < 0.02  # measured 0.007
+    # The control: one round of 10 random sequences is nowhere near as close.
+    assert error(CEMSettings(horizon=5, population=10, iterations=1)) > 0.05
+
+
+def test_planner_warm_starts_from_its_shifted_plan_and_checks_its_settings() -> None:
+    env = static_model_env(1, lambda obs, action, next_obs: -action[..., 0].square())
+    planner = CEMPlanner(env, CEMSettings(horizon=4, population=10, iterations=1), 1, torch.Generator().manual_seed(0))
+    planner.act(torch.zeros(1, 2))
+    first = planner.plan.clone()
+    torch.testing.assert_close(planner._initial_mean(1, torch.device("cpu"))[:, :3], first[:, 1:])
+    assert planner._initial_mean(2, torch.device("cpu")).abs().sum() == 0  # another batch starts afresh
+    with pytest.raises(RlpipeError, match="multiple of the 2 elite members"):
+        CEMPlanner(env, CEMSettings(population=5), 1)
+
+
+def test_dynamics_checkpoint_round_trip(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = GaussianEnsemble(3, 1, members=3, hidden=(16,), elites=2)
+    model.set_normalizer(torch.randn(50, 4), torch.randn(50, 4))
+    model.elites.copy_(torch.tensor([0, 2]))
+    meta = {"algo": "dynamics", "env_id": "Pendulum-v1", "policy": {"kind": model.kind, "spec": model.spec},
+            "action_space": space_to_json(spaces.Box(-2.0, 2.0, (1,), np.float32))}
+    save_checkpoint(tmp_path / "run", {DYNAMICS_MODULE: model}, meta)
+    loaded, _ = load_dynamics(tmp_path / "run", "Pendulum-v1", 3, 1, torch.device("cpu"))
+    obs, act = torch.randn(10, 3), torch.randn(10, 1)
+    for a, b in zip(model(obs, act), loaded(obs, act)):
+        torch.testing.assert_close(a, b)
+    assert loaded.elites.tolist() == [0, 2]
+    with pytest.raises(RlpipeError, match="trained for Pendulum-v1, not MountainCarContinuous-v0"):
+        load_dynamics(tmp_path / "run", "MountainCarContinuous-v0", 3, 1, torch.device("cpu"))
+    with pytest.raises(RlpipeError, match="obs/action sizes 3/1, not 2/1"):
+        load_dynamics(tmp_path / "run", "Pendulum-v1", 2, 1, torch.device("cpu"))
+
+
+def test_envs_without_known_functions_are_refused_by_name(cli) -> None:
+    with pytest.raises(RlpipeError, match="known reward function for MountainCarContinuous-v0; use --set reward=learned"):
+        reward_fn("pets", "MountainCarContinuous-v0", "known")
+    assert reward_fn("pets", "MountainCarContinuous-v0", "learned") is None
+    with pytest.raises(RlpipeError, match="termination function for MountainCarContinuous-v0"):
+        termination_fn("mbpo", "MountainCarContinuous-v0")
+    res = cli("train", "pets", "--env", "MountainCarContinuous-v0", "--set", "reward=learned", "--no-progress")
+    assert res.code == 2 and "known termination function" in res.err and "Traceback" not in res.err
+    res = cli("train", "mbpo", "--env", "CartPole-v1", "--no-progress")
+    assert res.code == 2 and "continuous (Box) action space" in res.err
+
+
+def test_bad_model_settings_are_refused_before_a_run_starts(cli, tmp_path: Path) -> None:
+    for algo, setting, message in [
+        ("pets", "population=7", "multiple of the 5 elite members"),
+        ("mbpo", "elites=9", "elites=9: expected at most members (7)"),
+        ("mbpo", "real_ratio=1.5", "real_ratio=1.5: expected a number in [0, 1]"),
+        ("pets", "reward=exact", "reward='exact': expected 'known' or 'learned'"),
+        ("pets", "horizon=0", "horizon=0: expected a positive number"),
+    ]:
+        res = cli("train", algo, "--env", "Pendulum-v1", "--set", setting, "--out", tmp_path / algo, "--no-progress")
+        assert res.code == 2 and message in res.err and "Traceback" not in res.err, (setting, res.err)
+        assert not (tmp_path / algo).exists()
+    cheap = ["env_steps=1", "random_steps=1", "eval_episodes=1", "model_hidden=[8]", "model_max_epochs=1", "horizon=2",
+             "population=5", "iterations=1"]
+    res = cli("train", "pets", "--env", "Pendulum-v1", *(a for kv in cheap for a in ("--set", kv)), "--out", tmp_path / "ok", "--no-progress")
+    assert res.code == 0, res.err  # the control: valid settings run
+
+
+@pytest.mark.slow
+def test_pets_learns_pendulum_in_four_episodes(tmp_path: Path, cli, learning_seed: int, record_property) -> None:
+    pets = get_algo("pets")
+    result = pets.train(pets.make_config("Pendulum-v1", seed=learning_seed, **PETS_TEST), tmp_path / "pets", progress=False)
+    m = result.metrics
+    record_property("pets_return", m["eval_return_mean"])
+    # Seeds 0-4 (1 random + 3 planning episodes, 3 eval episodes): -85.7, -756.0, -296.1,
+    # -868.2, -1027.8. Only seed 0 has learnt by 800 steps: a weak threshold (issue 11 follow-up).
+    assert m["eval_return_mean"] > -1100, m
+    assert len(m["episode_returns"]) == 4 and m["model_fits"] == 3 and len(m["model_holdout_mse"]) == 4
+    res = cli("eval", tmp_path / "pets")
+    assert res.code == 2 and "no policy network to load" in res.err
+
+
+@pytest.mark.slow
+def test_mbpo_learns_pendulum_in_1000_steps(learning_seed: int, record_property) -> None:
+    mbpo = get_algo("mbpo")
+    m = mbpo.train(mbpo.make_config("Pendulum-v1", seed=learning_seed, **MBPO_TEST), progress=False).metrics
+    record_property("mbpo_return", m["eval_return_mean"])
+    # Seeds 0-4: -904.1, -339.4, -398.4, -719.1, -788.4 (the random-action episodes of an
+    # MBPO run scored -1072 and -1767). At 1k steps MBPO is only starting; -200 needs ~1.5k.
+    assert m["eval_return_mean"] > -1000, m
+    assert len(m["episode_returns"]) == 5 and m["model_fits"] == 4
+
+
+@pytest.mark.slow
+def test_mopo_learns_pendulum_from_a_mixed_dataset_and_reuses_a_dynamics_run(
+    offline_store: Path, tmp_path: Path, cli, learning_seed: int, record_property
+) -> None:
+    mopo = get_algo("mopo")
+    config = mopo.make_config("Pendulum-v1", dataset="pendulum-mixed", store=str(offline_store), seed=learning_seed, **MOPO_TEST)
+    m = mopo.train(config, tmp_path / "mopo", progress=False).metrics
+    record_property("mopo_return", m["eval_return_mean"])
+    # Seeds 0-4 (3000 updates, 5 eval episodes): -127.5, -151.0, -341.6, -207.8, -506.4.
+    assert m["eval_return_mean"] > -600, m
+    # A saved dynamics run is reused instead of refitting.
+    res = cli("train", "dynamics", "--dataset", "pendulum-mixed", "--store", offline_store, "--updates", "50",
+              "--set", "model_hidden=[32]", "--set", "eval_episodes=1", "--set", "horizon=3", "--out", tmp_path / "dyn", "--no-progress")
+    assert res.code == 0, res.err
+    res = cli("train", "mopo", "--dataset", "pendulum-mixed", "--store", offline_store, "--updates", "20",
+              "--set", f"dynamics={tmp_path / 'dyn'}", "--set", "eval_episodes=1", "--set", "rollout_every=10",
+              "--out", tmp_path / "mopo-reuse", "--no-progress")
+    assert res.code == 0, res.err
+    res = cli("train", "mopo", "--dataset", "pendulum-mixed", "--store", offline_store, "--set", f"dynamics={tmp_path / 'mopo'}x")
+    assert res.code == 2 and "no checkpoint" in res.err
+    res = cli("train", "mopo", "--dataset", "cartpole-expert", "--store", offline_store)
+    assert res.code == 2 and "continuous (Box) action space" in res.err
+
+
+def store_for_sweeps(root: Path) -> Path:
+    """The offline tests' `pendulum-mixed` (a 10k-step SAC run's every transition) under ``root``."""
+    from rlpipe.pipeline.collect import collect_dataset
+
+    if not (root / "datasets" / "pendulum-mixed").exists():
+        collect_dataset("Pendulum-v1", expert="sac", from_training=True, expert_run=root / "sac-mixed", seed=0,
+                        name="pendulum-mixed", store=root / "datasets", progress=False)
+    return root / "datasets"
+
+
+if __name__ == "__main__":  # the seed sweep behind the thresholds: python tests/test_model_based.py STORE_ROOT [pets|mbpo|mopo]
+    import sys
+
+    torch.set_num_threads(1)
+    for name in sys.argv[2:] or ["pets", "mbpo", "mopo"]:
+        algo, budget = get_algo(name), {"pets": PETS_TEST, "mbpo": MBPO_TEST, "mopo": MOPO_TEST}[name]
+        data = dict(dataset="pendulum-mixed", store=str(store_for_sweeps(Path(sys.argv[1])))) if name == "mopo" else {}
+        values = []
+        for seed in range(5):
+            values.append(round(algo.train(algo.make_config("Pendulum-v1", seed=seed, **budget, **data), progress=False).metrics["eval_return_mean"], 1))
+            print(name, seed, values[-1], flush=True)
+        print(name, values, flush=True)
