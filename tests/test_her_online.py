@@ -186,7 +186,7 @@ def test_offline_training_on_the_relabelled_dataset_beats_the_raw_one(store: Pat
     for name in ("goalworld-random", "goalworld-random-her"):
         config = module.make_config("GoalWorld-v0", dataset=name, store=str(store), updates=2000, eval_every=2000,
                                     eval_episodes=50, hidden=(64, 64), actor_lr=1e-3, critic_lr=1e-3, seed=learning_seed)
-        data = load_offline("td3bc", config, module.ACTION_SPACES)
+        data = load_offline("td3bc", config, module.action_kinds)
         assert data.obs_dim == 4 and data.arrays.obs.shape == (len(data.arrays), 4)  # flattened goal observations
         success[name] = module.train(config, progress=False).metrics["eval_success_rate"]
         record_property(name, success[name])

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from rlpipe.pipeline.collect import collect_dataset
-from rlpipe.training.resume import INFO_FILE, STATE_FILE
+from rlpipe.training.resume import INFO_FILE, STATE_FILE, resume_dir
 
 RLPIPE = [sys.executable, "-m", "rlpipe.cli.main"]
 
@@ -33,11 +33,11 @@ def _train(args: list[str]) -> None:
 def _kill_after_first_state(args: list[str], run_dir: Path) -> None:
     proc = subprocess.Popen([*RLPIPE, "train", *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 240
-    while not (run_dir / STATE_FILE).exists() and proc.poll() is None and time.monotonic() < deadline:
+    while not (resume_dir(run_dir) / STATE_FILE).exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    assert (run_dir / STATE_FILE).exists() and not (run_dir / "metrics.json").exists(), "the run was not killed mid-way"
+    assert (resume_dir(run_dir) / STATE_FILE).exists() and not (run_dir / "metrics.json").exists(), "the run was not killed mid-way"
 
 
 @pytest.mark.slow
@@ -51,7 +51,7 @@ def test_killed_offline_run_resumes_to_the_same_result(tmp_path: Path) -> None:
     _kill_after_first_state([*args, "--out", str(tmp_path / "killed")], tmp_path / "killed")
     _train(["bc", "--resume", str(tmp_path / "killed"), "--no-progress"])
     assert _final(tmp_path / "killed") == _final(tmp_path / "whole")
-    assert not (tmp_path / "killed" / STATE_FILE).exists() and not (tmp_path / "killed" / INFO_FILE).exists()
+    assert not resume_dir(tmp_path / "killed").exists()
     # control: the comparison sees a different run
     _train([*args, "--seed", "1", "--out", str(tmp_path / "seed1")])
     assert _final(tmp_path / "seed1")[1] != _final(tmp_path / "whole")[1]

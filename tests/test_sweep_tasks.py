@@ -71,9 +71,9 @@ def test_a_killed_driver_leaves_no_dataset(tmp_path: Path) -> None:
     driver = subprocess.Popen([sys.executable, "-c", script, str(store)], start_new_session=True)
     try:
         deadline = time.monotonic() + 120
-        while not list(store.glob(".tmp-big-*/tasks/task-*")) and time.monotonic() < deadline:  # a task finished
+        while not list(store.glob(".tmp-*-big/tasks/task-*")) and time.monotonic() < deadline:  # a task finished
             time.sleep(0.2)
-        assert list(store.glob(".tmp-big-*/tasks/task-*")), "no task finished in time"
+        assert list(store.glob(".tmp-*-big/tasks/task-*")), "no task finished in time"
     finally:
         os.killpg(driver.pid, signal.SIGKILL)
         driver.wait()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
@@ -42,9 +43,16 @@ def set_rng_states(states: Mapping[str, Any]) -> None:
     torch.set_rng_state(states["torch"])
 
 
+def resume_dir(run_dir: str | os.PathLike) -> Path:
+    """Where a run's resumable state lives: a hidden sibling of the run directory, because the
+    run directory itself is only published (renamed into place) when the run finishes."""
+    run_dir = Path(run_dir)
+    return run_dir.parent / f".resume-{run_dir.name}"
+
+
 def read_resume_info(run_dir: str | os.PathLike) -> dict[str, Any]:
     """What ``rlpipe train --resume RUN_DIR`` needs: ``{"algo", "config"}`` of the interrupted run."""
-    path = Path(run_dir) / INFO_FILE
+    path = resume_dir(run_dir) / INFO_FILE
     if not path.is_file():
         raise RlpipeError(f"{run_dir} holds no resumable state (train with --checkpoint-every N to write one)")
     return json.loads(path.read_text())
@@ -61,7 +69,7 @@ class Checkpointer:
         self.run, self.objects = run, objects
         self.every = getattr(run.config, "checkpoint_every", None)
         self.config = json.loads(json.dumps(asdict(run.config)))
-        self.dir = run.out_dir if self.every is not None else None
+        self.dir = resume_dir(run.out_dir) if self.every is not None and run.out_dir is not None else None
         self.next_save = self.every or 0
 
     def restore(self) -> dict[str, Any] | None:
@@ -87,6 +95,7 @@ class Checkpointer:
             self.next_save += self.every
         state = {"config": self.config, "objects": {name: obj.state_dict() for name, obj in self.objects.items()},
                  "rng": rng_states(), "run": self.run.state(), "next_save": self.next_save, "loop": dict(loop)}
+        self.dir.mkdir(parents=True, exist_ok=True)
         with atomic_output(self.dir / STATE_FILE) as tmp:
             torch.save(state, tmp)
         atomic_write_text(self.dir / INFO_FILE, json.dumps({"algo": self.run.algo, "config": self.config}, indent=2) + "\n")
@@ -94,8 +103,7 @@ class Checkpointer:
     def discard(self) -> None:
         """Remove the saved state (the run finished)."""
         if self.dir is not None:
-            (self.dir / STATE_FILE).unlink(missing_ok=True)
-            (self.dir / INFO_FILE).unlink(missing_ok=True)
+            shutil.rmtree(self.dir, ignore_errors=True)
 
 
-__all__ = ["Checkpointer", "INFO_FILE", "STATE_FILE", "read_resume_info", "rng_states", "set_rng_states"]
+__all__ = ["Checkpointer", "INFO_FILE", "STATE_FILE", "read_resume_info", "resume_dir", "rng_states", "set_rng_states"]
