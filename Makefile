@@ -21,8 +21,10 @@ install: $(STAMP)
 repro: $(STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/dvc repro
 
+# One test process per core (the learning tests use one torch thread each); tests that share
+# a resource (a Ray session) declare an xdist_group, which loadgroup keeps in one process.
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto --dist loadgroup
 
 # Peers for the side-by-side benchmarks (Minari's DataCollector needs jax, SB3, d3rlpy).
 $(BENCH_STAMP): $(STAMP)
