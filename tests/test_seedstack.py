@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -17,11 +18,13 @@ from rlpipe.pipeline.collect import collect_dataset
 from rlpipe.pipeline.runs import prepare_run
 from rlpipe.pipeline.sweep import SweepSpec, run_sweep, run_trial, plan_trials
 from rlpipe.training.buffer import Batch
+from rlpipe.training.graphs import UpdateStepper
 from rlpipe.training.offline import load_offline
 from rlpipe.training.sampler import SeedSampler
 from rlpipe.training.seeding import seed_everything
 
 SEEDS = [0, 1, 2]
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (bench/cuda_check.py runs it on a lent GPU)")
 TINY = {"hidden": (16, 16), "batch_size": 8, "num_sampled_actions": 2, "updates": 6, "eval_every": 3, "eval_episodes": 1}
 
 
@@ -43,19 +46,40 @@ def _fixed_noise(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch, "rand", lambda *shape, device=None: pattern(tuple(shape), device))
 
 
-@pytest.mark.parametrize("dataset", ["pendulum-random", "cartpole-random"])
-def test_batched_updates_equal_separate_updates_per_seed(tiny_store: Path, monkeypatch: pytest.MonkeyPatch, dataset: str) -> None:
-    configs = [prepare_run("cql", dataset=dataset, store=tiny_store, settings={**TINY, "seed": s}).config for s in SEEDS]
+def _weights(mods: dict[str, torch.nn.Module]) -> torch.Tensor:
+    return torch.cat([p.detach().flatten() for name in sorted(mods) for p in mods[name].parameters()])
+
+
+def _batched_and_separate(store: Path, dataset: str, device: str) -> tuple[Any, list[dict[str, torch.nn.Module]], Any, list[Any], Any]:
+    """The batched CQL of SEEDS and each seed's own CQL (seeded, then built as its run builds
+    it), checked to start from the same weights: (stack, its seeds' modules, its update,
+    the separate (actor, modules, update, extra) per seed, the loaded data)."""
+    configs = [prepare_run("cql", dataset=dataset, store=store, settings={**TINY, "seed": s, "device": device}).config for s in SEEDS]
     data = load_offline("cql", configs[0], ACTION_SPACES)
     batched, separate = (batched_discrete_cql, discrete_cql) if data.discrete else (batched_continuous_cql, continuous_cql)
     stack, modules, update, _ = batched(configs, data)
     eager = []
-    for config in configs:  # each seed's own run: seeded, then built
+    for config in configs:
         seed_everything(config.seed)
         eager.append(separate(config, data))
-    for copy, (_, own, _, _) in zip(modules, eager):  # the same initial weights
+    for copy, (_, own, _, _) in zip(modules, eager):
         for name in own:
             torch.testing.assert_close(dict(copy[name].named_parameters()), dict(own[name].named_parameters()), rtol=0, atol=0)
+    return stack, modules, update, eager, data
+
+
+def _check_seeds_apart(modules: list[dict[str, torch.nn.Module]], eager: list[Any]) -> None:
+    for k, (_, own, _, _) in enumerate(eager):
+        torch.testing.assert_close(_weights(modules[k]), _weights(own), rtol=1e-4, atol=1e-5)
+    # Control: the seeds trained apart from each other (a mix-up of seeds would not match).
+    assert not torch.allclose(_weights(modules[0]), _weights(eager[1][1]), atol=1e-3)
+    assert not torch.allclose(_weights(modules[1]), _weights(modules[2]), atol=1e-3)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=needs_cuda)])
+@pytest.mark.parametrize("dataset", ["pendulum-random", "cartpole-random"])
+def test_batched_updates_equal_separate_updates_per_seed(tiny_store: Path, monkeypatch: pytest.MonkeyPatch, dataset: str, device: str) -> None:
+    stack, modules, update, eager, data = _batched_and_separate(tiny_store, dataset, device)
     _fixed_noise(monkeypatch)
     sampler = SeedSampler(data.sampler, SEEDS)
     for i in range(3):
@@ -64,15 +88,25 @@ def test_batched_updates_equal_separate_updates_per_seed(tiny_store: Path, monke
         for k, (_, _, seed_update, _) in enumerate(eager):
             seed_update(Batch(*(t[k] for t in b)), i)
     stack.unstack()
+    _check_seeds_apart(modules, eager)
 
-    def weights(mods: dict[str, torch.nn.Module]) -> torch.Tensor:
-        return torch.cat([p.detach().flatten() for name in sorted(mods) for p in mods[name].parameters()])
 
-    for k, (_, own, _, _) in enumerate(eager):
-        torch.testing.assert_close(weights(modules[k]), weights(own), rtol=1e-4, atol=1e-5)
-    # Control: the seeds trained apart from each other (a mix-up of seeds would not match).
-    assert not torch.allclose(weights(modules[0]), weights(eager[1][1]), atol=1e-3)
-    assert not torch.allclose(weights(modules[1]), weights(modules[2]), atol=1e-3)
+@needs_cuda
+def test_batched_updates_replay_as_a_cuda_graph(tiny_store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    stack, modules, update, eager, data = _batched_and_separate(tiny_store, "pendulum-random", "cuda")
+    _fixed_noise(monkeypatch)
+    step = UpdateStepper(update, SeedSampler(data.sampler, SEEDS), 8, total=6, graph=True)
+    done = 0
+    while done < 6:  # eager warm-up rounds, capture, then replays
+        done += step(done)
+    assert step.graph is not None
+    twin = SeedSampler(data.sampler, SEEDS)  # the same draws in the same order
+    for i in range(6):
+        b = twin.sample(8)
+        for k, (_, _, seed_update, _) in enumerate(eager):
+            seed_update(Batch(*(t[k] for t in b)), i)
+    stack.unstack()
+    _check_seeds_apart(modules, eager)
 
 
 def test_batched_sweep_writes_the_run_directories_of_separate_runs(tiny_store: Path, tmp_path: Path) -> None:
