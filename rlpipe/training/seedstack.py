@@ -108,8 +108,7 @@ def train_offline_seeds(
     of ``stack`` on [K, B, ...] minibatches; evaluate and save each seed as
     :func:`rlpipe.training.offline.train_offline` saves one run: ``modules[k]`` are seed
     k's modules to save (among ``stack.copies[k]``'s, with its actor under ``"policy"``),
-    ``out_dirs[k]`` its run directory (the
-    progress bar follows seed 0). A seed that reaches its ``stop_at_return`` is finished
+    ``out_dirs[k]`` its run directory (the progress bar follows seed 0). A seed that reaches its ``stop_at_return`` is finished
     there while the others go on. ``extra_metrics(k)``: seed k's extra metrics.
     Each run's ``wall_seconds`` is the batched training's wall time.
     """
@@ -120,7 +119,7 @@ def train_offline_seeds(
     if not isinstance(data.sampler, TransitionSampler):
         raise RlpipeError(f"{algo}: batched seeds need the dataset in memory (it is sampled from its memory maps)")
     first = configs[0]
-    runs = [Run(algo, config, out_dir, progress and k == 0) for k, (config, out_dir) in enumerate(zip(configs, out_dirs))]
+    runs: list[Run] = []
     actors = [seed_modules["policy"] for seed_modules in modules]
     scaler = ActionScaler(data.action_space)
     policies = [policy_fn(actor, scaler, data.device) for actor in actors]
@@ -129,6 +128,8 @@ def train_offline_seeds(
     results: dict[int, TrainResult] = {}
     updates = 0
     try:
+        for k, (config, out_dir) in enumerate(zip(configs, out_dirs)):
+            runs.append(Run(algo, config, out_dir, progress and k == 0))
         while len(results) < len(runs):
             updates += step(updates)
             runs[0].show(updates)
