@@ -12,7 +12,7 @@
 # --only picks parts (comma-separated, default: all four, in that order). --tiny runs every
 # part at tiny sizes (a dry run: `bench/gpu_all.sh --device cpu --tiny` checks the script
 # runs on a machine without a GPU). $PYTHON is the interpreter (default .venv/bin/python, else
-# python3). On a GPU the full run takes about 10-15 minutes: split it with --only if a
+# python3; it needs torch with CUDA and rlpipe's dependencies, rlpipe itself comes from this tree). On a GPU the full run takes about 10-15 minutes: split it with --only if a
 # command may run at most 10 minutes (e.g. --only check,seeds then --only offline,online).
 set -u
 cd "$(dirname "$0")/.."
@@ -32,6 +32,7 @@ while [ $# -gt 0 ]; do
 done
 PY=${PYTHON:-.venv/bin/python}
 [ -x "$PY" ] || PY=python3
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # rlpipe from this tree, even where it is not installed
 PEER=${PEER_PYTHON:-.bench-venvs/d3rlpy/bin/python}
 FAILED=0
 
