@@ -4,8 +4,9 @@
    the saved policy loads on CPU and on CUDA with the same weights and gives the same
    actions on both (BCQ, whose policy samples candidates, compares weights only). Offline
    algorithms train through CUDA graphs (a failed capture is an error).
-2. tests/test_graphs.py, whose CUDA tests are skipped elsewhere (graph replays equal eager
-   updates; the index period of TD3-style updates).
+2. tests/test_graphs.py and tests/test_seedstack.py, whose CUDA tests are skipped elsewhere
+   (graph replays equal eager updates; the index period of TD3-style updates; batched
+   seeds on CUDA, eager and replayed as a graph, equal separate updates).
 3. Learning on CUDA: SAC on Pendulum-v1 with its usual 10k env steps (>= -200); CQL with
    its tuned settings on ``pendulum-mixed`` from ``--store`` (>= -180), through graphs.
 4. Gradient updates per second of CQL and BC, with and without CUDA graphs, at
@@ -136,7 +137,8 @@ def check_cql_learns(store: Path, out: Path, device: str) -> dict[str, Any]:
 
 def run_graph_tests() -> dict[str, Any]:
     root = Path(__file__).resolve().parent.parent
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_graphs.py"],
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_graphs.py",
+                           "tests/test_seedstack.py"],
                           cwd=root, capture_output=True, text=True, check=False)
     summary = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr.strip()[-500:]
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]

@@ -19,6 +19,10 @@ other processes share the core).
     .venv/bin/python bench/offline.py              # 3 repeats
     .venv/bin/python bench/offline.py --quick      # a few updates, one repeat
     python3 bench/offline.py --device cuda --peer-python PY   # both on a GPU; PY runs d3rlpy
+
+On CUDA d3rlpy runs twice by default: eager (its default) and with its own
+``compile_graph=True`` (torch.compile + CUDA graphs, its best configuration);
+``--peer-configs`` chooses.
 """
 
 from __future__ import annotations
@@ -82,13 +86,14 @@ class _Caught(Exception):
     """Raised by the stand-in training loop once it holds the update function."""
 
 
-def captured_update(algo: str, store: Path, device: str = "cpu") -> tuple[Any, Any, int]:
-    """(sampler, update, batch_size) exactly as `rlpipe train ALGO` would run them."""
+def captured_update(algo: str, store: Path, device: str = "cpu", overrides: dict[str, Any] | None = None) -> tuple[Any, Any, int]:
+    """(sampler, update, batch_size) exactly as `rlpipe train ALGO` would run them
+    (config: `RLPIPE_CONFIGS[algo]`, or `overrides`)."""
     from rlpipe.algos import get_algo
 
     spec = get_algo(algo)
     module: ModuleType = importlib.import_module(spec.train.__module__)
-    config = spec.make_config(ENV_ID, dataset=NAME, store=str(store), device=device, **RLPIPE_CONFIGS[algo])
+    config = spec.make_config(ENV_ID, dataset=NAME, store=str(store), device=device, **(overrides or RLPIPE_CONFIGS[algo]))
     caught: dict[str, Any] = {}
 
     def stand_in(_algo: str, _config: Any, data: Any, _actor: Any, _modules: Any, update: Any, *args: Any, **kwargs: Any) -> None:
@@ -103,7 +108,7 @@ def captured_update(algo: str, store: Path, device: str = "cpu") -> tuple[Any, A
     return caught["sampler"], caught["update"], config.batch_size
 
 
-def time_rlpipe(algo: str, store: Path, updates: int, device: str = "cpu") -> tuple[float, float]:
+def time_rlpipe(algo: str, store: Path, updates: int, device: str = "cpu", overrides: dict[str, Any] | None = None) -> tuple[float, float]:
     """Wall and CPU seconds for `updates` rlpipe updates (sampling included), stepped as
     `rlpipe train` steps them, after an untimed start: one update on CPU; on CUDA the
     eager warm-up and the capture of the CUDA graph that the timed updates replay."""
@@ -111,7 +116,7 @@ def time_rlpipe(algo: str, store: Path, updates: int, device: str = "cpu") -> tu
 
     from rlpipe.training.graphs import UpdateStepper, graphs_enabled
 
-    sampler, update, batch_size = captured_update(algo, store, device)
+    sampler, update, batch_size = captured_update(algo, store, device, overrides)
     step = UpdateStepper(update, sampler, batch_size, total=10**9, graph=graphs_enabled(torch.device(device)))
     done = step(0)
     sync = torch.cuda.synchronize if device == "cuda" else lambda: None
@@ -123,11 +128,13 @@ def time_rlpipe(algo: str, store: Path, updates: int, device: str = "cpu") -> tu
     return time.perf_counter() - start, time.process_time() - cpu_start
 
 
-def time_d3rlpy(algo: str, npz: Path, updates: int, device: str = "cpu", python: Path = PEER_PYTHON) -> tuple[float, float]:
-    """Wall and CPU seconds for `updates` d3rlpy updates, run in its own virtualenv."""
+def time_d3rlpy(algo: str, npz: Path, updates: int, device: str = "cpu", python: Path = PEER_PYTHON,
+                compiled: bool = False) -> tuple[float, float]:
+    """Wall and CPU seconds for `updates` d3rlpy updates, run in its own virtualenv
+    (``compiled``: with d3rlpy's ``compile_graph=True``)."""
     cmd = [str(python), str(PEER_SCRIPT), str(npz), "--algo", algo, "--updates", str(updates),
            "--batch-size", str(BATCH), "--hidden", str(HIDDEN), "--action-samples", str(SAMPLED_ACTIONS),
-           "--device", "cuda:0" if device == "cuda" else "cpu:0"]
+           "--device", "cuda:0" if device == "cuda" else "cpu:0", *(["--compile-graph"] if compiled else [])]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode != 0 or not lines:
@@ -146,7 +153,12 @@ def main() -> None:
     parser.add_argument("--json", help="also write the raw results to this file")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where both sides train")
     parser.add_argument("--peer-python", type=Path, help="an interpreter with d3rlpy 2.8.1 (default: its own venv, created if missing)")
+    parser.add_argument("--peer-configs", help="d3rlpy configurations, comma-separated from eager,compiled "
+                        "(compiled: compile_graph=True; default: eager on cpu, both on cuda)")
     args = parser.parse_args()
+    peer_configs = (args.peer_configs or ("eager,compiled" if args.device == "cuda" else "eager")).split(",")
+    if not set(peer_configs) <= {"eager", "compiled"}:
+        parser.error(f"--peer-configs: expected eager and/or compiled, got {args.peer_configs!r}")
     if args.quick:
         args.repeats, args.cql_updates, args.bc_updates, args.steps = 1, 5, 100, 2_000
     limit_threads()
@@ -167,10 +179,11 @@ def main() -> None:
               f"CQL sampled actions {SAMPLED_ACTIONS} per proposal; torch threads 1 for both, pinned to core {core}; "
               "core loads before start: " + ", ".join(f"{c}: {load:.0%}" for c, load in core_loads().items()), flush=True)
         # algo -> library -> per repeat: (updates per wall second, updates per CPU second)
-        raw: dict[str, dict[str, list[tuple[float, float]]]] = {algo: {"rlpipe": [], "d3rlpy": []} for algo in updates}
+        peers = {("d3rlpy" if name == "eager" else "d3rlpy compile_graph"): name == "compiled" for name in peer_configs}
+        raw: dict[str, dict[str, list[tuple[float, float]]]] = {algo: {"rlpipe": [], **{p: [] for p in peers}} for algo in updates}
         runners = {
             "rlpipe": lambda algo, n: time_rlpipe(algo, store, n, args.device),
-            "d3rlpy": lambda algo, n: time_d3rlpy(algo, npz, n, args.device, peer_python),
+            **{peer: (lambda algo, n, c=compiled: time_d3rlpy(algo, npz, n, args.device, peer_python, c)) for peer, compiled in peers.items()},
         }
         with pinned([core]):
             for repeat in range(args.repeats):
@@ -183,12 +196,14 @@ def main() -> None:
     rows = []
     for algo, n in updates.items():
         rates = {library: [median([rate[i] for rate in raw[algo][library]]) for i in (0, 1)] for library in runners}
-        (ours, ours_cpu), (theirs, theirs_cpu) = rates["rlpipe"], rates["d3rlpy"]
-        rows.append([algo.upper(), n, f"{theirs:.2f} ({theirs_cpu:.2f})", f"{ours:.2f} ({ours_cpu:.2f})",
-                     f"{ours / theirs:.2f}x ({ours_cpu / theirs_cpu:.2f}x)"])
+        ours, ours_cpu = rates["rlpipe"]
+        for peer in peers:
+            theirs, theirs_cpu = rates[peer]
+            rows.append([algo.upper(), n, peer, f"{theirs:.2f} ({theirs_cpu:.2f})", f"{ours:.2f} ({ours_cpu:.2f})",
+                         f"{ours / theirs:.2f}x ({ours_cpu / theirs_cpu:.2f}x)"])
     print()
-    print(table(["algorithm", "updates timed", "d3rlpy updates/s (per CPU s)", "rlpipe updates/s (per CPU s)",
-                 "rlpipe / d3rlpy"], rows))
+    print(table(["algorithm", "updates timed", "peer configuration", "peer updates/s (per CPU s)", "rlpipe updates/s (per CPU s)",
+                 "rlpipe / peer"], rows))
     print("\ncore loads after: " + ", ".join(f"{c}: {load:.0%}" for c, load in core_loads().items()))
     if args.json:
         Path(args.json).write_text(json.dumps(raw, indent=2) + "\n")

@@ -1,7 +1,7 @@
 """Peer side of bench/offline.py, run inside the d3rlpy virtualenv (d3rlpy pins gymnasium 1.0.0).
 
 Reads transitions from an .npz (rlpipe.datasets.d4rl.d4rl_arrays), trains d3rlpy's CQL or BC for a fixed number of gradient
-updates with 256x256 networks and prints one JSON line: {"algo", "updates", "seconds",
+updates with 256x256 networks (optionally with its ``compile_graph=True``) and prints one JSON line: {"algo", "updates", "seconds",
 "cpu_seconds"} (wall and process CPU time of the timed updates).
 """
 
@@ -24,6 +24,7 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--action-samples", type=int, default=10)
     parser.add_argument("--device", default="cpu:0", help="d3rlpy's device string, e.g. cuda:0")
+    parser.add_argument("--compile-graph", action="store_true", help="d3rlpy's compile_graph=True (torch.compile + CUDA graphs)")
     args = parser.parse_args()
     torch.set_num_threads(1)
 
@@ -37,9 +38,10 @@ def main() -> None:
     encoder = d3rlpy.models.encoders.VectorEncoderFactory([args.hidden, args.hidden])
     if args.algo == "cql":
         config = d3rlpy.algos.CQLConfig(batch_size=args.batch_size, actor_encoder_factory=encoder,
-                                        critic_encoder_factory=encoder, n_action_samples=args.action_samples)
+                                        critic_encoder_factory=encoder, n_action_samples=args.action_samples,
+                                        compile_graph=args.compile_graph)
     else:
-        config = d3rlpy.algos.BCConfig(batch_size=args.batch_size, encoder_factory=encoder)
+        config = d3rlpy.algos.BCConfig(batch_size=args.batch_size, encoder_factory=encoder, compile_graph=args.compile_graph)
     algo = config.create(device=args.device)
     algo.build_with_dataset(dataset)
     # one warm-up update so lazy initialisation is not timed
@@ -52,7 +54,7 @@ def main() -> None:
         torch.cuda.synchronize()
     seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
     print(json.dumps({"algo": args.algo, "updates": args.updates, "seconds": seconds, "cpu_seconds": cpu_seconds,
-                      "d3rlpy": d3rlpy.__version__}))
+                      "compile_graph": args.compile_graph, "d3rlpy": d3rlpy.__version__}))
 
 
 if __name__ == "__main__":

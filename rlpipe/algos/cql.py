@@ -12,13 +12,17 @@ Read top to bottom: config and tuned defaults, then the two variants and ``train
   cache-sized row blocks on CPU).
 - discrete actions (Discrete): DQN (a Q-network over actions and a target network) whose
   TD loss adds ``beta * (logsumexp_a Q(s, a) - Q(s, a_data))``, exact over the actions.
+
+``train_seeds`` trains several seeds as one batched computation
+(rlpipe.training.seedstack): the same per-seed losses on stacked weights.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -32,7 +36,9 @@ from rlpipe.models.networks import EnsembleQ, GreedyQPolicy, TanhGaussianActor
 from rlpipe.training import Batch, OfflineConfig, TrainResult, Update
 from rlpipe.training.env import BOX, DISCRETE
 from rlpipe.training.offline import OfflineData, load_offline, train_offline
-from rlpipe.training.optim import adam, polyak_update, target_copy
+from rlpipe.training.optim import adam, optimizer_step, polyak_update, target_copy
+from rlpipe.training.seedstack import SeedStack, train_offline_seeds
+from rlpipe.training.seeding import seed_everything
 
 ACTION_SPACES = (BOX, DISCRETE)
 CPU_BLOCK_ROWS = 512  # critic rows per pass on CPU (see data_and_sampled_q)
@@ -82,7 +88,7 @@ def proposal_samples(actor: TanhGaussianActor, obs: torch.Tensor, next_obs: torc
     pi(.|s'); [3K, B, d] and their log-densities under their proposal, [3K, B]. Each
     policy's K samples come from one actor pass over the B states."""
     batch, act_dim = obs.shape[0], actor.spec["act_dim"]
-    uniform = torch.empty(k, batch, act_dim, device=obs.device).uniform_(-1.0, 1.0)
+    uniform = torch.rand(k, batch, act_dim, device=obs.device) * 2.0 - 1.0  # not uniform_: batched seeds draw with vmap
     current, current_logp = actor.sample(obs, n=k)
     following, following_logp = actor.sample(next_obs, n=k)
     uniform_logp = torch.full((k, batch), act_dim * math.log(0.5), device=obs.device)
@@ -121,22 +127,31 @@ def conservative_gap(q_sampled: torch.Tensor, log_density: torch.Tensor, q_data:
     return (torch.logsumexp(q_sampled - log_density, dim=1) - q_data).mean(-1).sum()
 
 
+def critic_loss(config: Config, sac: SoftActorCritic, b: Batch, block_rows: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """SAC-based CQL's critic loss on ``b``, TD loss + beta * conservative gap, and the gap."""
+    target = sac.soft_target(b, (b.rewards + config.reward_shift) * config.reward_scale, config.gamma)
+    with torch.no_grad():
+        sampled, log_density = proposal_samples(sac.actor, b.obs, b.next_obs, config.num_sampled_actions)
+    # The data actions and all 3*K*B sampled ones (valued at s) in one critic pass.
+    q_data, q_sampled = data_and_sampled_q(sac.critic, b.obs, b.actions, sampled, block_rows)
+    gap = conservative_gap(q_sampled, log_density, q_data)
+    return td_error_loss(config, q_data, target) + config.beta * gap, gap.detach()
+
+
+def _block_rows(device: torch.device) -> int | None:
+    return CPU_BLOCK_ROWS if device.type == "cpu" else None
+
+
 def continuous_cql(config: Config, data: OfflineData) -> tuple[nn.Module, dict[str, nn.Module], Update, Callable[[], dict[str, Any]]]:
     """SAC-based CQL: the actor, the modules to save, the update and extra metrics."""
     sac = SoftActorCritic.build(config, data.obs_dim, data.act_dim, data.device)
-    block_rows = CPU_BLOCK_ROWS if data.device.type == "cpu" else None
+    block_rows = _block_rows(data.device)
     stats: dict[str, torch.Tensor] = {}
 
     def update(b: Batch, _: int) -> None:
-        target = sac.soft_target(b, (b.rewards + config.reward_shift) * config.reward_scale, config.gamma)
-        with torch.no_grad():
-            sampled, log_density = proposal_samples(sac.actor, b.obs, b.next_obs, config.num_sampled_actions)
-        # The data actions and all 3*K*B sampled ones (valued at s) in one critic pass.
-        q_data, q_sampled = data_and_sampled_q(sac.critic, b.obs, b.actions, sampled, block_rows)
-        gap = conservative_gap(q_sampled, log_density, q_data)
-        sac.critic_step(td_error_loss(config, q_data, target) + config.beta * gap)
+        loss, stats["conservative_gap"] = critic_loss(config, sac, b, block_rows)
+        sac.critic_step(loss)
         sac.policy_step(b.obs, config.tau)
-        stats["conservative_gap"] = gap.detach()
 
     def extra() -> dict[str, Any]:
         return {"alpha": sac.alpha(), "conservative_gap": float(stats.get("conservative_gap", math.nan))}
@@ -150,6 +165,15 @@ def dqn_target(q_target: nn.Module, b: Batch, rewards: torch.Tensor, gamma: floa
     return rewards + gamma * (1.0 - b.terminated) * q_target(b.next_obs).max(-1).values
 
 
+def dqn_loss(config: Config, q_net: nn.Module, q_target: nn.Module, b: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """DQN-based CQL's loss on ``b``, TD loss + beta * the exact conservative gap, and the gap."""
+    target = dqn_target(q_target, b, (b.rewards + config.reward_shift) * config.reward_scale, config.gamma)
+    q_all = q_net(b.obs)
+    q_data = q_all.gather(-1, b.actions.long().view(-1, 1)).squeeze(-1)
+    gap = (torch.logsumexp(q_all, dim=-1) - q_data).mean()
+    return td_error_loss(config, q_data, target) + config.beta * gap, gap.detach()
+
+
 def discrete_cql(config: Config, data: OfflineData) -> tuple[nn.Module, dict[str, nn.Module], Update, Callable[[], dict[str, Any]]]:
     """DQN-based CQL: the greedy Q-policy, the modules to save, the update and extra metrics."""
     q_net = GreedyQPolicy(data.obs_dim, data.act_dim, config.hidden).to(data.device)
@@ -158,16 +182,9 @@ def discrete_cql(config: Config, data: OfflineData) -> tuple[nn.Module, dict[str
     stats: dict[str, torch.Tensor] = {}
 
     def update(b: Batch, _: int) -> None:
-        target = dqn_target(q_target, b, (b.rewards + config.reward_shift) * config.reward_scale, config.gamma)
-        q_all = q_net(b.obs)
-        q_data = q_all.gather(-1, b.actions.long().view(-1, 1)).squeeze(-1)
-        gap = (torch.logsumexp(q_all, dim=-1) - q_data).mean()
-        loss = td_error_loss(config, q_data, target) + config.beta * gap
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
+        loss, stats["conservative_gap"] = dqn_loss(config, q_net, q_target, b)
+        optimizer_step(optimizer, loss)
         polyak_update(q_target, q_net, config.tau)
-        stats["conservative_gap"] = gap.detach()
 
     def extra() -> dict[str, Any]:
         return {"conservative_gap": float(stats.get("conservative_gap", math.nan))}
@@ -175,8 +192,71 @@ def discrete_cql(config: Config, data: OfflineData) -> tuple[nn.Module, dict[str
     return q_net, {"policy": q_net, "q_target": q_target}, update, extra
 
 
+BatchedCQL = tuple[SeedStack, list[dict[str, nn.Module]], Update, Callable[[int], dict[str, Any]]]
+
+
+def batched_continuous_cql(configs: Sequence[Config], data: OfflineData) -> BatchedCQL:
+    """SAC-based CQL for K seeds on stacked weights: the stack, each seed's modules to save,
+    the batched update ([K, B, ...] minibatches) and seed k's extra metrics."""
+    sacs = []
+    for config in configs:  # each seed's networks initialised as in its own run
+        seed_everything(config.seed, config.torch_threads)
+        sacs.append(SoftActorCritic.build(config, data.obs_dim, data.act_dim, data.device))
+    stack, sac, config = SeedStack([s.parts() for s in sacs]), sacs[0], configs[0]  # sacs[0]: the template
+    critic_opt, actor_opt = adam(stack.parameters("critic"), config.critic_lr), adam(stack.parameters("actor"), config.actor_lr)
+    alpha_opt = adam(stack.parameters("temperature"), config.alpha_lr)
+    losses = partial(critic_loss, config, sac, block_rows=_block_rows(data.device))
+    stats: dict[str, torch.Tensor] = {}
+
+    def update(b: Batch, _: int) -> None:
+        # Per seed: the steps of `continuous_cql`'s update, in the same order.
+        loss, stats["conservative_gap"] = stack.call(losses, b, train="critic")
+        optimizer_step(critic_opt, loss.sum())  # the seeds share no weights: each gets its own gradient
+        actor_loss, logp = stack.call(sac.actor_loss, b.obs, train="actor")
+        optimizer_step(actor_opt, actor_loss.sum())
+        optimizer_step(alpha_opt, stack.call(sac.alpha_loss, logp, train="temperature").sum())
+        polyak_update(stack.parameters("critic_target"), stack.parameters("critic"), config.tau)
+
+    def extra(k: int) -> dict[str, Any]:  # read after the stack is unstacked into the seeds' modules
+        return {"alpha": sacs[k].alpha(), "conservative_gap": float(stats["conservative_gap"][k]) if stats else math.nan}
+
+    modules = [{"policy": s.actor, "critic": s.critic, "critic_target": s.critic_target} for s in sacs]
+    return stack, modules, update, extra
+
+
+def batched_discrete_cql(configs: Sequence[Config], data: OfflineData) -> BatchedCQL:
+    """DQN-based CQL for K seeds on stacked weights (see `batched_continuous_cql`)."""
+    modules = []
+    for config in configs:
+        seed_everything(config.seed, config.torch_threads)
+        q_net = GreedyQPolicy(data.obs_dim, data.act_dim, config.hidden).to(data.device)
+        modules.append({"policy": q_net, "q_target": target_copy(q_net)})
+    stack, config = SeedStack(modules), configs[0]
+    optimizer = adam(stack.parameters("policy"), config.critic_lr)
+    losses = partial(dqn_loss, config, modules[0]["policy"], modules[0]["q_target"])
+    stats: dict[str, torch.Tensor] = {}
+
+    def update(b: Batch, _: int) -> None:
+        loss, stats["conservative_gap"] = stack.call(losses, b, train="policy")
+        optimizer_step(optimizer, loss.sum())
+        polyak_update(stack.parameters("q_target"), stack.parameters("policy"), config.tau)
+
+    def extra(k: int) -> dict[str, Any]:
+        return {"conservative_gap": float(stats["conservative_gap"][k]) if stats else math.nan}
+
+    return stack, modules, update, extra
+
+
 def train(config: Config, out_dir: str | Path | None = None, *, progress: bool = True) -> TrainResult:
     """Train CQL on ``config.dataset``; with ``out_dir`` also write checkpoint, metrics and curve."""
     data = load_offline("cql", config, ACTION_SPACES)
     actor, modules, update, extra = (discrete_cql if data.discrete else continuous_cql)(config, data)
     return train_offline("cql", config, data, actor, modules, update, out_dir, progress, extra)
+
+
+def train_seeds(configs: Sequence[Config], out_dirs: Sequence[str | Path | None], *, progress: bool = True) -> list[TrainResult]:
+    """Train CQL with every config (equal but for the seed) as one batched computation; each
+    seed's run goes to its ``out_dirs`` entry as ``train`` would write it."""
+    data = load_offline("cql", configs[0], ACTION_SPACES)
+    stack, modules, update, extra = (batched_discrete_cql if data.discrete else batched_continuous_cql)(configs, data)
+    return train_offline_seeds("cql", configs, data, stack, modules, update, out_dirs, progress, extra)

@@ -71,6 +71,7 @@ class AlgoSpec:
     observation_kinds_ref: str = ""  # "module:NAME" of the accepted observation kinds (BOX, GOAL); "": BOX only
     multi_agent: bool = False  # trains on the multi-agent env ids of its TUNED table (rlpipe.envs.multiagent)
     records_training: bool = False  # ``train`` takes ``step_sink`` and streams every transition to it
+    batched_seeds: bool = False  # ``train_seeds(configs, out_dirs, *, progress)`` trains K seeds as one computation
     loader_ref: str = CHECKPOINT_LOADER  # "module:NAME" of its ``load_policy``
     summary: str = ""  # one line for ``rlpipe train --help``
 
@@ -86,6 +87,14 @@ class AlgoSpec:
     @cached_property
     def train(self) -> TrainFn:
         return resolve(f"{self.module}:train")
+
+    @cached_property
+    def train_seeds(self) -> Callable[..., list[TrainResult]]:
+        """``train_seeds(configs, out_dirs, *, progress=True) -> [TrainResult]`` (``batched_seeds`` only)."""
+        if not self.batched_seeds:
+            batched = ", ".join(spec.name for spec in SPECS if spec.batched_seeds)
+            raise RlpipeError(f"{self.name} cannot train seeds batched (algorithms that can: {batched})")
+        return resolve(f"{self.module}:train_seeds")
 
     @cached_property
     def action_kinds(self) -> tuple[str, ...]:
@@ -142,7 +151,7 @@ SPECS: tuple[AlgoSpec, ...] = (
     AlgoSpec("dac", "imitation", False, "rlpipe.algos.dac",
              summary="discriminator-actor-critic: adversarial imitation with a SAC learner (env-steps budget)"),
     AlgoSpec("cql", "offline", False, "rlpipe.algos.cql", observation_kinds_ref=OFFLINE_OBSERVATION_KINDS,
-             summary="conservative Q-learning"),
+             batched_seeds=True, summary="conservative Q-learning"),
     AlgoSpec("bcq", "offline", False, "rlpipe.algos.bcq", observation_kinds_ref=OFFLINE_OBSERVATION_KINDS,
              summary="batch-constrained Q-learning"),
     AlgoSpec("td3bc", "offline", False, "rlpipe.algos.td3_bc", observation_kinds_ref=OFFLINE_OBSERVATION_KINDS,

@@ -15,12 +15,13 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
 from rlpipe.models.networks import EnsembleQ, TanhGaussianActor
 from rlpipe.training import Batch, OnlineConfig, StepSink, TrainResult
 from rlpipe.training.env import BOX
 from rlpipe.training.offpolicy import Agent, OffPolicySetup, setup, train_off_policy
-from rlpipe.training.optim import adam, frozen, polyak_update, target_copy
+from rlpipe.training.optim import adam, frozen, optimizer_step, polyak_update, target_copy
 
 ACTION_SPACES = (BOX,)
 
@@ -50,15 +51,27 @@ TUNED: dict[str, dict[str, Any]] = {
 }
 
 
+class Temperature(nn.Module):
+    """SAC's entropy temperature alpha, learnt as its log (a module, so batched seeds can
+    stack it with the networks: rlpipe.training.seedstack)."""
+
+    def __init__(self, init_alpha: float) -> None:
+        super().__init__()
+        self.log_alpha = nn.Parameter(torch.tensor(np.log(init_alpha), dtype=torch.float32))
+
+
 @dataclass
 class SoftActorCritic:
     """SAC's learnable parts and their three steps, shared with CQL: the tanh-Gaussian
-    actor, fused twin critics and their target, the log temperature, one Adam each."""
+    actor, fused twin critics and their target, the temperature, one Adam each.
+
+    The losses (``soft_target``, ``actor_loss``, ``alpha_loss``) read the parts only through
+    their modules, so batched seeds run the same code on stacked weights."""
 
     actor: TanhGaussianActor
     critic: EnsembleQ
     critic_target: EnsembleQ
-    log_alpha: torch.Tensor
+    temperature: Temperature
     target_entropy: float
     actor_opt: torch.optim.Optimizer
     critic_opt: torch.optim.Optimizer
@@ -70,43 +83,48 @@ class SoftActorCritic:
         actor, critic and alpha learning rates."""
         actor = TanhGaussianActor(obs_dim, act_dim, config.hidden).to(device)
         critic = EnsembleQ(obs_dim, act_dim, config.hidden, n=2).to(device)
-        log_alpha = torch.tensor(np.log(config.init_alpha), dtype=torch.float32, device=device, requires_grad=True)
+        temperature = Temperature(config.init_alpha).to(device)
         target_entropy = -float(act_dim) if config.target_entropy is None else config.target_entropy
         return cls(
-            actor, critic, target_copy(critic), log_alpha, target_entropy,
+            actor, critic, target_copy(critic), temperature, target_entropy,
             adam(actor.parameters(), config.actor_lr), adam(critic.parameters(), config.critic_lr),
-            adam([log_alpha], config.alpha_lr),
+            adam(temperature.parameters(), config.alpha_lr),
         )
 
+    def parts(self) -> dict[str, nn.Module]:
+        """The modules that hold all learnable state, by name."""
+        return {"actor": self.actor, "critic": self.critic, "critic_target": self.critic_target, "temperature": self.temperature}
+
     def alpha(self) -> float:
-        return float(self.log_alpha.detach().exp())
+        return float(self.temperature.log_alpha.detach().exp())
 
     @torch.no_grad()
     def soft_target(self, b: Batch, rewards: torch.Tensor, gamma: float) -> torch.Tensor:
         """The soft Bellman target from the min of the twin target critics."""
         next_action, next_logp = self.actor.sample(b.next_obs)
-        next_q = self.critic_target(b.next_obs, next_action).min(0).values - self.log_alpha.exp() * next_logp
+        next_q = self.critic_target(b.next_obs, next_action).min(0).values - self.temperature.log_alpha.exp() * next_logp
         return rewards + gamma * (1.0 - b.terminated) * next_q
 
+    def actor_loss(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The actor's loss, E[alpha * log pi - min Q], and the sampled actions' log pi."""
+        alpha = self.temperature.log_alpha.detach().exp()
+        action, logp = self.actor.sample(obs)
+        return (alpha * logp - self.critic(obs, action).min(0).values).mean(), logp
+
+    def alpha_loss(self, logp: torch.Tensor) -> torch.Tensor:
+        """The temperature's loss: it moves the policy's entropy towards the target."""
+        return -(self.temperature.log_alpha * (logp.detach() + self.target_entropy)).mean()
+
     def critic_step(self, loss: torch.Tensor) -> None:
-        self.critic_opt.zero_grad(set_to_none=True)
-        loss.backward()
-        self.critic_opt.step()
+        optimizer_step(self.critic_opt, loss)
 
     def policy_step(self, obs: torch.Tensor, tau: float) -> None:
         """Policy improvement on ``obs``: the actor maximises min Q - alpha * log pi, the
         temperature moves the entropy towards the target; then the target critics follow."""
-        alpha = self.log_alpha.detach().exp()
         with frozen(list(self.critic.parameters())):  # no wasted gradients for the critic
-            action, logp = self.actor.sample(obs)
-            actor_loss = (alpha * logp - self.critic(obs, action).min(0).values).mean()
-            self.actor_opt.zero_grad(set_to_none=True)
-            actor_loss.backward()
-            self.actor_opt.step()
-        alpha_loss = -(self.log_alpha * (logp.detach() + self.target_entropy)).mean()
-        self.alpha_opt.zero_grad(set_to_none=True)
-        alpha_loss.backward()
-        self.alpha_opt.step()
+            actor_loss, logp = self.actor_loss(obs)
+            optimizer_step(self.actor_opt, actor_loss)
+        optimizer_step(self.alpha_opt, self.alpha_loss(logp))
         polyak_update(self.critic_target, self.critic, tau)
 
 

@@ -23,6 +23,9 @@ def sweep(
     workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Trials at once (default: the number of cores)."),
     name: Optional[str] = typer.Option(None, "--name", help="Sweep name: runs go to sweeps/NAME/runs/SETTING/seed-K (default: ALGO-SOURCE)."),
     root: Path = typer.Option(Path("sweeps"), "--root", help="Directory of all sweeps."),
+    device: Optional[str] = typer.Option(None, "--device", help="auto, cpu or cuda for every trial (default: cpu)."),
+    batched: Optional[bool] = typer.Option(None, "--batched/--no-batched",
+                                           help="Train each setting's seeds as one batched computation (default: when the algorithm can and the device is CUDA)."),
 ) -> None:
     """Train every setting of a grid with every seed; write sweeps/NAME/summary.json and print mean ± std and a 95% bootstrap interval."""
     from rlpipe.algos import get_algo
@@ -34,9 +37,11 @@ def sweep(
     axes = parse_grid(grid, config_class)
     fixed.update({key: values[0] for key, values in axes.items() if len(values) == 1})  # one value: not an axis
     axes = {key: values for key, values in axes.items() if len(values) > 1}
+    if device is not None:
+        fixed["device"] = device
     spec = SweepSpec(algo, env, dataset, None if store is None else str(store), fixed)
     out = root / (name or f"{algo}-{env or dataset}")
-    summary = run_sweep(spec, axes, parse_seeds(seeds), out, backend=backend, workers=workers)
+    summary = run_sweep(spec, axes, parse_seeds(seeds), out, backend=backend, workers=workers, batched=batched)
     width = max(len(s) for s in summary["settings"])
     typer.echo(f"{'setting':<{width}}  seeds  return mean ± std    95% bootstrap interval")
     for setting, stats in summary["settings"].items():

@@ -4,7 +4,9 @@ returns gathered into one summary (mean, std and a bootstrap interval over seeds
 ``rlpipe sweep`` and the ``sweep_*`` DVC stages call :func:`run_sweep`. Each trial is one
 :func:`~rlpipe.pipeline.runs.train_run` in its own directory ``ROOT/runs/SETTING/seed-K``;
 the ``local`` backend runs trials in spawned worker processes (one per core), the ``ray``
-backend as Ray Tune trials with one CPU each (Ray is imported only then).
+backend as Ray Tune trials with one CPU each (Ray is imported only then). Batched, the
+seeds of each setting train together as one computation in this process (algorithms
+with ``batched_seeds``, rlpipe.training.seedstack), into the same run directories.
 """
 
 from __future__ import annotations
@@ -17,13 +19,16 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rlpipe.errors import RlpipeError
 from rlpipe.files import atomic_write_text
 from rlpipe.training.config import parse_settings
+
+if TYPE_CHECKING:
+    from rlpipe.pipeline.runs import PreparedRun
 
 BACKENDS = ("local", "ray")
 SUMMARY_FILE = "summary.json"
@@ -184,6 +189,31 @@ def _run_ray(spec: SweepSpec, trials: Sequence[Trial], workers: int, root: Path)
     return [by_index[i] for i in range(len(trials))]
 
 
+def _run_batched(runs: Sequence[PreparedRun]) -> list[dict[str, Any]]:
+    """Each setting's seeds as one batched computation (runs in plan order: seeds innermost)."""
+    by_setting: dict[Path, list[PreparedRun]] = {}
+    for run in runs:
+        by_setting.setdefault(run.run_dir.parent, []).append(run)
+    metrics = []
+    for group in by_setting.values():
+        results = group[0].spec.train_seeds([run.config for run in group], [run.run_dir for run in group], progress=False)
+        metrics += [result.metrics for result in results]
+    return metrics
+
+
+def _use_batched(batched: bool | None, backend: str, runs: Sequence[PreparedRun]) -> bool:
+    """``batched`` if given (checked); by default batched when the algorithm can and trains on CUDA."""
+    from rlpipe.training.env import resolve_device
+
+    spec = runs[0].spec
+    if batched:
+        spec.train_seeds  # noqa: B018 -- an RlpipeError unless the algorithm can
+        if backend != "local":
+            raise RlpipeError("--batched trains in this process: use the local backend")
+        return True
+    return batched is None and backend == "local" and spec.batched_seeds and resolve_device(runs[0].config.device).type == "cuda"
+
+
 def run_sweep(
     spec: SweepSpec,
     grid: Mapping[str, Sequence[Any]],
@@ -192,12 +222,14 @@ def run_sweep(
     *,
     backend: str = "local",
     workers: int | None = None,
+    batched: bool | None = None,
 ) -> dict[str, Any]:
     """Train every (setting, seed) of the sweep under ``root`` and write ``root/summary.json``.
 
     Every trial's config is built (and checked) before any trains; ``workers`` defaults to
-    the number of cores. Returns the summary: setting name -> statistics of the final eval
-    return over seeds.
+    the number of cores. ``batched``: each setting's seeds as one computation (None: when
+    the algorithm supports it and its device is CUDA). Returns the summary: setting name ->
+    statistics of the final eval return over seeds.
     """
     if backend not in BACKENDS:
         raise RlpipeError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
@@ -205,12 +237,16 @@ def run_sweep(
     trials = plan_trials(grid, seeds, root)
     from rlpipe.pipeline.runs import prepare_run
 
-    for trial in trials:  # bad settings fail here, before anything trains
-        prepare_run(spec.algo, env_id=spec.env_id, dataset=spec.dataset, store=spec.store,
-                    settings={**spec.fixed, **trial.values, "seed": trial.seed}, run_dir=trial.run_dir)
+    # bad settings fail here, before anything trains
+    runs = [prepare_run(spec.algo, env_id=spec.env_id, dataset=spec.dataset, store=spec.store,
+                        settings={**spec.fixed, **trial.values, "seed": trial.seed}, run_dir=trial.run_dir) for trial in trials]
+    use_batched = _use_batched(batched, backend, runs)
     workers = max(1, min(workers or os.cpu_count() or 1, len(trials)))
     root.mkdir(parents=True, exist_ok=True)
-    metrics = _run_ray(spec, trials, workers, root) if backend == "ray" else _run_local(spec, trials, workers)
+    if use_batched:
+        metrics = _run_batched(runs)
+    else:
+        metrics = _run_ray(spec, trials, workers, root) if backend == "ray" else _run_local(spec, trials, workers)
     summary = {"algo": spec.algo, "source": spec.env_id or spec.dataset, "seeds": list(seeds),
                "settings": summarize(trials, metrics)}
     atomic_write_text(root / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")

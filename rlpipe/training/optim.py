@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 
 import torch
@@ -24,10 +24,21 @@ def target_copy(module: nn.Module) -> nn.Module:
     return target
 
 
+def optimizer_step(optimizer: torch.optim.Optimizer, loss: torch.Tensor) -> None:
+    """One gradient step of ``optimizer`` on ``loss``."""
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+
+
 @torch.no_grad()
-def polyak_update(target: nn.Module, source: nn.Module, tau: float) -> None:
-    """target <- (1 - tau) * target + tau * source, in one fused call."""
-    torch._foreach_lerp_(list(target.parameters()), list(source.parameters()), tau)
+def polyak_update(target: nn.Module | Sequence[torch.Tensor], source: nn.Module | Sequence[torch.Tensor], tau: float) -> None:
+    """target <- (1 - tau) * target + tau * source, in one fused call (modules or their
+    parameters as tensor lists, e.g. stacked seeds' weights)."""
+    def tensors(x: nn.Module | Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        return list(x.parameters()) if isinstance(x, nn.Module) else list(x)
+
+    torch._foreach_lerp_(tensors(target), tensors(source), tau)
 
 
 @contextmanager

@@ -75,6 +75,29 @@ class TransitionSampler:
         return Batch(**{name: map_columnar(column, lambda t: t[index]) for name, column in self._columns.items()})
 
 
+class SeedSampler:
+    """Minibatches for K seeds trained together (rlpipe.training.seedstack): each seed draws
+    its indices from its own generator, seeded like a separate run's `TransitionSampler`
+    (so seed k gets the batches a separate run of seed k gets), from one shared copy of the
+    data. Batches carry a leading seed dimension: [K, B, ...].
+    """
+
+    def __init__(self, sampler: TransitionSampler, seeds: list[int]) -> None:
+        self.sampler = sampler
+        self.device = sampler.device
+        self._generators = [torch.Generator(device=self.device).manual_seed(seed) for seed in seeds]
+
+    def sample(self, batch_size: int) -> Batch:
+        return self.take(self.draw(batch_size))
+
+    def draw(self, batch_size: int) -> torch.Tensor:
+        """[K, batch_size] row indices, row k from seed k's generator."""
+        return torch.stack([torch.randint(self.sampler.size, (batch_size,), device=self.device, generator=g) for g in self._generators])
+
+    def take(self, index: torch.Tensor) -> Batch:
+        return self.sampler.take(index)
+
+
 class MappedSampler:
     """Uniform minibatches gathered from a dataset's memory-mapped shards (`MappedTransitions`):
     for datasets larger than memory. Nothing is copied up front; each batch is gathered

@@ -1,0 +1,146 @@
+"""Many seeds of one offline algorithm trained as one batched computation.
+
+K independent runs (seeds) of the same algorithm differ only in their weights, their
+minibatches and their random numbers. :class:`SeedStack` stacks the K copies of the
+algorithm's modules (``torch.func.stack_module_state``) and runs the algorithm's own
+per-seed loss code on all seeds at once with ``torch.vmap`` over ``functional_call``:
+every layer becomes one batched matmul over the seeds, so K small updates cost about as
+many kernel launches as one. Summing the K losses and calling ``backward`` gives each
+seed's gradients in its own slice (the seeds share no weights), and one Adam over the
+stacked weights is K Adams (Adam is elementwise). Each seed draws its own minibatches
+from its own generator (:class:`rlpipe.training.sampler.SeedSampler`, the same indices as
+a separate run of that seed) and its own random numbers (``randomness="different"``).
+
+:func:`train_offline_seeds` is :func:`rlpipe.training.offline.train_offline` for K seeds:
+one run directory per seed, written exactly as a separate run writes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.func import functional_call, stack_module_state
+
+from rlpipe.errors import RlpipeError
+from rlpipe.training.buffer import Update
+from rlpipe.training.evaluation import policy_fn
+from rlpipe.training.env import ActionScaler
+from rlpipe.training.graphs import UpdateStepper, graphs_enabled
+from rlpipe.training.offline import OfflineData, dataset_metrics
+from rlpipe.training.run import Run, TrainResult
+from rlpipe.training.sampler import SeedSampler, TransitionSampler
+
+
+class _Parts(nn.Module):
+    """The modules of one seed under their names; calling it runs a function of them, so
+    ``functional_call`` can run that function on another seed's weights."""
+
+    def __init__(self, parts: Mapping[str, nn.Module]) -> None:
+        super().__init__()
+        self.parts = nn.ModuleDict(parts)
+
+    def forward(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return fn(*args)
+
+
+class SeedStack:
+    """K seeds' copies of the same named modules, their weights stacked along a new first
+    dimension of size K.
+
+    ``copies[0]``'s modules serve as the template that every :meth:`call` runs on (with
+    each seed's weights swapped in); after training, :meth:`unstack` writes every seed's
+    weights back into its own copy, for evaluation and checkpoints.
+    """
+
+    def __init__(self, copies: Sequence[Mapping[str, nn.Module]]) -> None:
+        self.k = len(copies)
+        self.copies = [_Parts(parts) for parts in copies]
+        self.template = self.copies[0]
+        self.params, self.buffers = stack_module_state(self.copies)
+
+    def parameters(self, part: str) -> list[torch.Tensor]:
+        """The stacked weights of module ``part`` ([K, ...] leaves, for an optimiser)."""
+        prefix = f"parts.{part}."
+        found = [p for name, p in self.params.items() if name.startswith(prefix)]
+        if not found:
+            raise RlpipeError(f"no module named {part!r} among the stacked seeds")
+        return found
+
+    def call(self, fn: Callable[..., Any], *args: Any, train: str) -> Any:
+        """``fn(*args)`` for every seed at once: ``fn`` is per-seed code that reads the
+        template's modules; ``args`` (tensors or tuples of them) carry a leading seed
+        dimension, and so does every output. Gradients flow only into module ``train``."""
+        prefix = f"parts.{train}."
+        state = {name: p if name.startswith(prefix) else p.detach() for name, p in self.params.items()}
+        state.update(self.buffers)
+
+        def one_seed(seed_state: dict[str, torch.Tensor], *seed_args: Any) -> Any:
+            return functional_call(self.template, seed_state, (fn, *seed_args))
+
+        return torch.vmap(one_seed, randomness="different")(state, *args)
+
+    @torch.no_grad()
+    def unstack(self) -> None:
+        """Copy every seed's slice of the stacked weights into that seed's own modules."""
+        for k, copy in enumerate(self.copies):
+            own = dict(copy.named_parameters()) | dict(copy.named_buffers())
+            for name, stacked in (self.params | self.buffers).items():
+                own[name].copy_(stacked[k])
+
+
+def train_offline_seeds(
+    algo: str,
+    configs: Sequence[Any],
+    data: OfflineData,
+    stack: SeedStack,
+    modules: Sequence[dict[str, nn.Module]],
+    update: Update,
+    out_dirs: Sequence[str | Path | None],
+    progress: bool,
+    extra_metrics: Callable[[int], dict[str, Any]] | None = None,
+) -> list[TrainResult]:
+    """Train K seeds (``configs``, equal but for the seed) with ``update``, a batched update
+    of ``stack`` on [K, B, ...] minibatches; evaluate and save each seed as
+    :func:`rlpipe.training.offline.train_offline` saves one run: ``modules[k]`` are seed
+    k's modules to save (among ``stack.copies[k]``'s, with its actor under ``"policy"``),
+    ``out_dirs[k]`` its run directory (the progress bar follows seed 0). A seed that reaches its ``stop_at_return`` is finished
+    there while the others go on. ``extra_metrics(k)``: seed k's extra metrics.
+    Each run's ``wall_seconds`` is the batched training's wall time.
+    """
+    if len({repr(replace(config, seed=0)) for config in configs}) != 1 or len({c.seed for c in configs}) != len(configs):
+        raise RlpipeError(f"{algo}: batched seeds need configs that differ only in their (distinct) seeds")
+    if any(config.checkpoint_every is not None for config in configs):
+        raise RlpipeError(f"{algo}: batched seeds do not support --checkpoint-every")
+    if not isinstance(data.sampler, TransitionSampler):
+        raise RlpipeError(f"{algo}: batched seeds need the dataset in memory (it is sampled from its memory maps)")
+    first = configs[0]
+    runs: list[Run] = []
+    actors = [seed_modules["policy"] for seed_modules in modules]
+    scaler = ActionScaler(data.action_space)
+    policies = [policy_fn(actor, scaler, data.device) for actor in actors]
+    sampler = SeedSampler(data.sampler, [config.seed for config in configs])
+    step = UpdateStepper(update, sampler, first.batch_size, first.updates, graph=graphs_enabled(data.device))
+    results: dict[int, TrainResult] = {}
+    updates = 0
+    try:
+        for k, (config, out_dir) in enumerate(zip(configs, out_dirs)):
+            runs.append(Run(algo, config, out_dir, progress and k == 0))
+        while len(results) < len(runs):
+            updates += step(updates)
+            runs[0].show(updates)
+            evaluating = [k for k in range(len(runs)) if k not in results and updates >= runs[k].next_eval]
+            if evaluating or updates >= first.updates:
+                stack.unstack()
+            for k, run in enumerate(runs):
+                if k not in results and run.maybe_evaluate(policies[k], updates):
+                    extra = {**dataset_metrics(data), **(extra_metrics(k) if extra_metrics else {})}
+                    results[k] = run.finish(policies[k], actors[k], modules[k], data.action_space, 0, updates, extra)
+        return [results[k] for k in range(len(runs))]
+    finally:
+        for run in runs:
+            run.close()

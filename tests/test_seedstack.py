@@ -1,0 +1,132 @@
+"""Batched seeds (rlpipe.training.seedstack): K seeds' CQL updates on stacked weights equal K
+separate updates on the same minibatches, and ``rlpipe sweep --batched`` writes the run
+directories separate runs write."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from rlpipe.algos.cql import ACTION_SPACES, batched_continuous_cql, batched_discrete_cql, continuous_cql, discrete_cql
+from rlpipe.errors import RlpipeError
+from rlpipe.pipeline.collect import collect_dataset
+from rlpipe.pipeline.runs import prepare_run
+from rlpipe.pipeline.sweep import SweepSpec, run_sweep, run_trial, plan_trials
+from rlpipe.training.buffer import Batch
+from rlpipe.training.graphs import UpdateStepper
+from rlpipe.training.offline import load_offline
+from rlpipe.training.sampler import SeedSampler
+from rlpipe.training.seeding import seed_everything
+
+SEEDS = [0, 1, 2]
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (bench/cuda_check.py runs it on a lent GPU)")
+TINY = {"hidden": (16, 16), "batch_size": 8, "num_sampled_actions": 2, "updates": 6, "eval_every": 3, "eval_episodes": 1}
+
+
+@pytest.fixture(scope="module")
+def tiny_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    store = tmp_path_factory.mktemp("seedstack")
+    collect_dataset("Pendulum-v1", episodes=2, name="pendulum-random", store=store, progress=False)
+    collect_dataset("CartPole-v1", episodes=4, name="cartpole-random", store=store, progress=False)
+    return store
+
+
+def _fixed_noise(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Replace the update's random draws by fixed numbers: the batched and the separate
+    updates then must agree up to float rounding (their real draws come from different streams)."""
+    def pattern(shape: tuple[int, ...], device: torch.device | None) -> torch.Tensor:
+        return (torch.arange(math.prod(shape), dtype=torch.float32, device=device).view(shape) * 0.618).frac()
+
+    monkeypatch.setattr(torch, "randn_like", lambda t: pattern(tuple(t.shape), t.device) * 2.0 - 1.0)
+    monkeypatch.setattr(torch, "rand", lambda *shape, device=None: pattern(tuple(shape), device))
+
+
+def _weights(mods: dict[str, torch.nn.Module]) -> torch.Tensor:
+    return torch.cat([p.detach().flatten() for name in sorted(mods) for p in mods[name].parameters()])
+
+
+def _batched_and_separate(store: Path, dataset: str, device: str) -> tuple[Any, list[dict[str, torch.nn.Module]], Any, list[Any], Any]:
+    """The batched CQL of SEEDS and each seed's own CQL (seeded, then built as its run builds
+    it), checked to start from the same weights: (stack, its seeds' modules, its update,
+    the separate (actor, modules, update, extra) per seed, the loaded data)."""
+    configs = [prepare_run("cql", dataset=dataset, store=store, settings={**TINY, "seed": s, "device": device}).config for s in SEEDS]
+    data = load_offline("cql", configs[0], ACTION_SPACES)
+    batched, separate = (batched_discrete_cql, discrete_cql) if data.discrete else (batched_continuous_cql, continuous_cql)
+    stack, modules, update, _ = batched(configs, data)
+    eager = []
+    for config in configs:
+        seed_everything(config.seed)
+        eager.append(separate(config, data))
+    for copy, (_, own, _, _) in zip(modules, eager):
+        for name in own:
+            torch.testing.assert_close(dict(copy[name].named_parameters()), dict(own[name].named_parameters()), rtol=0, atol=0)
+    return stack, modules, update, eager, data
+
+
+def _check_seeds_apart(modules: list[dict[str, torch.nn.Module]], eager: list[Any]) -> None:
+    for k, (_, own, _, _) in enumerate(eager):
+        torch.testing.assert_close(_weights(modules[k]), _weights(own), rtol=1e-4, atol=1e-5)
+    # Control: the seeds trained apart from each other (a mix-up of seeds would not match).
+    assert not torch.allclose(_weights(modules[0]), _weights(eager[1][1]), atol=1e-3)
+    assert not torch.allclose(_weights(modules[1]), _weights(modules[2]), atol=1e-3)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=needs_cuda)])
+@pytest.mark.parametrize("dataset", ["pendulum-random", "cartpole-random"])
+def test_batched_updates_equal_separate_updates_per_seed(tiny_store: Path, monkeypatch: pytest.MonkeyPatch, dataset: str, device: str) -> None:
+    stack, modules, update, eager, data = _batched_and_separate(tiny_store, dataset, device)
+    _fixed_noise(monkeypatch)
+    sampler = SeedSampler(data.sampler, SEEDS)
+    for i in range(3):
+        b = sampler.sample(8)
+        update(b, i)
+        for k, (_, _, seed_update, _) in enumerate(eager):
+            seed_update(Batch(*(t[k] for t in b)), i)
+    stack.unstack()
+    _check_seeds_apart(modules, eager)
+
+
+@needs_cuda
+def test_batched_updates_replay_as_a_cuda_graph(tiny_store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    stack, modules, update, eager, data = _batched_and_separate(tiny_store, "pendulum-random", "cuda")
+    _fixed_noise(monkeypatch)
+    step = UpdateStepper(update, SeedSampler(data.sampler, SEEDS), 8, total=6, graph=True)
+    done = 0
+    while done < 6:  # eager warm-up rounds, capture, then replays
+        done += step(done)
+    assert step.graph is not None
+    twin = SeedSampler(data.sampler, SEEDS)  # the same draws in the same order
+    for i in range(6):
+        b = twin.sample(8)
+        for k, (_, _, seed_update, _) in enumerate(eager):
+            seed_update(Batch(*(t[k] for t in b)), i)
+    stack.unstack()
+    _check_seeds_apart(modules, eager)
+
+
+def test_batched_sweep_writes_the_run_directories_of_separate_runs(tiny_store: Path, tmp_path: Path) -> None:
+    spec = SweepSpec("cql", dataset="pendulum-random", store=str(tiny_store), fixed=TINY)
+    summary = run_sweep(spec, {}, [0, 1], tmp_path / "batched", batched=True)
+    assert summary["settings"]["default"]["seeds"] == 2
+    separate = plan_trials({}, [0], tmp_path / "separate")[0]
+    alone = run_trial(spec, separate)
+    together_dir = tmp_path / "batched" / "runs" / "default" / "seed-0"
+    together = json.loads((together_dir / "metrics.json").read_text())
+    assert set(together) == set(alone)
+    assert together["gradient_updates"] == alone["gradient_updates"] == TINY["updates"]
+    assert sorted(p.relative_to(together_dir).as_posix() for p in together_dir.rglob("*")) == \
+        sorted(p.relative_to(separate.run_dir).as_posix() for p in separate.run_dir.rglob("*"))
+    seed_1 = json.loads((tmp_path / "batched" / "runs" / "default" / "seed-1" / "metrics.json").read_text())
+    assert seed_1["seed"] == 1 and seed_1["checkpoint_sha256"] != together["checkpoint_sha256"]
+
+
+def test_batched_sweep_is_refused_for_an_algorithm_without_it(tiny_store: Path, tmp_path: Path) -> None:
+    spec = SweepSpec("bc", dataset="pendulum-random", store=str(tiny_store), fixed={"updates": 2})
+    with pytest.raises(RlpipeError, match="cannot train seeds batched"):
+        run_sweep(spec, {}, [0, 1], tmp_path / "bc", batched=True)
+    assert not (tmp_path / "bc").exists()
