@@ -191,7 +191,7 @@ def test_minari_ids_without_version_are_one_line_errors(store: Path, tmp_path: P
 def test_nested_dict_observations_collect_and_import_with_hdf5(store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli) -> None:
     """A Dict inside a Dict: collected and imported with the default formats (Arrow + HDF5),
     and Minari reads back what we read."""
-    result = cli("collect", "--env", "NestedDict-v0", "--episodes", "6", "--num-envs", "2", "--name", "nested", "--quiet", "--store", store)
+    result = cli("collect", "--env", "NestedDict-v0", "--episodes", "6", "--num-envs", "2", "--name", "nested", "--format", "both", "--quiet", "--store", store)
     assert result.code == 0, result.err
     ours = load_dataset("nested", store)
     assert set(ours.obs) == {"pos", "inner"} and set(ours.obs["inner"]) == {"vel", "count"}
@@ -333,7 +333,7 @@ def test_metadata_round_trips_both_ways(store: Path, tmp_path: Path, monkeypatch
 def test_collect_stores_is_success_and_reference_scores(store: Path, cli) -> None:
     from rlpipe.datasets.scores import random_policy_return
 
-    result = cli("collect", "--env", "GoalWorld-v0", "--episodes", "4", "--num-envs", "2", "--name", "goal", "--quiet", "--store", store)
+    result = cli("collect", "--env", "GoalWorld-v0", "--episodes", "4", "--num-envs", "2", "--name", "goal", "--format", "both", "--quiet", "--store", store)
     assert result.code == 0, result.err
     meta = json.loads((store / "goal" / "metadata.json").read_text())
     assert meta["ref_min_score"] == random_policy_return("GoalWorld-v0") and "ref_max_score" not in meta
@@ -342,7 +342,7 @@ def test_collect_stores_is_success_and_reference_scores(store: Path, cli) -> Non
     assert not data.info["is_success"][data.step == 0].any()
     in_store = minari.MinariDataset(store / "goal" / "data")
     np.testing.assert_array_equal(concat([e.infos["is_success"][1:] for e in in_store.iterate_episodes()]), data.terminated)
-    assert cli("collect", "--env", "CartPole-v1", "--episodes", "2", "--name", "cp", "--quiet", "--store", store).code == 0
+    assert cli("collect", "--env", "CartPole-v1", "--episodes", "2", "--name", "cp", "--format", "both", "--quiet", "--store", store).code == 0
     assert "info_space" not in json.loads((store / "cp" / "metadata.json").read_text())  # CartPole reports no is_success
     assert cli("datasets", "validate", "goal", "--store", store).code == 0
 
@@ -368,7 +368,7 @@ def test_expert_dataset_export_is_scored_by_minari(store: Path, tmp_path: Path, 
 
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
     result = cli("collect", "--env", "CartPole-v1", "--expert", "ppo", "--expert-run", tmp_path / "ppo", "--expert-steps", "2048",
-                 "--episodes", "4", "--num-envs", "2", "--name", "expert", "--quiet", "--store", store)
+                 "--episodes", "4", "--num-envs", "2", "--name", "expert", "--format", "both", "--quiet", "--store", store)
     assert result.code == 0, result.err
     meta = json.loads((store / "expert" / "metadata.json").read_text())
     assert meta["ref_max_score"] == pytest.approx(meta["episode_return"]["mean"])

@@ -258,7 +258,7 @@ def interrupted(*args, **kwargs):
         pass
     return original(*args, **kwargs)
 hdf5.write_minari_layout = interrupted
-sys.argv = ["rlpipe", "collect", "--env", "CartPole-v1", "--episodes", "3", "--store", sys.argv[1], "--quiet"]
+sys.argv = ["rlpipe", "collect", "--env", "CartPole-v1", "--episodes", "3", "--format", "both", "--store", sys.argv[1], "--quiet"]
 main()
 """
 

@@ -115,7 +115,8 @@ def collect_dataset(
     except with `from_training`, whose budget is `expert_steps`. The default name is
     `<env>-random`, `<env>-expert` or `<env>-mixed`. Those `info_keys` the env reports are
     stored as `info`/`next_info` columns (not for training runs). The metadata gets reference
-    scores (`rlpipe.datasets.scores`). `fmt` defaults to "both" (Arrow and Minari HDF5).
+    scores (`rlpipe.datasets.scores`). `fmt` defaults to "arrow"; "both" adds Minari's HDF5 layout, whose per-episode objects cost
+    far more than the collection itself (docs/benchmarks.md).
     Multi-agent envs (Combat-v0) go to :func:`collect_multi_agent`. Nothing is left in the
     store on failure. `num_envs`
     None picks it from the env and the budget (`auto_num_envs`); the producer records the number used.
@@ -128,7 +129,7 @@ def collect_dataset(
         return collect_multi_agent(env_id, policy=policy, expert=expert, expert_run=expert_run, stochastic=stochastic,
                                    episodes=episodes, steps=steps, seed=seed, num_envs=num_envs or 8, name=name,
                                    fmt=fmt or "arrow", store=store, force=force)
-    fmt = fmt or "both"
+    fmt = fmt or "arrow"
     _check_choice(policy, expert, from_training, episodes, steps)
     if from_training and (backend is not None or workers is not None):
         raise RlpipeError("--from-training is one training run: it cannot be split over --workers/--backend")
