@@ -10,10 +10,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -156,10 +158,18 @@ def test_collection_on_a_started_cluster(tmp_path: Path) -> None:
     # A HOME of its own: a ~/.ray/auth_token left by an earlier local Ray makes the head demand a token
     # and no RAY_* variables: the module's ray.init leaves RAY_AUTH_MODE=token in os.environ
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("RAY_")}, "RAY_USAGE_STATS_ENABLED": "0", "HOME": temp_dir}
-    start = subprocess.run([str(RAY_BIN), "start", "--head", "--num-cpus", "2", "--port", str(port), "--include-dashboard=false",
-                            "--node-ip-address", "127.0.0.1", f"--temp-dir={temp_dir}"], env=env, capture_output=True, text=True)
-    assert start.returncode == 0, start.stderr[-3000:]
+    # --block keeps the head's processes under this one process group, so the test ends exactly
+    # those (not every Ray process of the user, as `ray stop` would)
+    log = Path(temp_dir) / "head.log"
+    with log.open("w") as out:
+        head = subprocess.Popen([str(RAY_BIN), "start", "--head", "--block", "--num-cpus", "2", "--port", str(port),
+                                 "--include-dashboard=false", "--node-ip-address", "127.0.0.1", f"--temp-dir={temp_dir}"],
+                                env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
+        deadline = time.monotonic() + 120
+        while "Ray runtime started" not in log.read_text() and head.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert "Ray runtime started" in log.read_text(), log.read_text()[-3000:]
         script = ("from rlpipe.pipeline.collect import collect_dataset; import sys; "
                   "r = collect_dataset('CartPole-v1', episodes=60, num_envs=2, seed=3, name='cartpole', store=sys.argv[1], "
                   "backend='ray', workers=2, progress=False); print(r.metadata['content_hash'])")
@@ -167,7 +177,12 @@ def test_collection_on_a_started_cluster(tmp_path: Path) -> None:
                              env={**env, "RAY_ADDRESS": f"127.0.0.1:{port}"}, timeout=240)
         assert run.returncode == 0, run.stderr[-3000:]
     finally:
-        subprocess.run([str(RAY_BIN), "stop"], env=env, capture_output=True)
+        os.killpg(head.pid, signal.SIGTERM)
+        try:
+            head.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(head.pid, signal.SIGKILL)
+            head.wait()
         shutil.rmtree(temp_dir, ignore_errors=True)
     local = collect_dataset("CartPole-v1", episodes=60, num_envs=2, seed=3, name="cartpole", store=tmp_path / "local",
                             backend="local", workers=2, progress=False)
