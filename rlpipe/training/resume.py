@@ -34,14 +34,19 @@ INFO_FILE = "resume.json"
 
 
 def rng_states() -> dict[str, Any]:
-    """Python's, NumPy's global and torch's CPU RNG states."""
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    """Python's, NumPy's global and torch's CPU RNG states, and CUDA's once a run used CUDA."""
+    states = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_initialized():  # asking otherwise would start CUDA in a CPU run
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
 
 
 def set_rng_states(states: Mapping[str, Any]) -> None:
     random.setstate(states["python"])
     np.random.set_state(states["numpy"])
     torch.set_rng_state(states["torch"])
+    if "cuda" in states:
+        torch.cuda.set_rng_state_all(states["cuda"])
 
 
 def resume_dir(run_dir: str | os.PathLike) -> Path:
