@@ -1,5 +1,5 @@
 """The Ray backends: collection equal to the local backend's bytes (also when a task's worker
-dies and Ray retries it), a small Tune sweep, a Tune trial that fails once and resumes from
+dies and Ray retries it) and no dataset from a killed driver, a small Tune sweep, a Tune trial that fails once and resumes from
 its saved state, and collection on a real `ray start --head` cluster joined through RAY_ADDRESS.
 
 All Ray tests share one xdist group: they start Ray processes and use a module-wide session.
@@ -22,6 +22,7 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="the Ray tests need the rlpipe[ray] extra: pip install -e '.[ray]'")
 
+from rlpipe.datasets.store import list_datasets  # noqa: E402
 from rlpipe.pipeline.collect import collect_dataset  # noqa: E402
 from rlpipe.pipeline.sweep import SweepSpec, Trial, run_sweep, run_trial  # noqa: E402
 
@@ -115,6 +116,25 @@ def test_a_task_whose_worker_died_is_retried_to_the_same_bytes(local_ray, faults
     assert not (faults / "kill-task").exists(), "no worker died"
     local = collect_dataset("CartPole-v1", store=tmp_path / "local", backend="local", workers=1, **budget)
     assert _dataset_files(on_ray.path) == _dataset_files(local.path)
+
+
+def test_a_killed_ray_driver_leaves_no_dataset(local_ray, tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    script = ("import sys; from rlpipe.pipeline.collect import collect_dataset; "
+              "collect_dataset('CartPole-v1', steps=200_000, num_envs=2, name='big', store=sys.argv[1], progress=False, "
+              "backend='ray', workers=2)")
+    env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address}  # joins this module's Ray
+    driver = subprocess.Popen([sys.executable, "-c", script, str(store)], env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not list(store.glob(".tmp-*-big/tasks/task-*")) and time.monotonic() < deadline:  # a task finished
+            time.sleep(0.2)
+        assert list(store.glob(".tmp-*-big/tasks/task-*")), "no task finished in time"
+    finally:
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait()
+    assert list_datasets(store) == []
+    assert not (store / "big").exists()
 
 
 def test_a_failed_tune_trial_resumes_from_its_saved_state(local_ray, faults: Path, tmp_path: Path) -> None:
