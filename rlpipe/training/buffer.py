@@ -70,7 +70,8 @@ class ReplayBuffer:
 
     def state_dict(self) -> dict[str, object]:
         """The stored transitions (only the filled rows), ring position and sampling generator."""
-        rows = {name: getattr(self, name)[: self.size] for name in self._COLUMNS}
+        # cloned: torch.save would write a slice's whole storage (the full capacity)
+        rows = {name: getattr(self, name)[: self.size].clone() for name in self._COLUMNS}
         return {**rows, "pos": self.pos, "size": self.size, "generator": self.generator.get_state()}
 
     def load_state_dict(self, state: dict[str, object]) -> None:
