@@ -15,7 +15,6 @@ from typing import Any
 
 import torch
 
-from rlpipe.errors import RlpipeError
 from rlpipe.models.env_fns import reward_fn, termination_fn
 from rlpipe.training import OfflineConfig, Run, TrainResult
 from rlpipe.training.env import BOX, ActionScaler
@@ -37,8 +36,6 @@ class Config(ModelFields, PlanningFields, OfflineConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         self.cem_settings().check(self.elites)
-        if self.checkpoint_every is not None:  # one fit, not a loop of updates to resume
-            raise RlpipeError("dynamics does not support --checkpoint-every (resumable so far: bc)")
 
 
 TUNED: dict[str, dict[str, Any]] = {

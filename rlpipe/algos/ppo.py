@@ -19,6 +19,7 @@ import torch
 from torch import nn
 from gymnasium import spaces
 
+from rlpipe.errors import RlpipeError
 from rlpipe.models.networks import ActorCritic
 from rlpipe.training import (
     ActionScaler,
@@ -36,6 +37,7 @@ from rlpipe.training import (
 from rlpipe.training.env import BOX, DISCRETE, action_dim
 from rlpipe.training.onpolicy import RolloutStorage, ppo_update
 from rlpipe.training.optim import adam
+from rlpipe.training.resume import Checkpointer
 
 ACTION_SPACES = (DISCRETE, BOX)
 
@@ -98,8 +100,12 @@ def train(
 
     ``reward_fn`` (see :data:`RewardFn`) trains on its rewards instead of the env's; ``algo``
     names the run, ``extra_metrics()`` adds entries to its metrics and ``extra_modules`` are
-    saved in the checkpoint beside the policy (all for GAIL).
+    saved in the checkpoint beside the policy (all for GAIL). With ``config.checkpoint_every``
+    the full state is saved between rollouts for resuming (:mod:`rlpipe.training.resume`;
+    not with a ``reward_fn``, whose learning it cannot see).
     """
+    if config.checkpoint_every is not None and reward_fn is not None:
+        raise RlpipeError(f"{algo} does not support --checkpoint-every yet")
     envs = make_vec_env(config.env_id, config.num_envs)
     obs_space, act_space = envs.single_observation_space, envs.single_action_space
     require_spaces(algo, config.env_id, obs_space, act_space, ACTION_SPACES)
@@ -117,9 +123,11 @@ def train(
     run = Run(algo, config, out_dir, progress)
     rollout = RolloutStorage(config.num_steps, config.num_envs, obs_dim, n_act, discrete, device)
     perm_gen = torch.Generator(device=device).manual_seed(int(rng.integers(2**31)))
-    updates = 0
+    # A rollout is refilled from scratch each iteration, so state saved between iterations is complete.
+    checkpoints = Checkpointer(run, {"policy": actor, "optimizer": optimizer, "perm_gen": perm_gen, "stepper": stepper})
 
     try:
+        updates = (checkpoints.restore() or {}).get("updates", 0)
         while True:
             frac = max(0.0, 1.0 - stepper.env_steps / config.env_steps) if config.anneal else 1.0
             for group in optimizer.param_groups:
@@ -137,8 +145,11 @@ def train(
             run.show(stepper.env_steps, stepper.last_return)
             if run.maybe_evaluate(eval_policy, stepper.env_steps):
                 break
-        return run.finish(eval_policy, actor, {"policy": actor, **(extra_modules or {})}, act_space, stepper.env_steps, updates,
-                          {"train_episodes": stepper.episodes, **(extra_metrics() if extra_metrics else {})})
+            checkpoints.maybe_save(stepper.env_steps, {"updates": updates})
+        result = run.finish(eval_policy, actor, {"policy": actor, **(extra_modules or {})}, act_space, stepper.env_steps,
+                            updates, {"train_episodes": stepper.episodes, **(extra_metrics() if extra_metrics else {})})
+        checkpoints.discard()
+        return result
     finally:
         run.close()
         envs.close()

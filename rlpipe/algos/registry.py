@@ -72,6 +72,7 @@ class AlgoSpec:
     multi_agent: bool = False  # trains on the multi-agent env ids of its TUNED table (rlpipe.envs.multiagent)
     records_training: bool = False  # ``train`` takes ``step_sink`` and streams every transition to it
     batched_seeds: bool = False  # ``train_seeds(configs, out_dirs, *, progress)`` trains K seeds as one computation
+    resumable: bool = False  # ``train`` honours ``checkpoint_every`` and resumes exactly (rlpipe.training.resume)
     loader_ref: str = CHECKPOINT_LOADER  # "module:NAME" of its ``load_policy``
     summary: str = ""  # one line for ``rlpipe train --help``
 
@@ -136,8 +137,9 @@ def _her(base: str) -> AlgoSpec:
 
 
 SPECS: tuple[AlgoSpec, ...] = (
-    AlgoSpec("ppo", "on-policy", True, "rlpipe.algos.ppo", records_training=True, summary="clipped PPO with GAE"),
-    AlgoSpec("sac", "off-policy", True, "rlpipe.algos.sac", records_training=True, summary="soft actor-critic"),
+    AlgoSpec("ppo", "on-policy", True, "rlpipe.algos.ppo", records_training=True, resumable=True,
+             summary="clipped PPO with GAE"),
+    AlgoSpec("sac", "off-policy", True, "rlpipe.algos.sac", records_training=True, resumable=True, summary="soft actor-critic"),
     AlgoSpec("ddpg", "off-policy", True, "rlpipe.algos.ddpg", records_training=True,
              summary="deep deterministic policy gradient"),
     AlgoSpec("td3", "off-policy", True, "rlpipe.algos.td3", records_training=True, summary="twin delayed DDPG"),
@@ -145,7 +147,7 @@ SPECS: tuple[AlgoSpec, ...] = (
     _her("td3"),
     _her("sac"),
     AlgoSpec("bc", "imitation", False, "rlpipe.algos.bc", observation_kinds_ref=OFFLINE_OBSERVATION_KINDS,
-             summary="behaviour cloning"),
+             resumable=True, summary="behaviour cloning"),
     AlgoSpec("gail", "imitation", False, "rlpipe.algos.gail",
              summary="generative adversarial imitation (PPO generator, env-steps budget)"),
     AlgoSpec("dac", "imitation", False, "rlpipe.algos.dac",
@@ -172,6 +174,7 @@ SPECS: tuple[AlgoSpec, ...] = (
 REGISTRY: dict[str, AlgoSpec] = {spec.name: spec for spec in SPECS}
 ONLINE: tuple[str, ...] = tuple(spec.name for spec in SPECS if spec.online)
 OFFLINE: tuple[str, ...] = tuple(spec.name for spec in SPECS if not spec.online)
+RESUMABLE: tuple[str, ...] = tuple(spec.name for spec in SPECS if spec.resumable)
 
 
 def get_algo(name: str) -> AlgoSpec:
@@ -198,4 +201,4 @@ def load_policy(run_dir: str | Path, device: str = "cpu", deterministic: bool = 
     return spec.load_policy(run_dir, device=device, deterministic=deterministic)
 
 
-__all__ = ["AlgoSpec", "OFFLINE", "ONLINE", "REGISTRY", "SPECS", "get_algo", "load_policy"]
+__all__ = ["AlgoSpec", "OFFLINE", "ONLINE", "REGISTRY", "RESUMABLE", "SPECS", "get_algo", "load_policy"]

@@ -142,7 +142,9 @@ def make_agent(config: Config, env: OffPolicySetup) -> Agent:
             return sac.actor.sample(torch.as_tensor(obs, dtype=torch.float32, device=env.device))[0].cpu().numpy()
 
     modules = {"policy": sac.actor, "critic": sac.critic, "critic_target": sac.critic_target}
-    return Agent(sac.actor, modules, explore, update, lambda: {"alpha": sac.alpha()})
+    resume_state = {"actor_opt": sac.actor_opt, "critic_opt": sac.critic_opt, "alpha_opt": sac.alpha_opt,
+                    "temperature": sac.temperature}
+    return Agent(sac.actor, modules, explore, update, lambda: {"alpha": sac.alpha()}, resume_state)
 
 
 def train(

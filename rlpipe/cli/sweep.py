@@ -21,6 +21,8 @@ def sweep(
     settings_from: Optional[str] = typer.Option(None, "--set-from", help="Fixed settings from a YAML mapping, FILE:DOTTED.KEY."),
     backend: str = typer.Option("local", "--backend", help="local (worker processes) or ray (Tune trials; $RAY_ADDRESS joins a cluster)."),
     workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Trials at once (default: the number of cores)."),
+    retries: int = typer.Option(0, "--retries", min=0, help="Ray: restart a failed trial up to N times (with --set "
+                                "checkpoint_every=K it continues from its last saved state)."),
     name: Optional[str] = typer.Option(None, "--name", help="Sweep name: runs go to sweeps/NAME/runs/SETTING/seed-K (default: ALGO-SOURCE)."),
     root: Path = typer.Option(Path("sweeps"), "--root", help="Directory of all sweeps."),
     device: Optional[str] = typer.Option(None, "--device", help="auto, cpu or cuda for every trial (default: cpu)."),
@@ -41,7 +43,7 @@ def sweep(
         fixed["device"] = device
     spec = SweepSpec(algo, env, dataset, None if store is None else str(store), fixed)
     out = root / (name or f"{algo}-{env or dataset}")
-    summary = run_sweep(spec, axes, parse_seeds(seeds), out, backend=backend, workers=workers, batched=batched)
+    summary = run_sweep(spec, axes, parse_seeds(seeds), out, backend=backend, workers=workers, batched=batched, retries=retries)
     width = max(len(s) for s in summary["settings"])
     typer.echo(f"{'setting':<{width}}  seeds  return mean ± std    95% bootstrap interval")
     for setting, stats in summary["settings"].items():

@@ -11,6 +11,7 @@ final observation unreachable (same-step autoreset returns the reset observation
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -126,3 +127,30 @@ class VecStepper:
         self.valid = ~batch.done
         self.obs, self.infos = next_obs, infos
         return batch
+
+    _RESUMED = ("obs", "infos", "valid", "env_steps", "episodes", "last_return", "_ep_return", "_ep_length")
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything the next steps depend on, for a resumable checkpoint: the counters, the
+        current observations and masks, and the vector env's attributes pickled, sub-envs
+        included (but not SyncVectorEnv's ``env_fns``: factories used only to build it, and
+        closures, which do not pickle).
+
+        Pickling is exact for envs whose state is Python and NumPy objects (classic control,
+        GoalWorld, the time-limit and checker wrappers): it keeps each sub-env's physical
+        state, step counters and ``np_random`` generator bit for bit, and the vector env's
+        pending autoresets. An env holding native handles (Box2D worlds, renderers) does not
+        pickle and is refused with an RlpipeError.
+        """
+        try:
+            envs = pickle.dumps({name: value for name, value in vars(self.envs).items() if name != "env_fns"})
+        except Exception as exc:  # pickling fails with whatever the unpicklable object raises
+            raise RlpipeError(f"the state of {self.envs} cannot be saved for resuming ({exc})") from None
+        return {"envs": envs, **{name: getattr(self, name) for name in self._RESUMED}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from :meth:`state_dict`. The saved vector env's attributes replace the live
+        one's, so whoever holds ``envs`` (the training loop that closes it) steps the restored env."""
+        vars(self.envs).update(pickle.loads(state["envs"]))
+        for name in self._RESUMED:
+            setattr(self, name, state[name])

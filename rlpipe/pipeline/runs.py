@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from rlpipe.algos.registry import SPECS, AlgoSpec, get_algo
+from rlpipe.algos.registry import RESUMABLE, SPECS, AlgoSpec, get_algo
 from rlpipe.datasets.store import open_dataset
 from rlpipe.envs import env_spaces
 from rlpipe.envs.multiagent import is_multi_agent
@@ -102,8 +102,8 @@ def prepare_run(
         overrides.update(dataset=dataset, store=None if store is None else str(store))
         source = dataset
     config = spec.make_config(env_id, **overrides)
-    if spec.online and config.checkpoint_every is not None:
-        raise RlpipeError(f"{algo}: --checkpoint-every is not supported for online algorithms yet (resumable so far: bc)")
+    if config.checkpoint_every is not None and not spec.resumable:
+        raise RlpipeError(f"{algo} does not support --checkpoint-every yet (resumable: {', '.join(RESUMABLE)})")
     out = Path(run_dir) if run_dir is not None else Path(runs_root) / f"{algo}-{source}"
     return PreparedRun(spec, config, out, source)
 

@@ -7,6 +7,14 @@ the ``local`` backend runs trials in spawned worker processes (one per core), th
 backend as Ray Tune trials with one CPU each (Ray is imported only then). Batched, the
 seeds of each setting train together as one computation in this process (algorithms
 with ``batched_seeds``, rlpipe.training.seedstack), into the same run directories.
+
+On Ray a failed trial (an error, or a lost worker) is restarted up to ``retries`` times.
+With ``checkpoint_every`` among the settings the restarted trial continues from its last
+saved state: it trains the same config into the same run directory, and
+:mod:`rlpipe.training.resume` picks up the state saved beside it (``.resume-<run>``), so it
+ends where an uninterrupted trial ends. On several machines the sweep root must be shared
+storage (as Tune's ``storage_path`` must), which is also what lets a trial restarted on
+another node find that state; it is therefore not copied into Tune checkpoints as well.
 """
 
 from __future__ import annotations
@@ -165,7 +173,7 @@ def _run_local(spec: SweepSpec, trials: Sequence[Trial], workers: int) -> list[d
         return list(pool.map(run_trial, [spec] * len(trials), trials))
 
 
-def _run_ray(spec: SweepSpec, trials: Sequence[Trial], workers: int, root: Path) -> list[dict[str, Any]]:
+def _run_ray(spec: SweepSpec, trials: Sequence[Trial], workers: int, root: Path, retries: int) -> list[dict[str, Any]]:
     from rlpipe.pipeline.cluster import ensure_ray
 
     ensure_ray(workers)
@@ -178,7 +186,8 @@ def _run_ray(spec: SweepSpec, trials: Sequence[Trial], workers: int, root: Path)
         tune.with_resources(trainable, {"cpu": 1}),
         param_space={"trial": tune.grid_search(list(range(len(trials))))},
         tune_config=tune.TuneConfig(max_concurrent_trials=workers),
-        run_config=tune.RunConfig(name="tune", storage_path=str(root.resolve()), verbose=0),
+        run_config=tune.RunConfig(name="tune", storage_path=str(root.resolve()), verbose=0,
+                                  failure_config=tune.FailureConfig(max_failures=retries)),
     )
     results = tuner.fit()
     by_index: dict[int, dict[str, Any]] = {}
@@ -223,16 +232,20 @@ def run_sweep(
     backend: str = "local",
     workers: int | None = None,
     batched: bool | None = None,
+    retries: int = 0,
 ) -> dict[str, Any]:
     """Train every (setting, seed) of the sweep under ``root`` and write ``root/summary.json``.
 
     Every trial's config is built (and checked) before any trains; ``workers`` defaults to
-    the number of cores. ``batched``: each setting's seeds as one computation (None: when
-    the algorithm supports it and its device is CUDA). Returns the summary: setting name ->
-    statistics of the final eval return over seeds.
+    the number of cores; ``retries`` (Ray only) restarts a failed trial that many times.
+    ``batched``: each setting's seeds as one computation (None: when the algorithm supports
+    it and its device is CUDA). Returns the summary: setting name -> statistics of the final
+    eval return over seeds.
     """
     if backend not in BACKENDS:
         raise RlpipeError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
+    if retries and backend != "ray":
+        raise RlpipeError("--retries needs --backend ray (local trials are not restarted)")
     root = Path(root).resolve()  # Ray trials run in their own working directories
     trials = plan_trials(grid, seeds, root)
     from rlpipe.pipeline.runs import prepare_run
@@ -246,7 +259,7 @@ def run_sweep(
     if use_batched:
         metrics = _run_batched(runs)
     else:
-        metrics = _run_ray(spec, trials, workers, root) if backend == "ray" else _run_local(spec, trials, workers)
+        metrics = _run_ray(spec, trials, workers, root, retries) if backend == "ray" else _run_local(spec, trials, workers)
     summary = {"algo": spec.algo, "source": spec.env_id or spec.dataset, "seeds": list(seeds),
                "settings": summarize(trials, metrics)}
     atomic_write_text(root / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")

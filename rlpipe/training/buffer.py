@@ -66,6 +66,20 @@ class ReplayBuffer:
         v = step.valid
         self.add(step.obs[v], step.actions[v], step.rewards[v], step.next_obs[v], step.terminated[v])
 
+    _COLUMNS = ("obs", "next_obs", "actions", "rewards", "terminated")
+
+    def state_dict(self) -> dict[str, object]:
+        """The stored transitions (only the filled rows), ring position and sampling generator."""
+        # cloned: torch.save would write a slice's whole storage (the full capacity)
+        rows = {name: getattr(self, name)[: self.size].clone() for name in self._COLUMNS}
+        return {**rows, "pos": self.pos, "size": self.size, "generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        self.pos, self.size = state["pos"], state["size"]
+        for name in self._COLUMNS:
+            getattr(self, name)[: self.size] = state[name]
+        self.generator.set_state(state["generator"])
+
     def sample(self, batch_size: int) -> Batch:
         """Uniformly sample ``batch_size`` transitions (with replacement)."""
         idx = torch.randint(0, self.size, (batch_size,), device=self.device, generator=self.generator)

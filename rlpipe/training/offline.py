@@ -189,7 +189,7 @@ def train_offline(
     run = Run(algo, config, out_dir, progress)
     if config.checkpoint_every is not None and optimizers is None:
         run.close()
-        raise RlpipeError(f"{algo} does not support --checkpoint-every yet (resumable so far: bc)")
+        raise RlpipeError(f"{algo} does not support --checkpoint-every yet")
     checkpoints = Checkpointer(run, {**modules, **(optimizers or {}), "sampler": data.sampler})
     eval_policy = policy_fn(actor, ActionScaler(data.action_space), data.device)
     step = UpdateStepper(update, data.sampler, config.batch_size, config.updates,

@@ -18,9 +18,11 @@ from torch import nn
 
 from rlpipe.envs.goals import flat_observation_space, flatten_obs
 from rlpipe.envs.stepper import StepBatch, StepSink, VecStepper
+from rlpipe.errors import RlpipeError
 from rlpipe.training.buffer import Batch, ReplayBuffer, Update
 from rlpipe.training.env import BOX, ActionScaler, make_vec_env, require_spaces, resolve_device
 from rlpipe.training.evaluation import policy_fn
+from rlpipe.training.resume import Checkpointer
 from rlpipe.training.run import Run, TrainResult
 from rlpipe.training.seeding import seed_everything
 
@@ -47,6 +49,9 @@ class Agent:
     explore: Explore
     update: Update
     extra_metrics: Callable[[], dict[str, Any]] | None = None
+    # What a resumed run needs beyond ``modules`` (optimisers, a temperature module), in the
+    # forms rlpipe.training.resume saves; None: the agent cannot resume (--checkpoint-every refused).
+    resume_state: dict[str, Any] | None = None
 
 
 @dataclass
@@ -106,17 +111,25 @@ def train_off_policy(
     after that ``agent.explore`` acts and, once ``buffer`` can be sampled, ``agent.update``
     runs ``config.updates_per_step`` times per collected transition on ``config.batch_size``
     samples. ``buffer`` defaults to a plain :class:`ReplayBuffer`; reset steps of the
-    NEXT_STEP autoreset (``valid`` False) are never stored.
+    NEXT_STEP autoreset (``valid`` False) are never stored. With ``config.checkpoint_every``
+    the full state (agent, buffer, envs, RNGs, counters) is saved for resuming
+    (:mod:`rlpipe.training.resume`).
     """
     scaler = ActionScaler(env.action_space)
     stepper = VecStepper(env.envs, scaler, config.seed, step_sink)
     if buffer is None:
         capacity = min(config.buffer_size, config.env_steps + config.num_envs)
         buffer = ReplayBuffer(capacity, env.obs_dim, env.act_dim, env.device, seed=config.seed)
+    if config.checkpoint_every is not None and (agent.resume_state is None or not hasattr(buffer, "state_dict")):
+        env.envs.close()
+        raise RlpipeError(f"{algo} does not support --checkpoint-every yet")
     eval_policy = policy_fn(agent.actor, scaler, env.device)
     run = Run(algo, config, out_dir, progress)
-    updates, credit = 0, 0.0
+    checkpoints = Checkpointer(run, {**agent.modules, **(agent.resume_state or {}), "buffer": buffer, "stepper": stepper,
+                                     "rng": env.rng})
     try:
+        loop = checkpoints.restore() or {"updates": 0, "credit": 0.0}
+        updates, credit = loop["updates"], loop["credit"]
         while True:
             if stepper.env_steps < config.learning_starts:
                 actions = env.rng.uniform(-1.0, 1.0, (stepper.num_envs, env.act_dim))
@@ -135,8 +148,11 @@ def train_off_policy(
             run.show(stepper.env_steps, stepper.last_return)
             if run.maybe_evaluate(eval_policy, stepper.env_steps):
                 break
+            checkpoints.maybe_save(stepper.env_steps, {"updates": updates, "credit": credit})
         extra = {"train_episodes": stepper.episodes, **(agent.extra_metrics() if agent.extra_metrics else {})}
-        return run.finish(eval_policy, agent.actor, agent.modules, env.action_space, stepper.env_steps, updates, extra)
+        result = run.finish(eval_policy, agent.actor, agent.modules, env.action_space, stepper.env_steps, updates, extra)
+        checkpoints.discard()
+        return result
     finally:
         run.close()
         env.envs.close()

@@ -1,10 +1,11 @@
 """Resumable runs: the full training state saved every ``config.checkpoint_every`` units
 and picked up again by a run of the same config in the same directory.
 
-The state (networks, optimisers, the sampler's generator, Python/NumPy/torch RNG states,
-the loop's counters and the run's eval history) goes to ``RUN_DIR/resume.pt`` in one
-atomic replace; ``RUN_DIR/resume.json`` names the algorithm and config, which is what
-``rlpipe train --resume RUN_DIR`` reads. A state is only loaded by a run whose config
+The state (networks, optimisers, samplers and generators, the replay buffer, the vector
+env with its sub-envs' RNGs (:meth:`rlpipe.envs.stepper.VecStepper.state_dict`),
+Python/NumPy/torch RNG states, the loop's counters and the run's eval history) goes to
+``resume.pt`` in one atomic replace; ``resume.json`` names the algorithm and config, which
+is what ``rlpipe train --resume RUN_DIR`` reads. Both live in :func:`resume_dir`. A state is only loaded by a run whose config
 equals the saved one, so resuming gives what an uninterrupted run of that config gives
 (a run is a function of its config on one machine). The files are removed when the run
 finishes.
@@ -33,14 +34,19 @@ INFO_FILE = "resume.json"
 
 
 def rng_states() -> dict[str, Any]:
-    """Python's, NumPy's global and torch's CPU RNG states."""
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    """Python's, NumPy's global and torch's CPU RNG states, and CUDA's once a run used CUDA."""
+    states = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_initialized():  # asking otherwise would start CUDA in a CPU run
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
 
 
 def set_rng_states(states: Mapping[str, Any]) -> None:
     random.setstate(states["python"])
     np.random.set_state(states["numpy"])
     torch.set_rng_state(states["torch"])
+    if "cuda" in states:
+        torch.cuda.set_rng_state_all(states["cuda"])
 
 
 def resume_dir(run_dir: str | os.PathLike) -> Path:
@@ -58,11 +64,37 @@ def read_resume_info(run_dir: str | os.PathLike) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
+def state_of(obj: Any) -> Any:
+    """``obj``'s state for ``torch.save`` (not a copy: save it at once): a tensor's values, a
+    generator's state, or ``state_dict()`` (modules, optimisers, samplers, replay buffers, steppers)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach()
+    if isinstance(obj, torch.Generator):
+        return obj.get_state()
+    if isinstance(obj, np.random.Generator):
+        return obj.bit_generator.state
+    return obj.state_dict()
+
+
+@torch.no_grad()
+def load_state(obj: Any, state: Any) -> None:
+    """Put a :func:`state_of` snapshot back into ``obj`` (in place: the loop keeps its references)."""
+    if isinstance(obj, torch.Tensor):
+        obj.copy_(state)
+    elif isinstance(obj, torch.Generator):
+        obj.set_state(state)
+    elif isinstance(obj, np.random.Generator):
+        obj.bit_generator.state = state
+    else:
+        obj.load_state_dict(state)
+
+
 class Checkpointer:
     """Saves and restores the full state of one run's loop.
 
-    ``objects`` are everything with ``state_dict``/``load_state_dict`` (modules, optimisers,
-    samplers). Without ``config.checkpoint_every`` or an output directory it does nothing.
+    ``objects`` are tensors, torch or NumPy generators, or anything with
+    ``state_dict``/``load_state_dict`` (modules, optimisers, samplers, replay buffers, the
+    env stepper). Without ``config.checkpoint_every`` or an output directory it does nothing.
     """
 
     def __init__(self, run: Run, objects: Mapping[str, Any]) -> None:
@@ -81,7 +113,7 @@ class Checkpointer:
         if state["config"] != self.config:
             return None
         for name, obj in self.objects.items():
-            obj.load_state_dict(state["objects"][name])
+            load_state(obj, state["objects"][name])
         set_rng_states(state["rng"])
         self.run.restore(state["run"])
         self.next_save = state["next_save"]
@@ -93,7 +125,7 @@ class Checkpointer:
             return
         while self.next_save <= done:
             self.next_save += self.every
-        state = {"config": self.config, "objects": {name: obj.state_dict() for name, obj in self.objects.items()},
+        state = {"config": self.config, "objects": {name: state_of(obj) for name, obj in self.objects.items()},
                  "rng": rng_states(), "run": self.run.state(), "next_save": self.next_save, "loop": dict(loop)}
         self.dir.mkdir(parents=True, exist_ok=True)
         with atomic_output(self.dir / STATE_FILE) as tmp:
@@ -106,4 +138,5 @@ class Checkpointer:
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
-__all__ = ["Checkpointer", "INFO_FILE", "STATE_FILE", "read_resume_info", "resume_dir", "rng_states", "set_rng_states"]
+__all__ = ["Checkpointer", "INFO_FILE", "STATE_FILE", "load_state", "read_resume_info", "resume_dir", "rng_states",
+           "set_rng_states", "state_of"]
