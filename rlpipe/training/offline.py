@@ -192,9 +192,11 @@ def train_offline(
     extra_metrics: Callable[[], dict[str, Any]] | None = None,
     update_period: int = 1,
     optimizers: dict[str, torch.optim.Optimizer] | None = None,
+    deterministic_eval: bool = True,
 ) -> TrainResult:
     """Run `config.updates` updates on `config.batch_size` samples, evaluating every
-    `config.eval_every` updates in the dataset's env; save the run like online ones.
+    `config.eval_every` updates in the dataset's env (with the actor's mode, or sampled
+    actions without ``deterministic_eval``); save the run like online ones.
     `modules` must include ``"policy"`` (the actor that is evaluated and checkpointed).
     On CUDA the updates replay as a CUDA graph (:mod:`rlpipe.training.graphs`; not with a
     `MappedSampler`, which gathers on the CPU); an update
@@ -209,7 +211,7 @@ def train_offline(
         run.close()
         raise RlpipeError(f"{algo} does not support --checkpoint-every yet (resumable so far: bc)")
     checkpoints = Checkpointer(run, {**modules, **(optimizers or {}), "sampler": data.sampler})
-    eval_policy = policy_fn(actor, ActionScaler(data.action_space), data.device)
+    eval_policy = policy_fn(actor, ActionScaler(data.action_space), data.device, deterministic_eval)
     step = UpdateStepper(update, data.sampler, config.batch_size, config.updates,
                          graph=graphs_enabled(data.device) and isinstance(data.sampler, TransitionSampler), period=update_period)
     updates = (checkpoints.restore() or {}).get("updates", 0)
