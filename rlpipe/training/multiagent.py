@@ -77,8 +77,8 @@ def action_logits(actor: nn.Module, obs: torch.Tensor) -> torch.Tensor:
 
 def team_policy(actor: nn.Module, agent_ids: bool, device: torch.device | str = "cpu", deterministic: bool = True,
                 seed: int = 0) -> TeamPolicy:
-    """Wrap a shared policy (see :func:`action_logits`) as a numpy team policy: greedy, or sampled from a
-    generator seeded with ``seed`` (so a stochastic evaluation is reproducible too)."""
+    """Wrap a shared policy (see :func:`action_logits`) as a numpy team policy: greedy, or
+    sampled from a generator seeded with ``seed`` (so a stochastic evaluation is reproducible too)."""
     device = torch.device(device)
     generator = torch.Generator(device=device).manual_seed(seed)
 
@@ -225,9 +225,9 @@ def load_team_policy(run_dir: str | Path, deterministic: bool | None = None, see
 
 def evaluate_run(run_dir: str | Path, episodes: int, seed: int, deterministic: bool = True, device: str = "cpu",
                  adversary_run: str | Path | None = None) -> dict[str, Any]:
-    """Evaluate a saved multi-agent run (ippo or a policy learnt from a Combat dataset on
-    Combat, maddpg on MPE): the fixed metric
-    keys (``win_rate``, or ``adversary_return_mean`` / ``good_return_mean``) plus returns.
+    """Evaluate a saved multi-agent run (on Combat: ippo, or a policy learnt from a Combat
+    dataset; on MPE: maddpg): the fixed metric keys (``win_rate``, or
+    ``adversary_return_mean`` / ``good_return_mean``) plus returns.
 
     ``adversary_run`` (MPE) takes the ``adversary_*`` agents' actors from another run of the
     same env: cross-play, e.g. MADDPG's good agents against an independent DDPG adversary.
