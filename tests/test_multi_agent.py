@@ -163,3 +163,58 @@ def test_combat_rows_end_an_agents_episode_at_its_death_and_skip_it_afterwards()
         assert step.terminated[died].all()
         assert not step.valid[~alive].any()  # dead before the step: not acting
     assert deaths > 0 and rows.episodes > 0
+
+
+def test_bc_learns_one_shared_policy_from_an_ippo_teams_combat_data(cli, tmp_path: Path, record_property) -> None:
+    """Imitation from the pipeline's own multi-agent data: a greedy IPPO team's rows (both
+    agents) train one BC policy that picks the team's actions; a run that does not learn
+    (learning rate 0) is the control. The run is scored by win rate like IPPO."""
+    import polars as pl
+
+    from rlpipe.algos import get_algo
+    from rlpipe.datasets.loader import load_shards
+    from rlpipe.datasets.store import open_dataset
+    from rlpipe.datasets.summary import agent_table
+
+    ippo = get_algo("ippo")
+    ippo.train(ippo.make_config("Combat-v0", env_steps=2048, num_envs=16, num_steps=64, eval_episodes=4,
+                                eval_deterministic=True), tmp_path / "ippo", progress=False)
+    store = tmp_path / "store"
+    assert cli("collect", "--env", "Combat-v0", "--expert", "ippo", "--expert-run", tmp_path / "ippo", "--episodes", "16",
+               "--num-envs", "8", "--store", store, "--quiet").code == 0
+    inspect = cli("datasets", "inspect", "combat-expert", "--store", store)
+    assert "per-agent episode returns" in inspect.out and "agent_0" in inspect.out and "agent_1" in inspect.out
+    rows = pl.read_ipc(next((store / "combat-expert/steps").glob("*.arrow")))
+    per_agent = rows.group_by("agent").agg(pl.col("reward").sum() / 16, pl.len()).sort("agent")
+    table = agent_table(open_dataset("combat-expert", store))
+    assert table["return mean"].to_list() == pytest.approx(per_agent["reward"].to_list())
+    assert table["steps"].to_list() == per_agent["len"].to_list() and table["episodes"].to_list() == [16, 16]
+
+    data = load_shards(open_dataset("combat-expert", store))
+    bc = get_algo("bc")
+
+    def agreement(learn: bool = True) -> float:
+        config = bc.make_config("Combat-v0", dataset="combat-expert", store=str(store), updates=300, eval_every=300,
+                                eval_episodes=4)
+        if not learn:  # the control: set on the built config, whose checks refuse a zero rate
+            config.learning_rate = 0.0
+        actor = bc.train(config, progress=False).policy
+        agree = float((actor.act(torch.as_tensor(data.obs)).numpy() == data.action).mean())
+        record_property(f"bc_agreement_learn_{learn}", agree)
+        return agree
+
+    # Seed 0: 0.998 of the rows' actions after 300 updates; 0.0004 without learning.
+    assert agreement() >= 0.9
+    assert agreement(learn=False) < 0.5
+
+    result = cli("train", "bc", "--dataset", "combat-expert", "--store", store, "--updates", "50", "--set", "eval_every=50",
+                 "--set", "eval_episodes=6", "--out", tmp_path / "bc", "--no-progress", "--device", "cpu")
+    assert result.code == 0 and "win rate" in result.out, result.err
+    metrics = json.loads((tmp_path / "bc/metrics.json").read_text())
+    assert metrics["eval_win_rate"] == metrics["eval_success_rate"] and "eval_return_agent_1" in metrics
+    report = json.loads(cli("eval", tmp_path / "bc", "--episodes", "6", "--json").out)
+    assert report["algo"] == "bc" and 0.0 <= report["win_rate"] <= 1.0 and len(report["agent_returns"]) == 2
+    with pytest.raises(RlpipeError, match="multi-agent bc run: evaluate it with `rlpipe eval`"):
+        load_policy(tmp_path / "bc")
+    refused = cli("train", "td3bc", "--dataset", "combat-expert", "--store", store, "--out", tmp_path / "td3bc")
+    assert refused.code == 2 and "Discrete" in refused.err and not (tmp_path / "td3bc").exists(), refused.err

@@ -22,11 +22,14 @@ def _ippo(seed: int, learn: bool = True) -> dict:
 
 
 @pytest.mark.slow
-def test_ippo_team_learns_to_trade_hits_with_the_bots() -> None:
+def test_ippo_team_learns_to_trade_hits_with_the_bots(learning_seed: int, record_property) -> None:
     # Team return (hits dealt - hits taken + 10 per win), 100 episodes after 100k game steps.
     # Seeds 0-4: -0.71, -0.47, -0.91, -1.07, -1.06; the untrained policy (learning_rate 0): -4.13.
-    assert _ippo(0)["eval_team_return_mean"] >= -2.0
-    assert _ippo(0, learn=False)["eval_team_return_mean"] < -2.0
+    learnt, control = _ippo(learning_seed), _ippo(learning_seed, learn=False)
+    record_property("team_return", learnt["eval_team_return_mean"])
+    record_property("control_team_return", control["eval_team_return_mean"])
+    assert learnt["eval_team_return_mean"] >= -2.0
+    assert control["eval_team_return_mean"] < -2.0
 
 
 def _maddpg(seed: int, learn: bool = True) -> dict:
@@ -39,9 +42,12 @@ def _maddpg(seed: int, learn: bool = True) -> dict:
 
 
 @pytest.mark.slow
-def test_maddpg_adversary_learns_to_shadow_the_good_agents() -> None:
+def test_maddpg_adversary_learns_to_shadow_the_good_agents(learning_seed: int, record_property) -> None:
     # Adversary's mean return, 50 episodes after 6000 env steps (200 updates); the good
     # agents' return is too noisy at this budget (seeds 0-4: 0.8, -4.2, 0.0, 6.1, -2.0).
     # Seeds 0-4: -20.8, -27.1, -23.9, -23.0, -20.3; without learning (both learning rates 0): -37.1.
-    assert _maddpg(0)["adversary_return_mean"] >= -30.0
-    assert _maddpg(0, learn=False)["adversary_return_mean"] < -30.0
+    learnt, control = _maddpg(learning_seed), _maddpg(learning_seed, learn=False)
+    record_property("adversary_return", learnt["adversary_return_mean"])
+    record_property("control_adversary_return", control["adversary_return_mean"])
+    assert learnt["adversary_return_mean"] >= -30.0
+    assert control["adversary_return_mean"] < -30.0

@@ -16,7 +16,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from rlpipe.envs.combat import CombatRules, CombatVectorEnv
@@ -24,7 +23,7 @@ from rlpipe.errors import RlpipeError
 from rlpipe.models.networks import ActorCritic
 from rlpipe.training import OnlineConfig, Run, TrainResult, resolve_device, seed_everything
 from rlpipe.training.env import DISCRETE
-from rlpipe.training.multiagent import CombatEval, CombatRows, TeamPolicy, evaluate_combat, team_policy
+from rlpipe.training.multiagent import CombatEval, CombatRows, TeamPolicy, combat_metrics, evaluate_combat, team_policy
 from rlpipe.training.onpolicy import RolloutStorage, ppo_update
 from rlpipe.training.optim import adam
 
@@ -135,10 +134,7 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
             run.evaluate(eval_policy, game_steps)
         final = evals[-1]
         return run.finish(eval_policy, actor, {"policy": actor}, envs.single_action_space, game_steps, updates, {
-            "eval_win_rate": final.win_rate,
-            "eval_team_return_mean": final.mean,
-            **{f"eval_return_agent_{i}": r for i, r in enumerate(final.agent_returns)},
-            "eval_episode_length_mean": float(np.mean(final.lengths)),
+            **combat_metrics(final),
             "agent_steps": agent_steps,  # living agents' steps trained on
             "train_episodes": rows.episodes,
             "train_win_rate": rows.wins / max(rows.episodes, 1),

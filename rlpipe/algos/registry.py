@@ -194,8 +194,11 @@ def load_policy(run_dir: str | Path, device: str = "cpu", deterministic: bool = 
     """
     from rlpipe.models.checkpoint import read_meta
 
-    spec = get_algo(read_meta(run_dir).get("algo", ""))
-    if spec.multi_agent:  # a team's policy has no single observation -> action map
+    from rlpipe.envs.multiagent import is_multi_agent
+
+    meta = read_meta(run_dir)
+    spec = get_algo(meta.get("algo", ""))
+    if spec.multi_agent or is_multi_agent(meta.get("env_id", "")):  # a team's policy has no single observation -> action map
         raise RlpipeError(f"{run_dir} is a multi-agent {spec.name} run: evaluate it with `rlpipe eval` "
                           "(rlpipe.training.multiagent.evaluate_run)")
     return spec.load_policy(run_dir, device=device, deterministic=deterministic)

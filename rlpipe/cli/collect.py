@@ -27,7 +27,7 @@ def collect_command(
     from_training: bool = typer.Option(
         False, "--from-training", help="Store every transition the expert saw while training from scratch (mixed quality)."
     ),
-    stochastic: bool = typer.Option(False, "--stochastic", help="Sample expert actions instead of taking the mode."),
+    stochastic: bool = typer.Option(False, "--stochastic", help="Sample expert actions instead of taking the mode (an IPPO team acts as in its evaluation unless given)."),
     episodes: Optional[int] = typer.Option(None, "--episodes", help="Number of whole episodes to store (an even quota per env)."),
     steps: Optional[int] = typer.Option(None, "--steps", help="Store at least this many transitions in whole episodes (each env "
                                         "keeps whole episodes until its even share is reached)."),

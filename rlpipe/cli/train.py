@@ -86,6 +86,7 @@ def eval_(
     side returns); optionally record a video."""
     from rlpipe.algos import get_algo, load_policy
     from rlpipe.datasets.atomic import recover_all
+    from rlpipe.envs.multiagent import is_multi_agent
     from rlpipe.models.checkpoint import read_meta
     from rlpipe.training.evaluation import evaluate
     from rlpipe.training.run import is_run_dir
@@ -95,7 +96,8 @@ def eval_(
         from rlpipe.pipeline.video import check_video_path, record_video
 
         check_video_path(video)  # before any episode runs
-    if get_algo(read_meta(run_dir).get("algo", "")).multi_agent:
+    meta = read_meta(run_dir)
+    if get_algo(meta.get("algo", "")).multi_agent or is_multi_agent(meta.get("env_id", "")):  # e.g. BC on Combat data
         from rlpipe.training.multiagent import evaluate_run
 
         if video is not None:

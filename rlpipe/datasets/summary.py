@@ -17,12 +17,14 @@ def scan_steps(info: DatasetInfo) -> pl.LazyFrame:
 
 
 def episode_table(info: DatasetInfo) -> pl.DataFrame:
-    """One row per episode: id, length, return, and how it ended."""
+    """One row per episode: id, length (steps; multi-agent: game steps), return (the team's
+    for multi-agent data), and how it ended."""
+    multi_agent = info.metadata.get("multi_agent", False)
     return (
         scan_steps(info)
         .group_by("episode_id", maintain_order=True)
         .agg(
-            pl.len().alias("length"),
+            (pl.col("step").n_unique() if multi_agent else pl.len()).alias("length"),
             pl.col("reward").cast(pl.Float64).sum().alias("return"),
             pl.col("terminated").last().alias("terminated"),
             pl.col("truncated").last().alias("truncated"),
@@ -41,8 +43,28 @@ def action_table(info: DatasetInfo) -> pl.DataFrame:
     return steps.select([pl.col("action").arr.get(i).alias(f"action[{i}]") for i in range(width)]).collect().describe()
 
 
+def agent_table(info: DatasetInfo) -> pl.DataFrame:
+    """Multi-agent datasets: each agent's episode returns (mean, std, min, max) and its rows."""
+    per_episode = scan_steps(info).group_by("episode_id", "agent").agg(
+        pl.len().alias("rows"), pl.col("reward").cast(pl.Float64).sum().alias("return"))
+    return (
+        per_episode.group_by("agent")
+        .agg(
+            pl.len().alias("episodes"),
+            pl.col("rows").sum().alias("steps"),
+            pl.col("return").mean().alias("return mean"),
+            pl.col("return").std().alias("return std"),
+            pl.col("return").min().alias("return min"),
+            pl.col("return").max().alias("return max"),
+        )
+        .sort("agent")
+        .collect()
+    )
+
+
 def summary_tables(info: DatasetInfo) -> dict[str, pl.DataFrame]:
-    """The tables `inspect` prints: totals, return distribution, episode lengths, actions."""
+    """The tables `inspect` prints: totals, return distribution, episode lengths (for
+    multi-agent data: team returns and game steps per episode, then each agent's returns and rows), actions."""
     episodes = episode_table(info)
     totals = pl.DataFrame(
         {
@@ -55,4 +77,6 @@ def summary_tables(info: DatasetInfo) -> dict[str, pl.DataFrame]:
     tables = {"totals": totals}
     if info.metadata.get("kind", "episodes") == "episodes":  # rows of a transition dataset are not trajectories
         tables["episode returns and lengths"] = episodes.select("return", "length").describe()
+    if info.metadata.get("multi_agent", False):
+        tables["per-agent episode returns"] = agent_table(info)
     return {**tables, "actions": action_table(info)}

@@ -7,12 +7,12 @@ tasks come from ``mpe2`` with discrete actions (the reference text's setting).
 from __future__ import annotations
 
 import importlib
-from typing import Any
-
-from pettingzoo import ParallelEnv
-from pettingzoo.utils.conversions import aec_to_parallel_wrapper
+from typing import TYPE_CHECKING, Any
 
 from rlpipe.errors import RlpipeError
+
+if TYPE_CHECKING:  # pettingzoo loads when an env is made: `is_multi_agent` stays cheap for the CLI
+    from pettingzoo import ParallelEnv
 
 # id -> (module, default keyword arguments of its ``raw_env`` / ``parallel_env``)
 MULTI_AGENT_ENVS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -31,6 +31,8 @@ def make_parallel_env(env_id: str, **kwargs: Any) -> ParallelEnv:
     if env_id not in MULTI_AGENT_ENVS:
         raise RlpipeError(f"unknown multi-agent environment {env_id!r}; choose from {', '.join(MULTI_AGENT_ENVS)}")
     module_name, defaults = MULTI_AGENT_ENVS[env_id]
+    from pettingzoo.utils.conversions import aec_to_parallel_wrapper
+
     module = importlib.import_module(module_name)
     try:
         if hasattr(module, "raw_env"):

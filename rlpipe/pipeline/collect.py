@@ -290,12 +290,13 @@ def collect_multi_agent(
 
         from rlpipe.training.multiagent import load_team_policy
 
-        team, meta, sha = load_team_policy(expert_run, deterministic=not stochastic, seed=seed)
+        # Without --stochastic the team acts as in its own evaluation (IPPO samples: eval_deterministic).
+        team, greedy, meta, sha = load_team_policy(expert_run, deterministic=False if stochastic else None, seed=seed)
         if meta["env_id"] != env_id:
             raise RlpipeError(f"--expert-run {expert_run} was trained on {meta['env_id']}, not {env_id}")
         rules = {k: v for k, v in meta["config"].items() if k in CombatRules.__dataclass_fields__}
         make_policy: Any = lambda envs: team  # noqa: E731
-        producer = {"algorithm": "ippo", "checkpoint_sha256": sha, "run_dir": str(expert_run), "deterministic": not stochastic}
+        producer = {"algorithm": "ippo", "checkpoint_sha256": sha, "run_dir": str(expert_run), "deterministic": greedy}
         torch.set_num_threads(1)
     else:
         make_policy = lambda envs: random_team_policy(envs.rules.n_actions, seed)  # noqa: E731

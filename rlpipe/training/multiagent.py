@@ -69,17 +69,23 @@ class CombatRows:
         return step
 
 
+def action_logits(actor: nn.Module, obs: torch.Tensor) -> torch.Tensor:
+    """Action logits of a shared Combat policy: IPPO's ``ActorCritic`` or a ``CategoricalActor``
+    learnt from a Combat dataset (BC)."""
+    return actor.dist(obs).logits if actor.kind == "categorical" else actor(obs)[0]
+
+
 def team_policy(actor: nn.Module, agent_ids: bool, device: torch.device | str = "cpu", deterministic: bool = True,
                 seed: int = 0) -> TeamPolicy:
-    """Wrap a shared ``ActorCritic`` as a numpy team policy: greedy, or sampled from a
-    generator seeded with ``seed`` (so a stochastic evaluation is reproducible too)."""
+    """Wrap a shared policy (see :func:`action_logits`) as a numpy team policy: greedy, or
+    sampled from a generator seeded with ``seed`` (so a stochastic evaluation is reproducible too)."""
     device = torch.device(device)
     generator = torch.Generator(device=device).manual_seed(seed)
 
     def act(obs: np.ndarray) -> np.ndarray:
         with torch.no_grad():
             x = torch.as_tensor(obs, dtype=torch.float32, device=device)
-            logits = actor((with_agent_ids(x) if agent_ids else x).flatten(0, 1))[0]
+            logits = action_logits(actor, (with_agent_ids(x) if agent_ids else x).flatten(0, 1))
             action = logits.argmax(-1) if deterministic else torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(-1)
             return action.view(obs.shape[:2]).cpu().numpy()
 
@@ -123,6 +129,36 @@ def evaluate_combat(policy: TeamPolicy, episodes: int, seed: int, rules: Mapping
     team = per_agent.sum(1)
     return CombatEval(float(team.mean()), float(team.std()), team.tolist(), lengths, float(np.mean(wins)),
                       tuple(float(r) for r in per_agent.mean(0)))
+
+
+def combat_metrics(final: CombatEval) -> dict[str, Any]:
+    """The fixed Combat keys of ``metrics.json`` (IPPO and policies learnt from Combat data)."""
+    return {"eval_win_rate": final.win_rate, "eval_team_return_mean": final.mean,
+            **{f"eval_return_agent_{i}": r for i, r in enumerate(final.agent_returns)},
+            "eval_episode_length_mean": float(np.mean(final.lengths))}
+
+
+def dataset_combat_rules(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """The Combat rules a multi-agent dataset was collected under (its producer's record)."""
+    return dict(metadata.get("producer", {}).get("rules", {}))
+
+
+class CombatDatasetEvaluator:
+    """A ``Run`` evaluator for a policy learnt from a Combat dataset's rows: every agent acts
+    with the same row policy ([rows, obs_dim] -> [rows]) on its own observation, under the
+    rules the dataset was collected with. Keeps the latest result for the metrics."""
+
+    def __init__(self, rules: Mapping[str, Any]) -> None:
+        self.rules = dict(rules)
+        self.latest: CombatEval | None = None
+
+    def __call__(self, policy: Callable[[np.ndarray], np.ndarray], episodes: int, seed: int) -> CombatEval:
+        team = lambda obs: policy(obs.reshape(-1, obs.shape[-1])).reshape(obs.shape[:2])  # noqa: E731
+        self.latest = evaluate_combat(team, episodes, seed, self.rules)
+        return self.latest
+
+    def metrics(self) -> dict[str, Any]:
+        return {} if self.latest is None else combat_metrics(self.latest)
 
 
 AgentPolicies = Mapping[str, Callable[[np.ndarray], int]]
@@ -174,19 +210,24 @@ def _load_actor(run_dir: str | Path, device: torch.device) -> tuple[nn.Module, d
     return actor.eval(), ckpt.meta, ckpt.sha256
 
 
-def load_team_policy(run_dir: str | Path, deterministic: bool = True, seed: int = 0, device: str = "cpu") -> tuple[TeamPolicy, dict[str, Any], str]:
-    """(team policy, checkpoint meta, weights hash) of a saved IPPO run."""
+def load_team_policy(run_dir: str | Path, deterministic: bool | None = None, seed: int = 0,
+                     device: str = "cpu") -> tuple[TeamPolicy, bool, dict[str, Any], str]:
+    """(team policy, whether it acts greedily, checkpoint meta, weights hash) of a saved IPPO
+    run; ``deterministic=None`` acts as the run's own evaluation did (``eval_deterministic``)."""
     dev = torch.device(device)
     actor, meta, sha = _load_actor(run_dir, dev)
     if meta["policy"]["kind"] != "actor_critic" or meta["env_id"] != "Combat-v0":
         raise RlpipeError(f"{run_dir} is not an IPPO run on Combat-v0")
-    return team_policy(actor, meta["config"].get("agent_ids", False), dev, deterministic, seed), meta, sha
+    config = meta["config"]
+    greedy = config.get("eval_deterministic", True) if deterministic is None else deterministic
+    return team_policy(actor, config.get("agent_ids", False), dev, greedy, seed), greedy, meta, sha
 
 
 def evaluate_run(run_dir: str | Path, episodes: int, seed: int, deterministic: bool = True, device: str = "cpu",
                  adversary_run: str | Path | None = None) -> dict[str, Any]:
-    """Evaluate a saved multi-agent run (ippo on Combat, maddpg on MPE): the fixed metric
-    keys (``win_rate``, or ``adversary_return_mean`` / ``good_return_mean``) plus returns.
+    """Evaluate a saved multi-agent run (on Combat: ippo, or a policy learnt from a Combat
+    dataset; on MPE: maddpg): the fixed metric keys (``win_rate``, or
+    ``adversary_return_mean`` / ``good_return_mean``) plus returns.
 
     ``adversary_run`` (MPE) takes the ``adversary_*`` agents' actors from another run of the
     same env: cross-play, e.g. MADDPG's good agents against an independent DDPG adversary.
@@ -201,7 +242,8 @@ def evaluate_run(run_dir: str | Path, episodes: int, seed: int, deterministic: b
     if meta["env_id"] == "Combat-v0":
         # An IPPO run trained with sampled evaluation actions is evaluated the same way.
         deterministic = head["deterministic"] = deterministic and config.get("eval_deterministic", True)
-        rules = {k: v for k, v in config.items() if k in CombatRules.__dataclass_fields__}
+        # IPPO's rules are config fields; a policy learnt from a dataset keeps the dataset's in its meta.
+        rules = meta.get("env_kwargs") or {k: v for k, v in config.items() if k in CombatRules.__dataclass_fields__}
         res = evaluate_combat(team_policy(actor, config.get("agent_ids", False), dev, deterministic, seed), episodes, seed, rules)
         return {**head, "win_rate": res.win_rate, "team_return_mean": res.mean, "team_return_std": res.std,
                 "agent_returns": list(res.agent_returns), "episode_length_mean": float(np.mean(res.lengths))}

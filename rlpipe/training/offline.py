@@ -23,12 +23,14 @@ from rlpipe.datasets.schema import map_columnar
 from rlpipe.datasets.mapped import MappedTransitions
 from rlpipe.datasets.store import STEPS_DIR, DatasetInfo, open_dataset
 from rlpipe.envs import env_id_for_spec
+from rlpipe.envs.combat import CombatRules
 from rlpipe.envs.goals import flat_observation_space, flatten_obs, is_goal_space
 from rlpipe.errors import RlpipeError
 from rlpipe.training.buffer import Update
 from rlpipe.training.env import BOX, GOAL, ActionScaler, action_dim, env_spaces, require_spaces, resolve_device
 from rlpipe.training.evaluation import policy_fn
 from rlpipe.training.graphs import UpdateStepper, graphs_enabled
+from rlpipe.training.multiagent import CombatDatasetEvaluator, dataset_combat_rules
 from rlpipe.training.resume import Checkpointer
 from rlpipe.training.run import Run, TrainResult
 from rlpipe.training.sampler import MappedSampler, TransitionSampler
@@ -44,6 +46,8 @@ def dataset_env_id(name: str, store: str | os.PathLike | None = None) -> str:
     info = open_dataset(name, store)
     if not info.env_id:
         raise RlpipeError(f"dataset {name!r} names no environment, so a policy trained on it cannot be evaluated")
+    if info.metadata.get("multi_agent", False):
+        return info.env_id  # a PettingZoo env (rlpipe.envs.multiagent), its rules in the producer record
     spec = info.metadata.get("eval_env_spec") or info.metadata.get("env_spec")  # Minari's env meant for evaluation first
     if spec:
         return env_id_for_spec(spec)
@@ -63,11 +67,23 @@ def _layout(space: gym.Space) -> Any:
 
 def require_dataset_fits_env(info: DatasetInfo) -> None:
     """Raise before training if the dataset's spaces differ from those of the env it names
-    (the policy would fail only at its first evaluation)."""
-    env_obs, env_act = env_spaces(info.env_id)
+    (the policy would fail only at its first evaluation). A multi-agent dataset's env is
+    Combat under the rules it was collected with: each agent's spaces."""
+    if info.metadata.get("multi_agent", False):
+        env_obs, env_act = combat_agent_spaces(info)
+    else:
+        env_obs, env_act = env_spaces(info.env_id)
     for what, stored, actual in (("observation", info.observation_space, env_obs), ("action", info.action_space, env_act)):
         if _layout(stored) != _layout(actual):
             raise RlpipeError(f"dataset {info.name!r} has {what}s {stored}, but its env {info.env_id} has {actual}")
+
+
+def combat_agent_spaces(info: DatasetInfo) -> tuple[spaces.Space, spaces.Space]:
+    """One agent's (observation, action) spaces of the Combat game a multi-agent dataset holds."""
+    if info.env_id != "Combat-v0":
+        raise RlpipeError(f"dataset {info.name!r}: offline training on multi-agent data supports Combat-v0, not {info.env_id!r}")
+    rules = CombatRules(**dataset_combat_rules(info.metadata))
+    return rules.observation_space(), rules.action_space()
 
 
 def subset_rows(data: TransitionArrays, max_samples: int, seed: int) -> np.ndarray:
@@ -176,9 +192,11 @@ def train_offline(
     extra_metrics: Callable[[], dict[str, Any]] | None = None,
     update_period: int = 1,
     optimizers: dict[str, torch.optim.Optimizer] | None = None,
+    deterministic_eval: bool = True,
 ) -> TrainResult:
     """Run `config.updates` updates on `config.batch_size` samples, evaluating every
-    `config.eval_every` updates in the dataset's env; save the run like online ones.
+    `config.eval_every` updates in the dataset's env (with the actor's mode, or sampled
+    actions without ``deterministic_eval``); save the run like online ones.
     `modules` must include ``"policy"`` (the actor that is evaluated and checkpointed).
     On CUDA the updates replay as a CUDA graph (:mod:`rlpipe.training.graphs`; not with a
     `MappedSampler`, which gathers on the CPU); an update
@@ -186,12 +204,14 @@ def train_offline(
     With ``config.checkpoint_every`` the full state (``modules``, ``optimizers``, sampler,
     RNGs) is saved for resuming (:mod:`rlpipe.training.resume`); ``optimizers`` are then required.
     """
-    run = Run(algo, config, out_dir, progress)
+    # A multi-agent (Combat) dataset's policy is shared by the agents and scored by its win rate.
+    combat = CombatDatasetEvaluator(dataset_combat_rules(data.info.metadata)) if data.info.metadata.get("multi_agent") else None
+    run = Run(algo, config, out_dir, progress, evaluator=combat, env_kwargs=combat.rules if combat else None)
     if config.checkpoint_every is not None and optimizers is None:
         run.close()
         raise RlpipeError(f"{algo} does not support --checkpoint-every yet")
     checkpoints = Checkpointer(run, {**modules, **(optimizers or {}), "sampler": data.sampler})
-    eval_policy = policy_fn(actor, ActionScaler(data.action_space), data.device)
+    eval_policy = policy_fn(actor, ActionScaler(data.action_space), data.device, deterministic_eval)
     step = UpdateStepper(update, data.sampler, config.batch_size, config.updates,
                          graph=graphs_enabled(data.device) and isinstance(data.sampler, TransitionSampler), period=update_period)
     updates = (checkpoints.restore() or {}).get("updates", 0)
@@ -202,7 +222,9 @@ def train_offline(
             if run.maybe_evaluate(eval_policy, updates):
                 break
             checkpoints.maybe_save(updates, {"updates": updates})
-        extra = {**dataset_metrics(data), **(extra_metrics() if extra_metrics else {})}
+        if combat is not None and (not run.history or run.history[-1].done != updates):
+            run.evaluate(eval_policy, updates)  # the final evaluation, before its metrics are read
+        extra = {**dataset_metrics(data), **(combat.metrics() if combat else {}), **(extra_metrics() if extra_metrics else {})}
         result = run.finish(eval_policy, actor, modules, data.action_space, 0, updates, extra)
         checkpoints.discard()
         return result

@@ -93,12 +93,14 @@ class Run:
     Progress is counted in env steps for an :class:`OnlineConfig` (budget ``env_steps``)
     and in gradient updates for an :class:`OfflineConfig` (budget ``updates``);
     ``config.eval_every`` is in the same unit. ``evaluator(policy, episodes, seed)``
-    replaces the Gymnasium evaluation (multi-agent envs).
+    replaces the Gymnasium evaluation (multi-agent envs); ``env_kwargs`` (the env's options
+    when the config does not hold them, e.g. a Combat dataset's rules) go into the checkpoint's meta.
     """
 
     def __init__(self, algo: str, config: OnlineConfig | OfflineConfig, out_dir: str | Path | None = None,
-                 progress: bool = True, evaluator: Callable[[Any, int, int], EvalResult] | None = None) -> None:
-        self.algo, self.config = algo, config
+                 progress: bool = True, evaluator: Callable[[Any, int, int], EvalResult] | None = None,
+                 env_kwargs: dict[str, Any] | None = None) -> None:
+        self.algo, self.config, self.env_kwargs = algo, config, env_kwargs
         self.evaluator = evaluator or (lambda policy, episodes, seed: evaluate(policy, config.env_id, episodes, seed))
         self.unit = "steps" if isinstance(config, OnlineConfig) else "updates"
         self.total = config.env_steps if isinstance(config, OnlineConfig) else config.updates
@@ -217,6 +219,7 @@ class Run:
                 "action_space": space_to_json(action_space),
                 "policy": {"kind": actor.kind, "spec": actor.spec},
                 "config": asdict(self.config),
+                **({} if self.env_kwargs is None else {"env_kwargs": self.env_kwargs}),
                 "torch_version": torch.__version__,
             }
             digest = save_checkpoint(self._staging.path, modules, meta)
