@@ -20,22 +20,22 @@ from rlpipe.training import OfflineConfig, Run, TrainResult
 from rlpipe.training.env import BOX, ActionScaler
 from rlpipe.training.model_based import DYNAMICS_MODULE, ModelFields, build_ensemble, dataset_batch, fit_on
 from rlpipe.training.offline import dataset_metrics, load_offline
-from rlpipe.training.planning import CEMPlanner, ModelEnv, PlanningFields, planner_policy
+from rlpipe.training.planning import CEMPlanner, CEMSettings, ModelEnv, planner_policy
 
 ACTION_SPACES = (BOX,)
 
 
 @dataclass
-class Config(ModelFields, PlanningFields, OfflineConfig):
+class Config(ModelFields, CEMSettings, OfflineConfig):
     # The ensemble (see ModelFields): 7 members of 3 x 200, 5 elites. The evaluation plans
-    # with it by CEM-MPC (PlanningFields, as rlpipe.algos.pets).
+    # with it by CEM-MPC (CEMSettings, as rlpipe.algos.pets).
     members: int = 7
     model_hidden: tuple[int, ...] = (200, 200, 200)
     model_max_epochs: int = 20
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self.cem_settings().check(self.elites)
+        self.check_planning(self.elites)
 
 
 TUNED: dict[str, dict[str, Any]] = {
@@ -52,7 +52,7 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
     run = Run("dynamics", config, out_dir, progress)
     try:
         fit = fit_on(model, optimizer, dataset_batch(data), config, generator, max_updates=config.updates)
-        planner = CEMPlanner(ModelEnv(model, data.action_space, terminated, reward, generator), config.cem_settings(), data.act_dim, generator)
+        planner = CEMPlanner(ModelEnv(model, data.action_space, terminated, reward, generator), config, data.act_dim, generator)
         eval_policy = planner_policy(planner, ActionScaler(data.action_space), data.device)
         extra = {
             **dataset_metrics(data),

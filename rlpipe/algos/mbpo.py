@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import torch
 
-from rlpipe.algos.sac import make_agent
+from rlpipe.algos.sac import SACFields, make_agent
 from rlpipe.envs.stepper import EpisodeReturns
 from rlpipe.models.dynamics import FitReport
 from rlpipe.models.env_fns import reward_fn, termination_fn
@@ -34,18 +34,8 @@ ACTION_SPACES = (BOX,)
 
 
 @dataclass
-class Config(ModelFields, OnlineConfig):
-    # SAC (see rlpipe.algos.sac).
+class Config(ModelFields, SACFields, OnlineConfig):
     buffer_size: int = 100_000
-    batch_size: int = 256
-    gamma: float = 0.99
-    tau: float = 0.005
-    actor_lr: float = 1e-3
-    critic_lr: float = 1e-3
-    alpha_lr: float = 1e-3
-    init_alpha: float = 1.0
-    target_entropy: float | None = None
-    hidden: tuple[int, ...] = (64, 64)
     learning_starts: int = 250  # uniform random actions before this many env steps
     updates_per_step: float = 10.0  # SAC updates per env step (the text: 10)
     # The dynamics ensemble (see ModelFields): 7 members, 5 elites, the learned reward.
@@ -65,7 +55,7 @@ class Config(ModelFields, OnlineConfig):
 
 TUNED: dict[str, dict[str, Any]] = {
     # The budget: -200 within 4k env steps (SAC needs about 10k here).
-    "Pendulum-v1": dict(env_steps=4_000),
+    "Pendulum-v1": dict(env_steps=4_000, hidden=(64, 64), actor_lr=1e-3, critic_lr=1e-3, alpha_lr=1e-3),
 }
 
 

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import torch
 
-from rlpipe.algos.sac import SoftActorCritic
+from rlpipe.algos.sac import SACFields, SoftActorCritic
 from rlpipe.models.env_fns import reward_fn, termination_fn
 from rlpipe.training import Batch, OfflineConfig, ReplayBuffer, TrainResult
 from rlpipe.training.env import BOX
@@ -32,17 +32,8 @@ ACTION_SPACES = (BOX,)
 
 
 @dataclass
-class Config(ModelFields, OfflineConfig):
+class Config(ModelFields, SACFields, OfflineConfig):
     dynamics: str | None = None  # a `dynamics` run directory to start from (None: fit here)
-    batch_size: int = 256
-    gamma: float = 0.99
-    tau: float = 0.005
-    actor_lr: float = 1e-3
-    critic_lr: float = 1e-3
-    alpha_lr: float = 1e-3
-    init_alpha: float = 1.0
-    target_entropy: float | None = None
-    hidden: tuple[int, ...] = (64, 64)
     # The dynamics ensemble and its fit, unless loaded (see ModelFields): 7 members of
     # 3 x 200, 5 elites, the learned reward.
     reward: Literal["known", "learned"] = "learned"
@@ -63,7 +54,7 @@ class Config(ModelFields, OfflineConfig):
 
 
 TUNED: dict[str, dict[str, Any]] = {
-    "Pendulum-v1": dict(updates=10_000, eval_every=2_000),
+    "Pendulum-v1": dict(updates=10_000, eval_every=2_000, hidden=(64, 64), actor_lr=1e-3, critic_lr=1e-3, alpha_lr=1e-3),
 }
 
 

@@ -25,14 +25,14 @@ from rlpipe.training.model_based import (
     DYNAMICS_MODULE, ModelFields, buffer_contents, build_ensemble, fit_on, fits_metrics,
 )
 from rlpipe.training.offpolicy import setup
-from rlpipe.training.planning import CEMPlanner, ModelEnv, PlanningFields, planner_policy
+from rlpipe.training.planning import CEMPlanner, CEMSettings, ModelEnv, planner_policy
 
 ACTION_SPACES = (BOX,)
 EVAL_GENERATOR_OFFSET = 1  # the evaluation planner draws from its own generator
 
 
 @dataclass
-class Config(ModelFields, PlanningFields, OnlineConfig):
+class Config(ModelFields, CEMSettings, OnlineConfig):
     env_steps: int = 3_000
     eval_every: int = 3_000
     random_steps: int = 200  # uniform random actions first (the text: one episode)
@@ -40,7 +40,7 @@ class Config(ModelFields, PlanningFields, OnlineConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self.cem_settings().check(self.elites)
+        self.check_planning(self.elites)
 
 
 TUNED: dict[str, dict[str, Any]] = {
@@ -56,9 +56,9 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
     env = setup("pets", config)
     model, optimizer = build_ensemble(config, env.obs_dim, env.act_dim, env.device)
     generator = torch.Generator(device=env.device).manual_seed(config.seed)
-    planner = CEMPlanner(ModelEnv(model, env.action_space, terminated, reward, generator), config.cem_settings(), env.act_dim, generator)
+    planner = CEMPlanner(ModelEnv(model, env.action_space, terminated, reward, generator), config, env.act_dim, generator)
     eval_generator = torch.Generator(device=env.device).manual_seed(config.seed + EVAL_GENERATOR_OFFSET)
-    eval_planner = CEMPlanner(ModelEnv(model, env.action_space, terminated, reward, eval_generator), config.cem_settings(), env.act_dim, eval_generator)
+    eval_planner = CEMPlanner(ModelEnv(model, env.action_space, terminated, reward, eval_generator), config, env.act_dim, eval_generator)
     scaler = ActionScaler(env.action_space)
     episodes = EpisodeReturns()
     stepper = VecStepper(env.envs, scaler, config.seed, episodes)

@@ -27,8 +27,10 @@ ACTION_SPACES = (BOX,)
 
 
 @dataclass
-class Config(OnlineConfig):
-    buffer_size: int = 1_000_000
+class SACFields:
+    """SAC's settings in a run's config (SAC, MBPO, MOPO): what :class:`SoftActorCritic`
+    and its update read."""
+
     batch_size: int = 256
     gamma: float = 0.99
     tau: float = 0.005
@@ -38,6 +40,11 @@ class Config(OnlineConfig):
     init_alpha: float = 1.0
     target_entropy: float | None = None  # None: -action_dim
     hidden: tuple[int, ...] = (256, 256)
+
+
+@dataclass
+class Config(SACFields, OnlineConfig):
+    buffer_size: int = 1_000_000
     learning_starts: int = 5_000  # uniform random actions before this many env steps
     updates_per_step: float = 1.0  # gradient updates per collected transition
 
@@ -78,7 +85,7 @@ class SoftActorCritic:
     alpha_opt: torch.optim.Optimizer
 
     @classmethod
-    def build(cls, config: Any, obs_dim: int, act_dim: int, device: torch.device) -> SoftActorCritic:
+    def build(cls, config: SACFields, obs_dim: int, act_dim: int, device: torch.device) -> SoftActorCritic:
         """From ``config``'s hidden, init_alpha, target_entropy (None: -act_dim) and the
         actor, critic and alpha learning rates."""
         actor = TanhGaussianActor(obs_dim, act_dim, config.hidden).to(device)

@@ -76,10 +76,11 @@ class ModelEnv:
         return next_obs, reward, self.terminated_fn(obs, env_actions, next_obs), std.norm(dim=-1).max(0).values
 
 
-@dataclass(frozen=True)
+@dataclass
 class CEMSettings:
-    """Cross-entropy-method MPC. ``particles`` rollouts per candidate sequence, each fixed to
-    a random elite member; the sampling std starts at ``init_std`` (policy units) each step
+    """Cross-entropy-method MPC, standalone or as a run config's fields (PETS, the dynamics
+    trainer's evaluation). ``particles`` rollouts per candidate sequence, each fixed to a
+    random elite member; the sampling std starts at ``init_std`` (policy units) each step
     and the mean and std move by (1 - ``smoothing``) towards the elites' each iteration."""
 
     horizon: int = 25
@@ -90,7 +91,7 @@ class CEMSettings:
     init_std: float = 0.5
     smoothing: float = 0.1
 
-    def check(self, members: int) -> None:
+    def check_planning(self, members: int) -> None:
         """An RlpipeError for settings that cannot plan with ``members`` elite members."""
         if min(self.horizon, self.population, self.iterations, self.particles) < 1:
             raise RlpipeError("planning horizon, population, iterations and particles must all be >= 1")
@@ -103,24 +104,6 @@ class CEMSettings:
             )
 
 
-@dataclass
-class PlanningFields:
-    """The CEM-MPC settings of a run's config (PETS, and the dynamics trainer's evaluation);
-    see :class:`CEMSettings`."""
-
-    horizon: int = 25
-    population: int = 50
-    elite_fraction: float = 0.2
-    iterations: int = 5
-    particles: int = 1
-    init_std: float = 0.5
-    smoothing: float = 0.1
-
-    def cem_settings(self) -> CEMSettings:
-        return CEMSettings(self.horizon, self.population, self.elite_fraction, self.iterations, self.particles,
-                           self.init_std, self.smoothing)
-
-
 class CEMPlanner:
     """Plans the next action of a batch of envs by CEM over action sequences in ``env``,
     warm-started from each env's previous plan shifted by one step. The plan is kept
@@ -128,7 +111,7 @@ class CEMPlanner:
     episodes of the same batch size to drop the warm start)."""
 
     def __init__(self, env: ModelEnv, settings: CEMSettings, act_dim: int, generator: torch.Generator | None = None) -> None:
-        settings.check(env.model.num_elites)
+        settings.check_planning(env.model.num_elites)
         self.env, self.s, self.act_dim, self.generator = env, settings, act_dim, generator
         self.num_elites = max(1, round(settings.elite_fraction * settings.population))
         self.plan: torch.Tensor | None = None
