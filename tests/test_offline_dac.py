@@ -69,6 +69,7 @@ def test_dac_imitates_the_pendulum_expert_and_a_constant_reward_does_not(
     constant = get_algo("dac").train(control, progress=False).metrics
     record_property("env_steps", steps)
     record_property("dac_return", fresh)
+    record_property("dac_heldout_return_100_episodes", learned.metrics["heldout_return_mean"])
     record_property("constant_reward_return", constant["eval_return_mean"])
     assert constant["discriminator_updates"] == 0  # the control never trains D
     # Measured (env steps, DAC on 20 fresh episodes, control): seed 0: 4000, -527.7, -1291.8;
