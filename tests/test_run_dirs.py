@@ -156,3 +156,28 @@ def test_heldout_evaluation_can_be_switched_off_and_not_made_negative(tmp_path: 
     assert not any(key.startswith("heldout") for key in json.loads((tmp_path / "run" / "metrics.json").read_text()))
     refused = cli(*QUICK, "--set", "heldout_eval_episodes=-1", "--out", tmp_path / "bad")
     assert refused.code == 2 and "heldout_eval_episodes=-1: expected an integer >= 0" in refused.err, refused.err
+
+
+def test_heldout_evaluation_calls_the_evaluator_on_disjoint_seeds_and_leaves_the_extras_alone() -> None:
+    """With a custom evaluator (as the multi-agent runs use): the periodic evaluation gets
+    eval_episodes on seed + 10000, the held-out one heldout_eval_episodes on seed + 20000, and
+    metrics the caller computed from its evaluator's records are kept as training left them."""
+    from torch import nn
+
+    from rlpipe.training import EvalResult, OnlineConfig, Run
+
+    calls: list[tuple[int, int]] = []
+
+    def evaluator(_policy: object, episodes: int, seed: int) -> EvalResult:
+        calls.append((episodes, seed))
+        return EvalResult(float(seed), 1.0, [float(seed)] * episodes, [1] * episodes)
+
+    run = Run("ppo", OnlineConfig(env_id="CartPole-v1", seed=5, eval_episodes=4, heldout_eval_episodes=30), progress=False,
+              evaluator=evaluator)
+    try:
+        metrics = run.finish(None, nn.Identity(), {}, gym.spaces.Discrete(2), 100, 0, {"eval_calls": calls}).metrics
+    finally:
+        run.close()
+    assert calls == [(4, 10_005), (30, 20_005)]
+    assert metrics["eval_return_mean"] == 10_005 and metrics["heldout_return_mean"] == 20_005
+    assert metrics["heldout_episodes"] == 30 and metrics["eval_calls"] == [(4, 10_005)]

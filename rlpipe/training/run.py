@@ -9,6 +9,7 @@ of an old checkpoint and a new partial curve.
 
 from __future__ import annotations
 
+import copy
 import os
 import time
 from collections.abc import Callable
@@ -201,6 +202,8 @@ class Run:
             self.evaluate(policy, done)
         final = self.history[-1]
         wall = self.elapsed()  # training time: the held-out evaluation is not part of it
+        # A copy as training left them: an evaluator may append to lists they hold (IPPO's curve).
+        extra_metrics = copy.deepcopy(extra_metrics or {})
         heldout = self._heldout(policy)
         metrics = {
             "algo": self.algo,
@@ -214,7 +217,7 @@ class Run:
             "gradient_updates": int(gradient_updates),
             "wall_seconds": round(wall, 3),
             **heldout,
-            **(extra_metrics or {}),
+            **extra_metrics,
         }
         digest = None
         if self._staging is not None:
