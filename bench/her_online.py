@@ -64,7 +64,7 @@ def run_rlpipe(steps: int, seed: int) -> Outcome:
     module = get_algo("ddpg-her")
     config = module.make_config(ENV_ID, env_steps=steps, seed=seed, hidden=HIDDEN, batch_size=BATCH, learning_starts=WARMUP,
                                 actor_lr=LR, critic_lr=LR, gamma=GAMMA, tau=TAU, noise_sigma=SIGMA, k=K, strategy="future",
-                                updates_per_step=1.0, eval_every=10 * steps, eval_episodes=1, device="cpu")
+                                updates_per_step=1.0, eval_every=10 * steps, eval_episodes=1, heldout_eval_episodes=0, device="cpu")
     clock = Clock()
     result = module.train(config, progress=False)
     rates = clock.rates(result.metrics["env_steps"])

@@ -53,7 +53,7 @@ def ippo(game_steps: int) -> int:
 
     algo = get_algo("ippo")
 
-    config = algo.make_config("Combat-v0", env_steps=game_steps, eval_every=10**9, eval_episodes=10)
+    config = algo.make_config("Combat-v0", env_steps=game_steps, eval_every=10**9, eval_episodes=10, heldout_eval_episodes=0)
     return algo.train(config, None, progress=False).metrics["agent_steps"]
 
 

@@ -101,7 +101,8 @@ def run_rlpipe(task: Task, seed: int) -> Outcome:
 
     module = get_algo(task.algo)
     config = module.make_config(task.env_id, env_steps=task.budget, seed=seed, device="cpu",
-                                eval_every=task.eval_every, eval_episodes=EVAL_EPISODES, stop_at_return=task.threshold)
+                                eval_every=task.eval_every, eval_episodes=EVAL_EPISODES, stop_at_return=task.threshold,
+                                heldout_eval_episodes=0)  # timed: no final held-out evaluation
     start = time.perf_counter()
     result = module.train(config, progress=False)
     seconds = time.perf_counter() - start

@@ -24,7 +24,8 @@ def bc_return(offline_store: Path, learning_seed: int) -> float:
 @pytest.mark.slow
 @pytest.mark.parametrize(("algo", "overrides", "bar"), [
     # Seed 0: CQL -127.7, TD3+BC -167.5, IQL -143.9 against BC -524.3 (BC seed 2: -627.4; CQL seeds 1-2 earlier:
-    # -128 to -138). Other seeds not yet measured (a CPU-starved sweep, issue 10).
+    # -128 to -138); seed 1 (session 4): CQL -150.4 against BC -569.1. Other seeds not yet measured
+    # (CPU-starved sweeps, issue 10).
     ("cql", dict(updates=4000, batch_size=128), -300.0),
     ("td3bc", dict(updates=8000), -300.0),
     ("iql", dict(updates=6000), -250.0),

@@ -20,7 +20,8 @@ def assert_not_blank(path: Path) -> None:
 
 
 def fake_run(root: Path, name: str, seed: int, curve: list[tuple[int, float]], *, algo: str = "sac",
-             lr: float = 1e-3, dataset: str | None = None, success: float | None = None) -> Path:
+             lr: float = 1e-3, dataset: str | None = None, success: float | None = None,
+             heldout: float | None = None) -> Path:
     """A run directory laid out as `rlpipe train` writes it (metrics, config, DVCLive TSV)."""
     run = root / name
     (run / CURVE_FILE).parent.mkdir(parents=True)
@@ -29,7 +30,8 @@ def fake_run(root: Path, name: str, seed: int, curve: list[tuple[int, float]], *
     metrics = {"algo": algo, "env_id": "Pendulum-v1", "seed": seed, "eval_return_mean": curve[-1][1], "eval_return_std": 5.0,
                "eval_episodes": 10, "env_steps": 0 if offline else curve[-1][0], "gradient_updates": curve[-1][0],
                "wall_seconds": 3.0, **({"dataset": dataset} if offline else {}),
-               **({} if success is None else {"eval_success_rate": success})}
+               **({} if success is None else {"eval_success_rate": success}),
+               **({} if heldout is None else {"heldout_return_mean": heldout, "heldout_return_std": 7.0, "heldout_episodes": 100})}
     (run / "metrics.json").write_text(json.dumps(metrics))
     (run / "checkpoint.json").write_text(json.dumps({"config": {"seed": seed, "actor_lr": lr, "env_id": "Pendulum-v1"}}))
     return run
@@ -52,15 +54,16 @@ def test_runs_differing_only_by_seed_form_one_group(tmp_path: Path) -> None:
 
 def test_report_writes_table_and_curves(tmp_path: Path, cli) -> None:
     runs = tmp_path / "models"
-    fake_run(runs, "sac-s0", 0, [(1000, -900.0), (2000, -300.0)])
-    fake_run(runs, "sac-s1", 1, [(1000, -700.0), (2000, -100.0)])
-    fake_run(runs, "cql", 0, [(500, -600.0), (1000, -200.0)], algo="cql", dataset="pendulum-mixed", success=0.5)
+    fake_run(runs, "sac-s0", 0, [(1000, -900.0), (2000, -300.0)], heldout=-350.0)
+    fake_run(runs, "sac-s1", 1, [(1000, -700.0), (2000, -100.0)], heldout=-150.0)
+    fake_run(runs, "cql", 0, [(500, -600.0), (1000, -200.0)], algo="cql", dataset="pendulum-mixed", success=0.5, heldout=-210.0)
     (runs / "unfinished").mkdir()  # a glob skips it (and says so); naming it is an error
     res = cli("report", str(runs / "*"), "--out", tmp_path / "report")
     assert res.code == 0, res.err
     assert "3 runs in 2 groups, 2 figures" in res.out and "skipped" in res.err
     page = (tmp_path / "report" / "index.html").read_text()
     assert "-200.0 ± 100.0 (over seeds)" in page  # the two sac seeds' final means: -300, -100
+    assert "<th>held-out return</th>" in page and "-250.0 ± 100.0 (over seeds)" in page and "-210.0 ± 7.0" in page
     assert "pendulum-mixed (Pendulum-v1)" in page and "0.50" in page
     pngs = sorted((tmp_path / "report").glob("*.png"))
     assert [p.name for p in pngs] == ["curves-pendulum-v1-env-steps.png", "curves-pendulum-v1-updates.png"]

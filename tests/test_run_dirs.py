@@ -131,3 +131,53 @@ def test_eval_rolls_back_a_replace_that_died_midway(trained_run: Path, tmp_path:
     result = cli("eval", out, "--episodes", "1")
     assert result.code == 0, result.err
     assert sorted(p.name for p in out.parent.iterdir()) == [".locks", "run"]
+
+
+def test_final_heldout_evaluation_is_recorded_on_its_own_seeds(tmp_path: Path, cli) -> None:
+    from rlpipe.training.run import EVAL_SEED_OFFSET, HELDOUT_SEED_OFFSET
+
+    result = cli(*QUICK, "--seed", "3", "--set", "eval_episodes=4", "--set", "heldout_eval_episodes=7", "--out", tmp_path / "run")
+    assert result.code == 0, result.err
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["heldout_episodes"] == 7 and metrics["eval_episodes"] == 4
+    assert {"eval_return_mean", "eval_return_std", "heldout_return_mean", "heldout_return_std"} <= set(metrics)
+    # The periodic evaluation's env seeds (3 + 10000 + i, i < 4) and the held-out ones
+    # (3 + 20000 + i, i < 7) are disjoint; the held-out figure is `rlpipe eval`'s on those seeds.
+    periodic = set(range(3 + EVAL_SEED_OFFSET, 3 + EVAL_SEED_OFFSET + 4))
+    assert periodic.isdisjoint(range(3 + HELDOUT_SEED_OFFSET, 3 + HELDOUT_SEED_OFFSET + 7))
+    evaluated = cli("eval", tmp_path / "run", "--episodes", "7", "--seed", str(3 + HELDOUT_SEED_OFFSET), "--json")
+    assert evaluated.code == 0, evaluated.err
+    assert json.loads(evaluated.out)["return_mean"] == pytest.approx(metrics["heldout_return_mean"])
+
+
+def test_heldout_evaluation_can_be_switched_off_and_not_made_negative(tmp_path: Path, cli) -> None:
+    result = cli(*QUICK, "--set", "eval_episodes=2", "--set", "heldout_eval_episodes=0", "--out", tmp_path / "run")
+    assert result.code == 0, result.err
+    assert not any(key.startswith("heldout") for key in json.loads((tmp_path / "run" / "metrics.json").read_text()))
+    refused = cli(*QUICK, "--set", "heldout_eval_episodes=-1", "--out", tmp_path / "bad")
+    assert refused.code == 2 and "heldout_eval_episodes=-1: expected an integer >= 0" in refused.err, refused.err
+
+
+def test_heldout_evaluation_calls_the_evaluator_on_disjoint_seeds_and_leaves_the_extras_alone() -> None:
+    """With a custom evaluator (as the multi-agent runs use): the periodic evaluation gets
+    eval_episodes on seed + 10000, the held-out one heldout_eval_episodes on seed + 20000, and
+    metrics the caller computed from its evaluator's records are kept as training left them."""
+    from torch import nn
+
+    from rlpipe.training import EvalResult, OnlineConfig, Run
+
+    calls: list[tuple[int, int]] = []
+
+    def evaluator(_policy: object, episodes: int, seed: int) -> EvalResult:
+        calls.append((episodes, seed))
+        return EvalResult(float(seed), 1.0, [float(seed)] * episodes, [1] * episodes)
+
+    run = Run("ppo", OnlineConfig(env_id="CartPole-v1", seed=5, eval_episodes=4, heldout_eval_episodes=30), progress=False,
+              evaluator=evaluator)
+    try:
+        metrics = run.finish(None, nn.Identity(), {}, gym.spaces.Discrete(2), 100, 0, {"eval_calls": calls}).metrics
+    finally:
+        run.close()
+    assert calls == [(4, 10_005), (30, 20_005)]
+    assert metrics["eval_return_mean"] == 10_005 and metrics["heldout_return_mean"] == 20_005
+    assert metrics["heldout_episodes"] == 30 and metrics["eval_calls"] == [(4, 10_005)]

@@ -64,9 +64,11 @@ def train(
         success = f", win rate {m['eval_win_rate']:.2f}"
     elif "good_return_mean" in m:
         success = f" (good agents; adversary {m['adversary_return_mean']:.1f})"
+    heldout = (f"; held-out return {m['heldout_return_mean']:.1f} ± {m['heldout_return_std']:.1f} over {m['heldout_episodes']} episodes"
+               if "heldout_return_mean" in m else "")
     typer.echo(
         f"{algo} {run.config.env_id}: eval return {m['eval_return_mean']:.1f} ± {m['eval_return_std']:.1f}{success} after "
-        f"{budget} ({m['wall_seconds']:.1f} s) -> {run.run_dir}"
+        f"{budget} ({m['wall_seconds']:.1f} s){heldout} -> {run.run_dir}"
     )
 
 

@@ -222,8 +222,9 @@ def _mean_std(values: list[float]) -> str:
 
 
 def table_rows(groups: list[RunGroup]) -> list[dict[str, str]]:
-    """The comparison table: per group, the final eval return (one run: mean ± std over
-    its eval episodes; several seeds: mean ± std of the seeds' means) and the budgets."""
+    """The comparison table: per group, the final eval return and the held-out return (one
+    run: mean ± std over its episodes; several seeds: mean ± std of the seeds' means) and
+    the budgets. The held-out cell is empty unless every run of the group has one."""
     rows = []
     for group in groups:
         ms = [run.metrics for run in group.runs]
@@ -232,6 +233,13 @@ def table_rows(groups: list[RunGroup]) -> list[dict[str, str]]:
         else:
             final = _mean_std([m["eval_return_mean"] for m in ms]) + " (over seeds)"
         success = [m["eval_success_rate"] for m in ms if "eval_success_rate" in m]
+        heldout = [m["heldout_return_mean"] for m in ms if "heldout_return_mean" in m]
+        if len(heldout) != len(ms):  # runs from before held-out evaluation, or with it off
+            heldout_cell = ""
+        elif len(ms) == 1:
+            heldout_cell = f"{heldout[0]:.1f} ± {ms[0]['heldout_return_std']:.1f}"
+        else:
+            heldout_cell = _mean_std(heldout) + " (over seeds)"
         rows.append({
             "run": group.label,
             "algo": str(ms[0]["algo"]),
@@ -239,6 +247,8 @@ def table_rows(groups: list[RunGroup]) -> list[dict[str, str]]:
             "seeds": ", ".join(str(run.seed) for run in group.runs),
             "final eval return": final,
             "eval episodes": str(ms[0].get("eval_episodes", "")),
+            "held-out return": heldout_cell,
+            "held-out episodes": str(ms[0].get("heldout_episodes", "")) if heldout_cell else "",
             "success rate": f"{np.mean(success):.2f}" if success else "",
             "env steps": f"{np.mean([m['env_steps'] for m in ms]):.0f}",
             "updates": f"{np.mean([m['gradient_updates'] for m in ms]):.0f}",
@@ -260,6 +270,8 @@ td,th{{border:1px solid #bbb;padding:4px 8px;text-align:right}}td:first-child,th
 img{{max-width:100%}}</style></head>
 <body><h1>rlpipe report</h1>
 <p>Final eval return: one run, mean ± std over its eval episodes; several seeds, mean ± std of their means.
+Held-out return: the same over the run's final evaluation on env seeds that neither training nor the periodic
+evaluation (on which settings were tuned) used: the figure to compare.
 Curves: eval return (mean over episodes) against env steps (online) or gradient updates (offline);
 several seeds are drawn as their mean with a min-max band.</p>
 <table><tr>{head}</tr>

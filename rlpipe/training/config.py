@@ -44,6 +44,10 @@ class RunConfig:
     torch_threads: int = 1
     eval_every: int = 1_000  # in the run's unit: env steps online, gradient updates offline
     eval_episodes: int = 10
+    # After training, this many episodes on seeds neither training nor the periodic evaluation
+    # (which settings were tuned and early stopping decided on) used: the figure to report.
+    # 0 skips it (a costly evaluator, e.g. a planner).
+    heldout_eval_episodes: int = 100
     stop_at_return: float | None = None  # stop early once the eval mean return reaches this
     checkpoint_every: int | None = None  # save the full training state this often (run's unit): resumable
 
@@ -165,10 +169,11 @@ def parse_settings(pairs: list[str], cls: type) -> dict[str, Any]:
 
 def check_values(config: Any) -> None:
     """Raise an RlpipeError naming the first field out of range: the ``POSITIVE_FIELDS`` must
-    be > 0 (each element, for layer sizes), floats finite, ``seed`` >= 0, and a Literal
+    be > 0 (each element, for layer sizes), floats finite, ``seed`` and ``heldout_eval_episodes`` >= 0, and a Literal
     field one of its choices."""
-    if config.seed < 0:
-        raise RlpipeError(f"setting seed={config.seed!r}: expected an integer >= 0")
+    for name in ("seed", "heldout_eval_episodes"):
+        if getattr(config, name) < 0:
+            raise RlpipeError(f"setting {name}={getattr(config, name)!r}: expected an integer >= 0")
     for name, tp in field_types(type(config)).items():
         value = getattr(config, name)
         if get_origin(tp) is Literal and value not in get_args(tp):

@@ -9,6 +9,7 @@ of an old checkpoint and a new partial curve.
 
 from __future__ import annotations
 
+import copy
 import os
 import time
 from collections.abc import Callable
@@ -32,6 +33,10 @@ from rlpipe.training.evaluation import EvalResult, PolicyFn, evaluate
 
 METRICS_FILE = "metrics.json"
 EVAL_SEED_OFFSET = 10_000  # eval envs never share seeds with training envs
+# The final held-out evaluation's env seeds: disjoint from training (seed + i) and from the
+# periodic evaluation (seed + EVAL_SEED_OFFSET + i, the seeds settings were tuned on), so
+# the reported figure is not selected on its own episodes.
+HELDOUT_SEED_OFFSET = 20_000
 
 
 def is_run_dir(path: Path) -> bool:
@@ -188,7 +193,9 @@ class Run:
         gradient_updates: int,
         extra_metrics: dict[str, Any] | None = None,
     ) -> TrainResult:
-        """Final evaluation (unless one was just done), checkpoint and ``metrics.json``.
+        """Final evaluation (unless one was just done), the held-out evaluation
+        (``config.heldout_eval_episodes`` episodes on seeds ``seed + HELDOUT_SEED_OFFSET``,
+        none if 0), checkpoint and ``metrics.json``.
 
         ``modules`` must contain the actor under the key ``"policy"``.
         """
@@ -196,7 +203,10 @@ class Run:
         if not self.history or self.history[-1].done != done:
             self.evaluate(policy, done)
         final = self.history[-1]
-        wall = self.elapsed()
+        wall = self.elapsed()  # training time: the held-out evaluation is not part of it
+        # A copy as training left them: an evaluator may append to lists they hold (IPPO's curve).
+        extra_metrics = copy.deepcopy(extra_metrics or {})
+        heldout = self._heldout(policy)
         metrics = {
             "algo": self.algo,
             "env_id": self.config.env_id,
@@ -208,7 +218,8 @@ class Run:
             "env_steps": int(env_steps),
             "gradient_updates": int(gradient_updates),
             "wall_seconds": round(wall, 3),
-            **(extra_metrics or {}),
+            **heldout,
+            **extra_metrics,
         }
         digest = None
         if self._staging is not None:
@@ -230,6 +241,19 @@ class Run:
             self._staging.commit()
             self._staging = None
         return TrainResult(self.algo, self.config.env_id, metrics, list(self.history), actor, self.out_dir, digest)
+
+    def _heldout(self, policy: PolicyFn) -> dict[str, Any]:
+        """The held-out evaluation's ``metrics.json`` keys (none when it is disabled)."""
+        episodes = self.config.heldout_eval_episodes
+        if episodes == 0:
+            return {}
+        res = self.evaluator(policy, episodes, self.config.seed + HELDOUT_SEED_OFFSET)
+        return {
+            "heldout_return_mean": res.mean,
+            "heldout_return_std": res.std,
+            **({} if res.success_rate is None else {"heldout_success_rate": res.success_rate}),
+            "heldout_episodes": episodes,
+        }
 
     def state(self) -> dict[str, Any]:
         """The eval history and schedule, for a resumable checkpoint (rlpipe.training.resume)."""
