@@ -121,7 +121,7 @@ def test_discrete_cql_matches_the_cartpole_expert(offline_store: Path, learning_
     """Trains until a 10-episode eval reaches 475, at most 3k updates: 1k fixed updates gave
     343.1 on an Intel Xeon (issue 10), where floating-point paths differ as seeds do, and
     gave 343.1 for seed 0 here too. Seeds 0-4 reach 500.0 after 2000, 1500, 2000, 1500 and
-    1000 updates."""
+    1000 updates (measured again in session 4: the same)."""
     cql = get_algo("cql")
     config = cql.make_config("CartPole-v1", dataset="cartpole-expert", store=str(offline_store), updates=3000, eval_every=500,
                              stop_at_return=475.0, seed=learning_seed)
@@ -144,7 +144,7 @@ def test_bcq_learns_pendulum_from_a_mixed_dataset(offline_store: Path, learning_
     # Controls, seeds 0-4 (zero torque / uniform random): -1071.7/-1118.2, -1167.3/-1185.9,
     # -1113.9/-1117.0, -1173.6/-1202.0, -1139.6/-1224.3.
     assert max(controls.values()) < -1000, controls
-    assert result >= -400, result  # seeds 0, 1: -168.1, -207.7 (session 4; seeds 2-4 not yet measured)
+    assert result >= -300, result  # seeds 0-4: -168.1, -207.7, -195.3, -219.5, -208.7
 
 
 def test_cql_and_bcq_cli_round_trip_and_bad_input(offline_store: Path, tmp_path: Path, cli) -> None:

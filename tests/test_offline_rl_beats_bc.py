@@ -23,12 +23,12 @@ def bc_return(offline_store: Path, learning_seed: int) -> float:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("algo", "overrides", "bar"), [
-    # Seed 0: CQL -127.7, TD3+BC -167.5, IQL -143.9 against BC -524.3 (BC seed 2: -627.4; CQL seeds 1-2 earlier:
-    # -128 to -138); seed 1 (session 4): CQL -150.4 against BC -569.1. Other seeds not yet measured
-    # (CPU-starved sweeps, issue 10).
+    # Seeds 0-4: BC -524.3, -569.1, -627.4, -780.8, -753.3; CQL -127.7, -150.4, -206.9, -150.5,
+    # -125.5; TD3+BC -167.5, -179.3, -191.5, -217.0, -204.3; IQL -143.9, -168.8, -220.5, -168.3,
+    # -155.0. Each beats BC by 357 to 630.
     ("cql", dict(updates=4000, batch_size=128), -300.0),
     ("td3bc", dict(updates=8000), -300.0),
-    ("iql", dict(updates=6000), -250.0),
+    ("iql", dict(updates=6000), -300.0),
 ])
 def test_offline_rl_beats_bc_on_pendulum_mixed(offline_store: Path, bc_return: float, algo: str,
                                                overrides: dict[str, Any], bar: float, learning_seed: int,
@@ -40,4 +40,4 @@ def test_offline_rl_beats_bc_on_pendulum_mixed(offline_store: Path, bc_return: f
     record_property("eval_return_mean", result)
     record_property("bc_return", bc_return)
     assert result >= bar, result
-    assert result >= bc_return + 100, (result, bc_return)
+    assert result >= bc_return + 250, (result, bc_return)
