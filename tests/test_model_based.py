@@ -23,7 +23,8 @@ from rlpipe.training.planning import CEMPlanner, CEMSettings, ModelEnv
 # Small budgets for the learning tests (the sweep in this file's __main__ measures them).
 # PETS: minibatches of 32 give its first fits (160-640 training rows) 5-20 updates per epoch
 # instead of 1-3; with 256 only seed 0 had learnt by 800 steps.
-PETS_TEST = dict(env_steps=800, horizon=15, model_batch_size=32, model_max_epochs=50, eval_episodes=3)
+PETS_TEST = dict(env_steps=800, horizon=15, model_batch_size=32, model_max_epochs=50, eval_episodes=3,
+                 heldout_eval_episodes=0)  # planning ~0.7 CPU-s per step: no 100-episode held-out pass here
 MBPO_TEST = dict(env_steps=1_000, model_hidden=(128, 128, 128), model_max_epochs=20, eval_every=1_000, eval_episodes=5)
 MOPO_TEST = dict(updates=3_000, model_hidden=(128, 128, 128), model_max_epochs=10, eval_every=3_000, eval_episodes=5)
 
@@ -150,7 +151,7 @@ def test_bad_model_settings_are_refused_before_a_run_starts(cli, tmp_path: Path)
         res = cli("train", algo, "--env", "Pendulum-v1", "--set", setting, "--out", tmp_path / algo, "--no-progress")
         assert res.code == 2 and message in res.err and "Traceback" not in res.err, (setting, res.err)
         assert not (tmp_path / algo).exists()
-    cheap = ["env_steps=1", "random_steps=1", "eval_episodes=1", "model_hidden=[8]", "model_max_epochs=1", "horizon=2",
+    cheap = ["env_steps=1", "random_steps=1", "eval_episodes=1", "heldout_eval_episodes=0", "model_hidden=[8]", "model_max_epochs=1", "horizon=2",
              "population=5", "iterations=1"]
     res = cli("train", "pets", "--env", "Pendulum-v1", *(a for kv in cheap for a in ("--set", kv)), "--out", tmp_path / "ok", "--no-progress")
     assert res.code == 0, res.err  # the control: valid settings run
@@ -202,7 +203,7 @@ def test_mopo_learns_pendulum_from_a_mixed_dataset_and_reuses_a_dynamics_run(
     assert m["eval_return_mean"] > -600, m
     # A saved dynamics run is reused instead of refitting.
     res = cli("train", "dynamics", "--dataset", "pendulum-mixed", "--store", offline_store, "--updates", "50",
-              "--set", "model_hidden=[32]", "--set", "eval_episodes=1", "--set", "horizon=3", "--out", tmp_path / "dyn", "--no-progress")
+              "--set", "model_hidden=[32]", "--set", "eval_episodes=1", "--set", "heldout_eval_episodes=0", "--set", "horizon=3", "--out", tmp_path / "dyn", "--no-progress")
     assert res.code == 0, res.err
     res = cli("train", "mopo", "--dataset", "pendulum-mixed", "--store", offline_store, "--updates", "20",
               "--set", f"dynamics={tmp_path / 'dyn'}", "--set", "eval_episodes=1", "--set", "rollout_every=10",
