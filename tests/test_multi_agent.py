@@ -130,6 +130,25 @@ def test_combat_dataset_has_one_row_per_living_agent_per_step(cli, store: Path) 
     assert pl.read_ipc(next((store / "again/steps").glob("*.arrow"))).equals(rows)  # same seed, same rows
 
 
+def test_every_combat_episode_starts_at_step_0_and_validates(cli, store: Path) -> None:
+    """One game plays the episodes back to back (each after an autoreset step): every agent's
+    rows count 0, 1, ...; the validator's multi-agent invariant holds, and catches a shard
+    whose first step is missing (the control)."""
+    import polars as pl
+
+    from rlpipe.datasets.store import list_datasets
+    from rlpipe.datasets.validate import multi_agent_row_problems, validate_dataset
+
+    assert cli("collect", "--env", "Combat-v0", "--policy", "random", "--episodes", "4", "--num-envs", "1",
+               "--store", store, "--quiet").code == 0
+    rows = pl.read_ipc(next((store / "combat-random/steps").glob("*.arrow")))
+    assert rows.group_by("episode_id", "agent").agg(pl.col("step").min())["step"].to_list() == [0] * 8
+    assert validate_dataset(list_datasets(store)[0]) == []
+    late = rows.filter(~((pl.col("episode_id") == 1) & (pl.col("step") == 0)))
+    columns = {name: late[name].to_numpy() for name in ("episode_id", "step", "agent", "terminated", "truncated")}
+    assert any("steps do not count" in p for p in multi_agent_row_problems(-1, **columns))
+
+
 @pytest.mark.parametrize(
     "args, message",
     [

@@ -26,7 +26,8 @@ def validate_dataset(info: DatasetInfo) -> list[str]:
             problems.append(f"{rel} does not match its recorded size/sha256 (modified or truncated)")
     if not missing and content_hash != info.metadata["content_hash"]:
         problems.append("content hash differs from metadata")
-    expected = step_schema(info.observation_space, info.action_space, info.metadata.get("multi_agent", False), info_space_of(info))
+    multi_agent = info.metadata.get("multi_agent", False)
+    expected = step_schema(info.observation_space, info.action_space, multi_agent, info_space_of(info))
     rows = 0
     kind = info.metadata.get("kind", "episodes")
     if kind not in ("episodes", "transitions"):
@@ -42,7 +43,11 @@ def validate_dataset(info: DatasetInfo) -> list[str]:
                 problems.append(f"{path.name}: schema differs from the one the spaces imply")
                 continue
             flags = {name: table.column(name).to_numpy() for name in ("episode_id", "step", "terminated", "truncated")}
-            problems += [f"{path.name}: {problem}" for problem in row_order_problems(kind, last_episode, **flags)]
+            if multi_agent:
+                found = multi_agent_row_problems(last_episode, agent=table.column("agent").to_numpy(zero_copy_only=False), **flags)
+            else:
+                found = row_order_problems(kind, last_episode, **flags)
+            problems += [f"{path.name}: {problem}" for problem in found]
             last_episode = int(flags["episode_id"][-1]) if table.num_rows else last_episode
         except (pa.ArrowInvalid, OSError) as exc:
             problems.append(f"{path.name}: unreadable Arrow IPC file ({exc})")
@@ -83,6 +88,38 @@ def row_order_problems(
     if np.any(last & ~done):
         row = int(np.flatnonzero(last & ~done)[0])
         problems.append(f"episode {int(episode_id[row])} ends with neither terminated nor truncated")
+    return problems
+
+
+def multi_agent_row_problems(
+    last_episode: int, episode_id: np.ndarray, step: np.ndarray, agent: np.ndarray, terminated: np.ndarray, truncated: np.ndarray
+) -> list[str]:
+    """Where one shard of a multi-agent dataset (one row per living agent per step, rows of an
+    episode sorted by (step, agent), the game's terminated/truncated on every row) breaks
+    its invariant: episode ids as for single-agent episodes, each agent's steps 0, 1, ...
+    until it dies or the game ends, and done flags on exactly the rows of the last step."""
+    if len(episode_id) == 0:
+        return []
+    if episode_id[0] < last_episode or np.any(np.diff(episode_id) < 0):
+        return ["rows are not sorted by episode_id"]
+    problems = []
+    starts = np.flatnonzero(np.r_[True, episode_id[1:] != episode_id[:-1]])
+    if not np.array_equal(episode_id[starts], last_episode + 1 + np.arange(len(starts))):
+        problems.append(f"episode ids do not run {last_episode + 1}, {last_episode + 2}, ... without gaps (an episode split or missing)")
+    same_episode = episode_id[1:] == episode_id[:-1]
+    if np.any(same_episode & (np.diff(step) < 0)):
+        problems.append("rows of an episode are not sorted by step")
+    for name in np.unique(agent):  # a handful of agents: one vectorised check each
+        mine = agent == name
+        ids, steps = episode_id[mine], step[mine]
+        first = np.r_[True, ids[1:] != ids[:-1]]
+        if np.any(steps[first] != 0) or np.any(~first[1:] & (np.diff(steps) != 1)):
+            problems.append(f"agent {name}'s steps do not count 0, 1, ... within every episode")
+    lengths = np.diff(np.r_[starts, len(episode_id)])
+    last_step = np.repeat(step[np.r_[starts[1:], len(step)] - 1], lengths)
+    done = terminated | truncated
+    if np.any(done != (step == last_step)):
+        problems.append("terminated/truncated are not set on exactly the rows of each episode's last step")
     return problems
 
 

@@ -47,7 +47,7 @@ def collect_combat(sink: RowSink, make_policy: Callable[[CombatVectorEnv], TeamP
                 sink(_episode_rows(history[start[g]:], g, next_id, names))
                 next_id += 1
             start[g] = len(history) + 1  # the next step is the autoreset step
-        first = int(start.min())  # drop steps no unfinished episode needs
+        first = min(int(start.min()), len(history))  # drop steps no unfinished episode needs (start may point past the end)
         if first > 0:
             history, start = history[first:], start - first
         obs, alive = next_obs, info["alive"]
