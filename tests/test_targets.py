@@ -24,7 +24,7 @@ from rlpipe.algos.bcq import bcq_target
 from rlpipe.algos.cql import continuous_cql, discrete_cql, dqn_target
 from rlpipe.algos.ddpg import ddpg_target
 from rlpipe.algos.iql import awr_weights, q_target
-from rlpipe.algos.sac import SoftActorCritic
+from rlpipe.algos.sac import SoftActorCritic, Temperature
 from rlpipe.algos.td3 import smoothed_next_action, td3_target, td3_update
 from rlpipe.algos.td3_bc import td3_bc_actor_loss
 from rlpipe.datasets.loader import TransitionArrays
@@ -97,7 +97,7 @@ def test_sac_soft_target_subtracts_the_entropy_term() -> None:
         def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             return torch.full((obs.shape[0], 1), 0.5), torch.full((obs.shape[0],), -1.0)  # a' = 0.5, log pi = -1
 
-    sac = SoftActorCritic(Sampler(), None, TwinQ(), torch.tensor(np.log(0.2), dtype=torch.float32), -1.0, None, None, None)
+    sac = SoftActorCritic(Sampler(), None, TwinQ(), Temperature(0.2), -1.0, None, None, None)
     target = sac.soft_target(hand_batch(), hand_batch().rewards, GAMMA)
     # min twin Q (1.5 and 3.5) - alpha * log pi = + 0.2.
     torch.testing.assert_close(target, torch.tensor([1 + 0.9 * 1.7, -2.0, 0.5 + 0.9 * 3.7]))
