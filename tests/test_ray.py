@@ -22,9 +22,9 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="the Ray tests need the rlpipe[ray] extra: pip install -e '.[ray]'")
 
-from rlpipe.datasets.store import list_datasets  # noqa: E402
 from rlpipe.pipeline.collect import collect_dataset  # noqa: E402
 from rlpipe.pipeline.sweep import SweepSpec, Trial, run_sweep, run_trial  # noqa: E402
+from tests.test_sweep_tasks import kill_driver_after_its_first_task  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.xdist_group("ray")]
 RAY_BIN = Path(sys.executable).parent / "ray"
@@ -119,22 +119,8 @@ def test_a_task_whose_worker_died_is_retried_to_the_same_bytes(local_ray, faults
 
 
 def test_a_killed_ray_driver_leaves_no_dataset(local_ray, tmp_path: Path) -> None:
-    store = tmp_path / "store"
-    script = ("import sys; from rlpipe.pipeline.collect import collect_dataset; "
-              "collect_dataset('CartPole-v1', steps=200_000, num_envs=2, name='big', store=sys.argv[1], progress=False, "
-              "backend='ray', workers=2)")
     env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address}  # joins this module's Ray
-    driver = subprocess.Popen([sys.executable, "-c", script, str(store)], env=env, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 120
-        while not list(store.glob(".tmp-*-big/tasks/task-*")) and time.monotonic() < deadline:  # a task finished
-            time.sleep(0.2)
-        assert list(store.glob(".tmp-*-big/tasks/task-*")), "no task finished in time"
-    finally:
-        os.killpg(driver.pid, signal.SIGKILL)
-        driver.wait()
-    assert list_datasets(store) == []
-    assert not (store / "big").exists()
+    kill_driver_after_its_first_task(tmp_path / "store", "backend='ray', workers=2", env)
 
 
 def test_a_failed_tune_trial_resumes_from_its_saved_state(local_ray, faults: Path, tmp_path: Path) -> None:

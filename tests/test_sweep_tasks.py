@@ -63,12 +63,12 @@ def test_local_workers_give_the_same_bytes_for_any_number(tmp_path: Path) -> Non
     assert _files(two.path) == _files(one.path)
 
 
-@pytest.mark.slow
-def test_a_killed_driver_leaves_no_dataset(tmp_path: Path) -> None:
-    store = tmp_path / "store"
+def kill_driver_after_its_first_task(store: Path, backend_args: str, env: dict[str, str] | None = None) -> None:
+    """Start a 200k-step collection with ``backend_args`` in a subprocess, SIGKILL it once a
+    task's shard exists, and check that the store shows no dataset."""
     script = ("import sys; from rlpipe.pipeline.collect import collect_dataset; "
-              "collect_dataset('CartPole-v1', steps=200_000, num_envs=2, name='big', store=sys.argv[1], progress=False, workers=1)")
-    driver = subprocess.Popen([sys.executable, "-c", script, str(store)], start_new_session=True)
+              f"collect_dataset('CartPole-v1', steps=200_000, num_envs=2, name='big', store=sys.argv[1], progress=False, {backend_args})")
+    driver = subprocess.Popen([sys.executable, "-c", script, str(store)], env=env, start_new_session=True)
     try:
         deadline = time.monotonic() + 120
         while not list(store.glob(".tmp-*-big/tasks/task-*")) and time.monotonic() < deadline:  # a task finished
@@ -79,3 +79,8 @@ def test_a_killed_driver_leaves_no_dataset(tmp_path: Path) -> None:
         driver.wait()
     assert list_datasets(store) == []
     assert not (store / "big").exists()
+
+
+@pytest.mark.slow
+def test_a_killed_driver_leaves_no_dataset(tmp_path: Path) -> None:
+    kill_driver_after_its_first_task(tmp_path / "store", "workers=1")
