@@ -18,7 +18,7 @@ from rlpipe.models.networks import CategoricalActor, DeterministicActor, TanhGau
 from rlpipe.training import Batch, OfflineConfig, TrainResult
 from rlpipe.training.env import BOX, DISCRETE
 from rlpipe.training.offline import load_offline, train_offline
-from rlpipe.training.optim import adam
+from rlpipe.training.optim import adam, optimizer_step
 
 ACTION_SPACES = (DISCRETE, BOX)
 
@@ -65,9 +65,7 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
 
     def update(b: Batch, i: int) -> None:
         loss = loss_of(b)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
+        optimizer_step(optimizer, loss)
 
     return train_offline("bc", config, data, actor, {"policy": actor}, update, out_dir, progress,
                          optimizers={"optimizer": optimizer}, deterministic_eval=config.eval_deterministic or not data.discrete)

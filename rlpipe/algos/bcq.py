@@ -25,7 +25,7 @@ from rlpipe.models.networks import BCQPolicy, mlp
 from rlpipe.training import Batch, OfflineConfig, TrainResult
 from rlpipe.training.env import BOX
 from rlpipe.training.offline import load_offline, train_offline
-from rlpipe.training.optim import adam, frozen, polyak_update, target_copy
+from rlpipe.training.optim import adam, frozen, optimizer_step, polyak_update, target_copy
 
 ACTION_SPACES = (BOX,)
 LOG_STD_MIN, LOG_STD_MAX = -4.0, 15.0  # the encoder's log std range in the BCQ paper's code
@@ -105,26 +105,20 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
 
     def update(b: Batch, _: int) -> None:
         vae_loss = generator_loss(encoder, policy, b.obs, b.actions, config.kl_weight)
-        vae_opt.zero_grad(set_to_none=True)
-        vae_loss.backward()
-        vae_opt.step()
+        optimizer_step(vae_opt, vae_loss)
 
         # Critics: the best of n generated, perturbed next actions, valued by a soft clipped
         # double-Q (mostly the min of the twins, a little of the max).
         target = bcq_target(policy, critic_target, perturbation_target, b, config.gamma, config.lmbda, config.n_candidates)
         critic_loss = (critic(b.obs, b.actions) - target).square().mean(-1).sum()
-        critic_opt.zero_grad(set_to_none=True)
-        critic_loss.backward()
-        critic_opt.step()
+        optimizer_step(critic_opt, critic_loss)
 
         # Perturbation: shift generated actions towards higher Q (of the first critic).
         with torch.no_grad():
             generated = policy.decode(b.obs)
         with frozen(critic_params):
             actor_loss = -critic(b.obs, perturbation(b.obs, generated))[0].mean()
-            actor_opt.zero_grad(set_to_none=True)
-            actor_loss.backward()
-            actor_opt.step()
+            optimizer_step(actor_opt, actor_loss)
 
         polyak_update(critic_target, critic, config.tau)
         polyak_update(perturbation_target, perturbation, config.tau)

@@ -20,7 +20,7 @@ from rlpipe.training import Batch, OnlineConfig, StepSink, TrainResult
 from rlpipe.training.env import BOX
 from rlpipe.training.noise import make_noise
 from rlpipe.training.offpolicy import Agent, OffPolicySetup, noisy_explore, setup, train_off_policy
-from rlpipe.training.optim import adam, frozen, polyak_update, target_copy
+from rlpipe.training.optim import adam, frozen, optimizer_step, polyak_update, target_copy
 
 ACTION_SPACES = (BOX,)
 
@@ -72,16 +72,12 @@ def make_agent(config: Config, env: OffPolicySetup) -> Agent:
     def update(b: Batch, _: int) -> None:
         target = ddpg_target(actor_target, critic_target, b, config.gamma)
         critic_loss = (critic(b.obs, b.actions)[0] - target).square().mean()
-        critic_opt.zero_grad(set_to_none=True)
-        critic_loss.backward()
-        critic_opt.step()
+        optimizer_step(critic_opt, critic_loss)
 
         # Actor: follow the critic's action gradient (critic weights frozen).
         with frozen(critic_params):
             actor_loss = -critic(b.obs, actor(b.obs))[0].mean()
-            actor_opt.zero_grad(set_to_none=True)
-            actor_loss.backward()
-            actor_opt.step()
+            optimizer_step(actor_opt, actor_loss)
         polyak_update(critic_target, critic, config.tau)
         polyak_update(actor_target, actor, config.tau)
 

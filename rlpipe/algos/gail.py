@@ -39,7 +39,7 @@ from rlpipe.models.networks import mlp
 from rlpipe.training import Batch, DatasetFields, TrainResult
 from rlpipe.training.env import BOX, DISCRETE
 from rlpipe.training.offline import dataset_metrics, load_offline
-from rlpipe.training.optim import adam
+from rlpipe.training.optim import adam, optimizer_step
 
 ACTION_SPACES = (DISCRETE, BOX)
 
@@ -104,9 +104,7 @@ def discriminator_update(
         mixed = (mix * policy_x + (1 - mix) * expert_x).requires_grad_(True)
         (grad,) = torch.autograd.grad(disc.net(mixed).sum(), mixed, create_graph=True)
         loss = loss + grad_penalty * (grad.norm(dim=-1) - 1).square().mean()
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    optimizer.step()
+    optimizer_step(optimizer, loss)
     return loss.item()
 
 

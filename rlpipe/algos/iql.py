@@ -22,7 +22,7 @@ from rlpipe.models.networks import DeterministicActor, EnsembleQ, TanhGaussianAc
 from rlpipe.training import Batch, OfflineConfig, TrainResult
 from rlpipe.training.env import BOX
 from rlpipe.training.offline import load_offline, train_offline
-from rlpipe.training.optim import adam, polyak_update, target_copy
+from rlpipe.training.optim import adam, optimizer_step, polyak_update, target_copy
 
 ACTION_SPACES = (BOX,)
 
@@ -101,16 +101,12 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
             q = critic_target(b.obs, b.actions).min(0).values
         advantage = q - value(b.obs)
         value_loss = expectile_loss(advantage, config.expectile)
-        value_opt.zero_grad(set_to_none=True)
-        value_loss.backward()
-        value_opt.step()
+        optimizer_step(value_opt, value_loss)
 
         # Q: towards r + gamma V(s'), so the target needs no next action either.
         target = q_target(value, b, config.gamma)
         critic_loss = (critic(b.obs, b.actions) - target).square().mean(1).sum()
-        critic_opt.zero_grad(set_to_none=True)
-        critic_loss.backward()
-        critic_opt.step()
+        optimizer_step(critic_opt, critic_loss)
         polyak_update(critic_target, critic, config.tau)
 
         # Actor: advantage-weighted regression onto the dataset's actions.
@@ -120,9 +116,7 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
         else:
             nll = (actor(b.obs) - b.actions).square().sum(-1)
         actor_loss = (weight * nll).mean()
-        actor_opt.zero_grad(set_to_none=True)
-        actor_loss.backward()
-        actor_opt.step()
+        optimizer_step(actor_opt, actor_loss)
 
     modules = {"policy": actor, "critic": critic, "critic_target": critic_target, "value": value}
     return train_offline("iql", config, data, actor, modules, update, out_dir, progress)

@@ -22,7 +22,7 @@ from rlpipe.training import Batch, StepSink, TrainResult, Update
 from rlpipe.training.env import BOX
 from rlpipe.training.noise import make_noise
 from rlpipe.training.offpolicy import Agent, OffPolicySetup, noisy_explore, setup, train_off_policy
-from rlpipe.training.optim import adam, frozen, polyak_update, target_copy
+from rlpipe.training.optim import adam, frozen, optimizer_step, polyak_update, target_copy
 
 ACTION_SPACES = (BOX,)
 
@@ -84,9 +84,7 @@ def td3_update(
     def update(b: Batch, i: int) -> None:
         target = td3_target(actor_target, critic_target, b, config)
         critic_loss = (critic(b.obs, b.actions) - target).square().mean(1).sum()
-        critic_opt.zero_grad(set_to_none=True)
-        critic_loss.backward()
-        critic_opt.step()
+        optimizer_step(critic_opt, critic_loss)
         if i % config.policy_delay:
             return
 
@@ -94,9 +92,7 @@ def td3_update(
         with frozen(critic_params):
             pi = actor(b.obs)
             loss = actor_loss(b, pi, critic(b.obs, pi)[0])
-            actor_opt.zero_grad(set_to_none=True)
-            loss.backward()
-            actor_opt.step()
+            optimizer_step(actor_opt, loss)
         polyak_update(critic_target, critic, config.tau)
         polyak_update(actor_target, actor, config.tau)
 
