@@ -34,7 +34,8 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """With $RLPIPE_TEST_RECORD set, append each learning test's recorded returns to that
     JSON-lines file as soon as it finishes (a seed sweep's partial results survive)."""
     path = os.environ.get("RLPIPE_TEST_RECORD")
-    if path and report.when == "call" and report.user_properties:
+    relayed = getattr(report, "node", None) is not None  # pytest-xdist's controller sees each worker's report again
+    if path and not relayed and report.when == "call" and report.user_properties:
         with open(path, "a") as f:
             record = {"test": report.nodeid, "outcome": report.outcome, **dict(report.user_properties)}
             f.write(json.dumps(record) + "\n")
