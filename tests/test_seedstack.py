@@ -1,18 +1,21 @@
-"""Batched seeds (rlpipe.training.seedstack): K seeds' CQL updates on stacked weights equal K
-separate updates on the same minibatches, and ``rlpipe sweep --batched`` writes the run
-directories separate runs write."""
+"""Batched seeds (rlpipe.training.seedstack): K seeds' CQL and SAC updates on stacked weights
+equal K separate updates on the same minibatches, ``rlpipe sweep --batched`` writes the run
+directories separate runs write, and K batched SAC seeds learn as K separate runs do."""
 
 from __future__ import annotations
 
 import json
 import math
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import torch
 
+from rlpipe.algos import get_algo
 from rlpipe.algos.cql import ACTION_SPACES, batched_continuous_cql, batched_discrete_cql, continuous_cql, discrete_cql
+from rlpipe.algos.sac import make_agent, make_stacked_agent
 from rlpipe.errors import RlpipeError
 from rlpipe.pipeline.collect import collect_dataset
 from rlpipe.pipeline.runs import prepare_run
@@ -26,6 +29,8 @@ from rlpipe.training.seeding import seed_everything
 SEEDS = [0, 1, 2]
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (bench/cuda_check.py runs it on a lent GPU)")
 TINY = {"hidden": (16, 16), "batch_size": 8, "num_sampled_actions": 2, "updates": 6, "eval_every": 3, "eval_episodes": 1}
+SAC_TINY = {"hidden": (16, 16), "batch_size": 8, "env_steps": 240, "learning_starts": 200, "eval_every": 120,
+            "eval_episodes": 1, "heldout_eval_episodes": 1}
 
 
 @pytest.fixture(scope="module")
@@ -109,8 +114,12 @@ def test_batched_updates_replay_as_a_cuda_graph(tiny_store: Path, monkeypatch: p
     _check_seeds_apart(modules, eager)
 
 
-def test_batched_sweep_writes_the_run_directories_of_separate_runs(tiny_store: Path, tmp_path: Path) -> None:
-    spec = SweepSpec("cql", dataset="pendulum-random", store=str(tiny_store), fixed=TINY)
+@pytest.mark.parametrize("algo", ["cql", "sac"])
+def test_batched_sweep_writes_the_run_directories_of_separate_runs(tiny_store: Path, tmp_path: Path, algo: str) -> None:
+    if algo == "cql":
+        spec, updates = SweepSpec("cql", dataset="pendulum-random", store=str(tiny_store), fixed=TINY), TINY["updates"]
+    else:  # Pendulum's episodes all end at 200 steps: the seeds keep in step, each earns its own run's updates
+        spec, updates = SweepSpec("sac", env_id="Pendulum-v1", fixed=SAC_TINY), SAC_TINY["env_steps"] - SAC_TINY["learning_starts"]
     summary = run_sweep(spec, {}, [0, 1], tmp_path / "batched", batched=True)
     assert summary["settings"]["default"]["seeds"] == 2
     separate = plan_trials({}, [0], tmp_path / "separate")[0]
@@ -118,11 +127,39 @@ def test_batched_sweep_writes_the_run_directories_of_separate_runs(tiny_store: P
     together_dir = tmp_path / "batched" / "runs" / "default" / "seed-0"
     together = json.loads((together_dir / "metrics.json").read_text())
     assert set(together) == set(alone)
-    assert together["gradient_updates"] == alone["gradient_updates"] == TINY["updates"]
+    assert together["gradient_updates"] == alone["gradient_updates"] == updates
     assert sorted(p.relative_to(together_dir).as_posix() for p in together_dir.rglob("*")) == \
         sorted(p.relative_to(separate.run_dir).as_posix() for p in separate.run_dir.rglob("*"))
     seed_1 = json.loads((tmp_path / "batched" / "runs" / "default" / "seed-1" / "metrics.json").read_text())
     assert seed_1["seed"] == 1 and seed_1["checkpoint_sha256"] != together["checkpoint_sha256"]
+
+
+def test_batched_sac_updates_and_actions_equal_separate_ones_per_seed(monkeypatch: pytest.MonkeyPatch) -> None:
+    configs = [prepare_run("sac", env_id="Pendulum-v1", settings={**SAC_TINY, "seed": s}).config for s in SEEDS]
+    env = SimpleNamespace(obs_dim=3, act_dim=1, device=torch.device("cpu"))
+    stacked, update = make_stacked_agent(configs, env)
+    agents = []
+    for config in configs:  # each seed's own run: seeded, then its agent built
+        seed_everything(config.seed)
+        agents.append(make_agent(config, env))
+    for copy, agent in zip(stacked.modules(), agents):
+        assert _weights(copy).equal(_weights(agent.modules))
+    draws = torch.Generator().manual_seed(0)
+    k, batch = len(SEEDS), 8
+    batches = [Batch(torch.randn(k, batch, 3, generator=draws), torch.rand(k, batch, 1, generator=draws) * 2 - 1,
+                     torch.randn(k, batch, generator=draws), torch.randn(k, batch, 3, generator=draws),
+                     (torch.rand(k, batch, generator=draws) < 0.2).float()) for _ in range(3)]
+    obs = torch.randn(k, 2, 3, generator=draws).numpy()
+    _fixed_noise(monkeypatch)
+    for i, b in enumerate(batches):
+        update(b, i)
+        for seed, agent in enumerate(agents):
+            agent.update(Batch(*(t[seed] for t in b)), i)
+    stacked.stack.unstack()
+    _check_seeds_apart(stacked.modules(), [(None, agent.modules, None, None) for agent in agents])
+    for seed, agent in enumerate(agents):
+        assert stacked.seeds[seed].alpha() == pytest.approx(agent.extra_metrics()["alpha"], rel=1e-5)
+        torch.testing.assert_close(stacked.explore(obs)[seed], agent.explore(obs[seed], None), rtol=1e-4, atol=1e-5)
 
 
 def test_batched_sweep_is_refused_for_an_algorithm_without_it(tiny_store: Path, tmp_path: Path) -> None:

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rlpipe.algos.sac import SoftActorCritic
+from rlpipe.algos.sac import SoftActorCritic, StackedSoftActorCritic
 from rlpipe.errors import RlpipeError
 from rlpipe.models.networks import EnsembleQ, GreedyQPolicy, TanhGaussianActor
 from rlpipe.training import Batch, OfflineConfig, TrainResult, Update
@@ -198,30 +198,17 @@ BatchedCQL = tuple[SeedStack, list[dict[str, nn.Module]], Update, Callable[[int]
 def batched_continuous_cql(configs: Sequence[Config], data: OfflineData) -> BatchedCQL:
     """SAC-based CQL for K seeds on stacked weights: the stack, each seed's modules to save,
     the batched update ([K, B, ...] minibatches) and seed k's extra metrics."""
-    sacs = []
-    for config in configs:  # each seed's networks initialised as in its own run
-        seed_everything(config.seed, config.torch_threads)
-        sacs.append(SoftActorCritic.build(config, data.obs_dim, data.act_dim, data.device))
-    stack, sac, config = SeedStack([s.parts() for s in sacs]), sacs[0], configs[0]  # sacs[0]: the template
-    critic_opt, actor_opt = adam(stack.parameters("critic"), config.critic_lr), adam(stack.parameters("actor"), config.actor_lr)
-    alpha_opt = adam(stack.parameters("temperature"), config.alpha_lr)
-    losses = partial(critic_loss, config, sac, block_rows=_block_rows(data.device))
+    stacked = StackedSoftActorCritic.build(configs, data.obs_dim, data.act_dim, data.device)
+    losses = partial(critic_loss, configs[0], stacked.template, block_rows=_block_rows(data.device))
     stats: dict[str, torch.Tensor] = {}
 
-    def update(b: Batch, _: int) -> None:
-        # Per seed: the steps of `continuous_cql`'s update, in the same order.
-        loss, stats["conservative_gap"] = stack.call(losses, b, train="critic")
-        optimizer_step(critic_opt, loss.sum())  # the seeds share no weights: each gets its own gradient
-        actor_loss, logp = stack.call(sac.actor_loss, b.obs, train="actor")
-        optimizer_step(actor_opt, actor_loss.sum())
-        optimizer_step(alpha_opt, stack.call(sac.alpha_loss, logp, train="temperature").sum())
-        polyak_update(stack.parameters("critic_target"), stack.parameters("critic"), config.tau)
+    def update(b: Batch, _: int) -> None:  # per seed: the steps of `continuous_cql`'s update
+        _, stats["conservative_gap"] = stacked.update(losses, b)
 
     def extra(k: int) -> dict[str, Any]:  # read after the stack is unstacked into the seeds' modules
-        return {"alpha": sacs[k].alpha(), "conservative_gap": float(stats["conservative_gap"][k]) if stats else math.nan}
+        return {"alpha": stacked.seeds[k].alpha(), "conservative_gap": float(stats["conservative_gap"][k]) if stats else math.nan}
 
-    modules = [{"policy": s.actor, "critic": s.critic, "critic_target": s.critic_target} for s in sacs]
-    return stack, modules, update, extra
+    return stacked.stack, stacked.modules(), update, extra
 
 
 def batched_discrete_cql(configs: Sequence[Config], data: OfflineData) -> BatchedCQL:

@@ -139,7 +139,8 @@ def _her(base: str) -> AlgoSpec:
 SPECS: tuple[AlgoSpec, ...] = (
     AlgoSpec("ppo", "on-policy", True, "rlpipe.algos.ppo", records_training=True, resumable=True,
              summary="clipped PPO with GAE"),
-    AlgoSpec("sac", "off-policy", True, "rlpipe.algos.sac", records_training=True, resumable=True, summary="soft actor-critic"),
+    AlgoSpec("sac", "off-policy", True, "rlpipe.algos.sac", records_training=True, resumable=True, batched_seeds=True,
+             summary="soft actor-critic"),
     AlgoSpec("ddpg", "off-policy", True, "rlpipe.algos.ddpg", records_training=True,
              summary="deep deterministic policy gradient"),
     AlgoSpec("td3", "off-policy", True, "rlpipe.algos.td3", records_training=True, summary="twin delayed DDPG"),

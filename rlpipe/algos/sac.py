@@ -5,10 +5,15 @@ steps of an update (critic -> actor -> temperature -> target critics; CQL reuses
 ``make_agent``: SAC's update and exploration, then ``train``: the
 shared off-policy loop that collects transitions (optionally streaming every one of them
 to ``step_sink``). SAC+HER (``her.py``) reuses ``make_agent``.
+
+``StackedSoftActorCritic`` and ``train_seeds`` train several seeds as one batched
+computation (rlpipe.training.seedstack): the same per-seed losses on stacked weights, each
+seed stepping its own envs and sampling its own replay buffer; CQL's batched seeds reuse it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,10 +23,12 @@ import torch
 from torch import nn
 
 from rlpipe.models.networks import EnsembleQ, TanhGaussianActor
-from rlpipe.training import Batch, OnlineConfig, StepSink, TrainResult
+from rlpipe.training import Batch, OnlineConfig, StepSink, TrainResult, Update
 from rlpipe.training.env import BOX
 from rlpipe.training.offpolicy import Agent, OffPolicySetup, setup, train_off_policy
 from rlpipe.training.optim import adam, frozen, optimizer_step, polyak_update, target_copy
+from rlpipe.training.seeding import seed_everything
+from rlpipe.training.seedstack import SeedStack, train_off_policy_seeds
 
 ACTION_SPACES = (BOX,)
 
@@ -135,13 +142,73 @@ class SoftActorCritic:
         polyak_update(self.critic_target, self.critic, tau)
 
 
+def critic_loss(config: SACFields, sac: SoftActorCritic, b: Batch) -> torch.Tensor:
+    """SAC's critic loss on ``b``: half the mean squared soft TD error, summed over the twin critics."""
+    target = sac.soft_target(b, b.rewards, config.gamma)
+    return 0.5 * (sac.critic(b.obs, b.actions) - target).square().mean(1).sum()
+
+
+@dataclass
+class StackedSoftActorCritic:
+    """K seeds' :class:`SoftActorCritic` on stacked weights (rlpipe.training.seedstack):
+    ``seeds[k]`` is seed k's own copy, initialised as its separate run initialises it, and
+    ``seeds[0]`` the template whose per-seed code runs on every seed's weights. One Adam per
+    part over the stacked weights is K Adams (Adam is elementwise)."""
+
+    seeds: list[SoftActorCritic]
+    stack: SeedStack
+    actor_opt: torch.optim.Optimizer
+    critic_opt: torch.optim.Optimizer
+    alpha_opt: torch.optim.Optimizer
+    tau: float
+
+    @classmethod
+    def build(cls, configs: Sequence[Any], obs_dim: int, act_dim: int, device: torch.device) -> StackedSoftActorCritic:
+        """From ``configs`` (SAC's fields, equal but for ``seed``): each seed's networks built
+        right after seeding, as in its own run."""
+        seeds = []
+        for config in configs:
+            seed_everything(config.seed, config.torch_threads)
+            seeds.append(SoftActorCritic.build(config, obs_dim, act_dim, device))
+        stack, config = SeedStack([sac.parts() for sac in seeds]), configs[0]
+        return cls(seeds, stack, adam(stack.parameters("actor"), config.actor_lr),
+                   adam(stack.parameters("critic"), config.critic_lr), adam(stack.parameters("temperature"), config.alpha_lr),
+                   config.tau)
+
+    @property
+    def template(self) -> SoftActorCritic:
+        return self.seeds[0]
+
+    def update(self, seed_critic_loss: Callable[[Batch], tuple[torch.Tensor, ...]], b: Batch) -> tuple[torch.Tensor, ...]:
+        """One update of every seed on its slice of ``b`` ([K, B, ...]): the steps of a
+        single seed's update, in the same order. ``seed_critic_loss(b)`` is per-seed code
+        (reading :attr:`template`) returning the critic loss first, then any statistics;
+        returns its outputs for all seeds ([K] each)."""
+        outputs = self.stack.call(seed_critic_loss, b, train="critic")
+        optimizer_step(self.critic_opt, outputs[0].sum())  # the seeds share no weights: each gets its own gradient
+        actor_loss, logp = self.stack.call(self.template.actor_loss, b.obs, train="actor")
+        optimizer_step(self.actor_opt, actor_loss.sum())
+        optimizer_step(self.alpha_opt, self.stack.call(self.template.alpha_loss, logp, train="temperature").sum())
+        polyak_update(self.stack.parameters("critic_target"), self.stack.parameters("critic"), self.tau)
+        return outputs
+
+    @torch.no_grad()
+    def explore(self, obs: np.ndarray) -> np.ndarray:
+        """Every seed's sampled actions in [-1, 1] for its observations: [K, n, obs_dim] -> [K, n, act_dim]."""
+        obs_t = torch.as_tensor(obs, dtype=torch.float32, device=self.stack.device)
+        return self.stack.call(lambda o: self.template.actor.sample(o)[0], obs_t).cpu().numpy()
+
+    def modules(self) -> list[dict[str, nn.Module]]:
+        """Each seed's modules to save, its actor under ``"policy"`` (current after ``stack.unstack()``)."""
+        return [{"policy": sac.actor, "critic": sac.critic, "critic_target": sac.critic_target} for sac in self.seeds]
+
+
 def make_agent(config: Config, env: OffPolicySetup) -> Agent:
     """SAC's networks, update and sampling exploration for ``env``'s sizes and device."""
     sac = SoftActorCritic.build(config, env.obs_dim, env.act_dim, env.device)
 
     def update(b: Batch, _: int) -> None:
-        target = sac.soft_target(b, b.rewards, config.gamma)
-        sac.critic_step(0.5 * (sac.critic(b.obs, b.actions) - target).square().mean(1).sum())
+        sac.critic_step(critic_loss(config, sac, b))
         sac.policy_step(b.obs, config.tau)
 
     def explore(obs: np.ndarray, _: np.ndarray) -> np.ndarray:
@@ -170,3 +237,35 @@ def train(
     """
     env = setup("sac", config)
     return train_off_policy("sac", config, env, make_agent(config, env), out_dir, progress, step_sink)
+
+
+def make_stacked_agent(configs: Sequence[Config], env: OffPolicySetup) -> tuple[StackedSoftActorCritic, Update]:
+    """``make_agent`` for K seeds (``configs``, equal but for the seed): their stacked
+    networks and the batched update of SAC's update on [K, B, ...] minibatches."""
+    stacked = StackedSoftActorCritic.build(configs, env.obs_dim, env.act_dim, env.device)
+
+    def seed_loss(b: Batch) -> tuple[torch.Tensor]:
+        return (critic_loss(configs[0], stacked.template, b),)
+
+    def update(b: Batch, _: int) -> None:
+        stacked.update(seed_loss, b)
+
+    return stacked, update
+
+
+def train_seeds(configs: Sequence[Config], out_dirs: Sequence[str | Path | None], *, progress: bool = True) -> list[TrainResult]:
+    """Train SAC with every config (equal but for the seed) as one batched computation: each
+    seed steps its own envs (on the CPU) and samples its own replay buffer, all seeds'
+    networks update as one; each seed's run goes to its ``out_dirs`` entry as ``train``
+    would write it."""
+    setups: list[OffPolicySetup] = []
+    try:
+        for config in configs:
+            setups.append(setup("sac", config))
+        stacked, update = make_stacked_agent(configs, setups[0])
+    except BaseException:
+        for env in setups:
+            env.envs.close()
+        raise
+    return train_off_policy_seeds("sac", configs, setups, stacked.stack, stacked.modules(), stacked.explore, update, out_dirs,
+                                  progress, lambda k: {"alpha": stacked.seeds[k].alpha()})

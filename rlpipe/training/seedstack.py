@@ -13,6 +13,9 @@ a separate run of that seed) and its own random numbers (``randomness="different
 
 :func:`train_offline_seeds` is :func:`rlpipe.training.offline.train_offline` for K seeds:
 one run directory per seed, written exactly as a separate run writes it.
+:func:`train_off_policy_seeds` is :func:`rlpipe.training.offpolicy.train_off_policy` for
+K seeds: each seed steps its own envs and fills its own replay buffer, all seeds act and
+update together.
 """
 
 from __future__ import annotations
@@ -22,16 +25,20 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 from torch.func import functional_call, stack_module_state
 
+from rlpipe.envs.goals import flatten_obs
+from rlpipe.envs.stepper import VecStepper
 from rlpipe.errors import RlpipeError
-from rlpipe.training.buffer import Update
+from rlpipe.training.buffer import Batch, ReplayBuffer, Update
 from rlpipe.training.evaluation import policy_fn
 from rlpipe.training.env import ActionScaler
 from rlpipe.training.graphs import UpdateStepper, graphs_enabled
 from rlpipe.training.offline import OfflineData, dataset_metrics
+from rlpipe.training.offpolicy import OffPolicySetup
 from rlpipe.training.run import Run, TrainResult
 from rlpipe.training.sampler import SeedSampler, TransitionSampler
 
@@ -62,6 +69,7 @@ class SeedStack:
         self.copies = [_Parts(parts) for parts in copies]
         self.template = self.copies[0]
         self.params, self.buffers = stack_module_state(self.copies)
+        self.device = next(iter(self.params.values())).device
 
     def parameters(self, part: str) -> list[torch.Tensor]:
         """The stacked weights of module ``part`` ([K, ...] leaves, for an optimiser)."""
@@ -71,12 +79,13 @@ class SeedStack:
             raise RlpipeError(f"no module named {part!r} among the stacked seeds")
         return found
 
-    def call(self, fn: Callable[..., Any], *args: Any, train: str) -> Any:
+    def call(self, fn: Callable[..., Any], *args: Any, train: str | None = None) -> Any:
         """``fn(*args)`` for every seed at once: ``fn`` is per-seed code that reads the
         template's modules; ``args`` (tensors or tuples of them) carry a leading seed
-        dimension, and so does every output. Gradients flow only into module ``train``."""
+        dimension, and so does every output. Gradients flow only into module ``train``
+        (None: into none)."""
         prefix = f"parts.{train}."
-        state = {name: p if name.startswith(prefix) else p.detach() for name, p in self.params.items()}
+        state = {name: p if train is not None and name.startswith(prefix) else p.detach() for name, p in self.params.items()}
         state.update(self.buffers)
 
         def one_seed(seed_state: dict[str, torch.Tensor], *seed_args: Any) -> Any:
@@ -91,6 +100,15 @@ class SeedStack:
             own = dict(copy.named_parameters()) | dict(copy.named_buffers())
             for name, stacked in (self.params | self.buffers).items():
                 own[name].copy_(stacked[k])
+
+
+def check_seed_configs(algo: str, configs: Sequence[Any]) -> None:
+    """An RlpipeError unless ``configs`` differ only in their (distinct) seeds and none asks
+    for checkpoints to resume from."""
+    if len({repr(replace(config, seed=0)) for config in configs}) != 1 or len({c.seed for c in configs}) != len(configs):
+        raise RlpipeError(f"{algo}: batched seeds need configs that differ only in their (distinct) seeds")
+    if any(config.checkpoint_every is not None for config in configs):
+        raise RlpipeError(f"{algo}: batched seeds do not support --checkpoint-every")
 
 
 def train_offline_seeds(
@@ -112,10 +130,7 @@ def train_offline_seeds(
     there while the others go on. ``extra_metrics(k)``: seed k's extra metrics.
     Each run's ``wall_seconds`` is the batched training's wall time.
     """
-    if len({repr(replace(config, seed=0)) for config in configs}) != 1 or len({c.seed for c in configs}) != len(configs):
-        raise RlpipeError(f"{algo}: batched seeds need configs that differ only in their (distinct) seeds")
-    if any(config.checkpoint_every is not None for config in configs):
-        raise RlpipeError(f"{algo}: batched seeds do not support --checkpoint-every")
+    check_seed_configs(algo, configs)
     if not isinstance(data.sampler, TransitionSampler):
         raise RlpipeError(f"{algo}: batched seeds need the dataset in memory (it is sampled from its memory maps)")
     first = configs[0]
@@ -144,3 +159,77 @@ def train_offline_seeds(
     finally:
         for run in runs:
             run.close()
+
+
+def train_off_policy_seeds(
+    algo: str,
+    configs: Sequence[Any],
+    setups: Sequence[OffPolicySetup],
+    stack: SeedStack,
+    modules: Sequence[dict[str, nn.Module]],
+    explore: Callable[[np.ndarray], np.ndarray],
+    update: Update,
+    out_dirs: Sequence[str | Path | None],
+    progress: bool,
+    extra_metrics: Callable[[int], dict[str, Any]] | None = None,
+) -> list[TrainResult]:
+    """Train K seeds (``configs``, equal but for the seed) online, as
+    :func:`rlpipe.training.offpolicy.train_off_policy` trains one, and save each seed's run.
+
+    Seed k steps ``setups[k]``'s envs (seeded like its own run, with its own generator for
+    the warm-up's uniform actions) and fills its own replay buffer, sampled with its own
+    generator. ``explore`` maps every seed's observations [K, n, obs_dim] to actions in
+    [-1, 1] [K, n, act_dim]; ``update`` updates ``stack`` on [K, B, ...] minibatches, seed k's
+    slice from seed k's buffer. ``modules[k]``: seed k's modules to save (its actor under
+    ``"policy"``, current after ``stack.unstack()``). All seeds update together: a batched
+    update runs when every unfinished seed has earned one (its own run's rule, credits per
+    valid transition after ``learning_starts``), so a seed whose episodes end more often
+    than another's may trail its own run by a few updates. A finished seed (budget or
+    ``stop_at_return``) stops stepping while the others go on.
+    """
+    check_seed_configs(algo, configs)
+    first, k_seeds = configs[0], len(configs)
+    scaler = ActionScaler(setups[0].action_space)
+    steppers = [VecStepper(env.envs, scaler, config.seed) for env, config in zip(setups, configs)]
+    capacity = min(first.buffer_size, first.env_steps + first.num_envs)
+    buffers = [ReplayBuffer(capacity, env.obs_dim, env.act_dim, env.device, seed=config.seed) for env, config in zip(setups, configs)]
+    policies = [policy_fn(seed_modules["policy"], scaler, setups[0].device) for seed_modules in modules]
+    runs: list[Run] = []
+    results: dict[int, TrainResult] = {}
+    credits, updates = [0.0] * k_seeds, 0
+    try:
+        for k, (config, out_dir) in enumerate(zip(configs, out_dirs)):
+            runs.append(Run(algo, config, out_dir, progress and k == 0))
+        while len(results) < k_seeds:
+            active = [k for k in range(k_seeds) if k not in results]
+            acting = any(steppers[k].env_steps >= first.learning_starts for k in active)
+            actions = explore(np.stack([flatten_obs(stepper.obs) for stepper in steppers])) if acting else None
+            for k in active:
+                stepper = steppers[k]
+                if stepper.env_steps < first.learning_starts:
+                    seed_actions = setups[k].rng.uniform(-1.0, 1.0, (stepper.num_envs, setups[k].act_dim))
+                else:
+                    seed_actions = actions[k]
+                b = stepper.step(seed_actions)
+                buffers[k].store(b)
+                if stepper.env_steps > first.learning_starts:
+                    credits[k] += min(int(b.valid.sum()), stepper.env_steps - first.learning_starts) * first.updates_per_step
+            earned = int(min(credits[k] for k in active))
+            for _ in range(earned):
+                update(Batch(*map(torch.stack, zip(*(buffer.sample(first.batch_size) for buffer in buffers)))), updates)
+                updates += 1
+            credits = [credit - earned for credit in credits]
+            runs[0].show(steppers[0].env_steps, steppers[0].last_return)
+            if any(steppers[k].env_steps >= min(runs[k].next_eval, runs[k].total) for k in active):
+                stack.unstack()
+            for k in active:
+                if runs[k].maybe_evaluate(policies[k], steppers[k].env_steps):
+                    extra = {"train_episodes": steppers[k].episodes, **(extra_metrics(k) if extra_metrics else {})}
+                    results[k] = runs[k].finish(policies[k], modules[k]["policy"], modules[k], setups[k].action_space,
+                                                steppers[k].env_steps, updates, extra)
+        return [results[k] for k in range(k_seeds)]
+    finally:
+        for run in runs:
+            run.close()
+        for env in setups:
+            env.envs.close()
