@@ -1,6 +1,7 @@
 """Batched seeds (rlpipe.training.seedstack): K seeds' CQL and SAC updates on stacked weights
-equal K separate updates on the same minibatches, ``rlpipe sweep --batched`` writes the run
-directories separate runs write, and K batched SAC seeds learn as K separate runs do."""
+equal K separate updates on the same minibatches, a batched SAC run is K separate runs given
+the same random numbers, and ``rlpipe sweep --batched`` writes the run directories separate
+runs write. (Returns of 15 seeds batched and separate: bench/batched_seeds.py --returns.)"""
 
 from __future__ import annotations
 
@@ -160,6 +161,24 @@ def test_batched_sac_updates_and_actions_equal_separate_ones_per_seed(monkeypatc
     for seed, agent in enumerate(agents):
         assert stacked.seeds[seed].alpha() == pytest.approx(agent.extra_metrics()["alpha"], rel=1e-5)
         torch.testing.assert_close(stacked.explore(obs)[seed], agent.explore(obs[seed], None), rtol=1e-4, atol=1e-5)
+
+
+def test_batched_sac_run_is_the_separate_runs_given_the_same_random_numbers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the policies' noise fixed, K seeds trained together (own envs, warm-up actions,
+    replay buffers and minibatches per seed) end with the weights of K separate runs: the
+    batched run differs from separate runs only in which normal draws each seed gets, so
+    its returns have the separate runs' distribution."""
+    sac = get_algo("sac")
+    configs = [sac.make_config("Pendulum-v1", seed=s, **SAC_TINY) for s in (0, 1)]
+    _fixed_noise(monkeypatch)
+    together = sac.train_seeds(configs, [None, None], progress=False)
+    apart = [sac.train(config, progress=False) for config in configs]
+    for batched, alone in zip(together, apart):
+        assert batched.metrics["gradient_updates"] == alone.metrics["gradient_updates"] == 40
+        torch.testing.assert_close(_weights({"policy": batched.policy}), _weights({"policy": alone.policy}), rtol=1e-4, atol=1e-5)
+        assert batched.metrics["eval_return_mean"] == pytest.approx(alone.metrics["eval_return_mean"], rel=1e-4)
+    # Control: the two seeds' runs differ (a seed mix-up would not match).
+    assert not torch.allclose(_weights({"policy": together[0].policy}), _weights({"policy": apart[1].policy}), atol=1e-3)
 
 
 def test_batched_sweep_is_refused_for_an_algorithm_without_it(tiny_store: Path, tmp_path: Path) -> None:

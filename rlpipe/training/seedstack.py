@@ -102,6 +102,11 @@ class SeedStack:
                 own[name].copy_(stacked[k])
 
 
+def sample_seeds(buffers: Sequence[ReplayBuffer], batch_size: int) -> Batch:
+    """A [K, batch_size, ...] minibatch, row k sampled from seed k's buffer with its own generator."""
+    return Batch(*map(torch.stack, zip(*(buffer.sample(batch_size) for buffer in buffers))))
+
+
 def check_seed_configs(algo: str, configs: Sequence[Any]) -> None:
     """An RlpipeError unless ``configs`` differ only in their (distinct) seeds and none asks
     for checkpoints to resume from."""
@@ -216,7 +221,7 @@ def train_off_policy_seeds(
                     credits[k] += min(int(b.valid.sum()), stepper.env_steps - first.learning_starts) * first.updates_per_step
             earned = int(min(credits[k] for k in active))
             for _ in range(earned):
-                update(Batch(*map(torch.stack, zip(*(buffer.sample(first.batch_size) for buffer in buffers)))), updates)
+                update(sample_seeds(buffers, first.batch_size), updates)
                 updates += 1
             credits = [credit - earned for credit in credits]
             runs[0].show(steppers[0].env_steps, steppers[0].last_return)
