@@ -135,9 +135,10 @@ def test_batched_sweep_writes_the_run_directories_of_separate_runs(tiny_store: P
     assert seed_1["seed"] == 1 and seed_1["checkpoint_sha256"] != together["checkpoint_sha256"]
 
 
-def test_batched_sac_updates_and_actions_equal_separate_ones_per_seed(monkeypatch: pytest.MonkeyPatch) -> None:
-    configs = [prepare_run("sac", env_id="Pendulum-v1", settings={**SAC_TINY, "seed": s}).config for s in SEEDS]
-    env = SimpleNamespace(obs_dim=3, act_dim=1, device=torch.device("cpu"))
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=needs_cuda)])
+def test_batched_sac_updates_and_actions_equal_separate_ones_per_seed(monkeypatch: pytest.MonkeyPatch, device: str) -> None:
+    configs = [prepare_run("sac", env_id="Pendulum-v1", settings={**SAC_TINY, "seed": s, "device": device}).config for s in SEEDS]
+    env = SimpleNamespace(obs_dim=3, act_dim=1, device=torch.device(device))
     stacked, update = make_stacked_agent(configs, env)
     agents = []
     for config in configs:  # each seed's own run: seeded, then its agent built
@@ -150,6 +151,7 @@ def test_batched_sac_updates_and_actions_equal_separate_ones_per_seed(monkeypatc
     batches = [Batch(torch.randn(k, batch, 3, generator=draws), torch.rand(k, batch, 1, generator=draws) * 2 - 1,
                      torch.randn(k, batch, generator=draws), torch.randn(k, batch, 3, generator=draws),
                      (torch.rand(k, batch, generator=draws) < 0.2).float()) for _ in range(3)]
+    batches = [Batch(*(t.to(device) for t in b)) for b in batches]
     obs = torch.randn(k, 2, 3, generator=draws).numpy()
     _fixed_noise(monkeypatch)
     for i, b in enumerate(batches):
