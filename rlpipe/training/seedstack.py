@@ -166,6 +166,33 @@ def train_offline_seeds(
             run.close()
 
 
+class _OnlineSeed:
+    """One seed's side of batched online training: its envs, replay buffer and update credit,
+    as in its own run (rlpipe.training.offpolicy.train_off_policy)."""
+
+    def __init__(self, env: OffPolicySetup, config: Any, scaler: ActionScaler) -> None:
+        self.env, self.learning_starts, self.updates_per_step = env, config.learning_starts, config.updates_per_step
+        self.stepper = VecStepper(env.envs, scaler, config.seed)
+        capacity = min(config.buffer_size, config.env_steps + config.num_envs)
+        self.buffer = ReplayBuffer(capacity, env.obs_dim, env.act_dim, env.device, seed=config.seed)
+        self.credit = 0.0  # updates earned and not yet run
+
+    @property
+    def warming_up(self) -> bool:
+        return self.stepper.env_steps < self.learning_starts
+
+    def step(self, policy_actions: np.ndarray | None) -> None:
+        """Step the envs (uniform random actions from the seed's generator while warming up,
+        else ``policy_actions``), store the transitions, earn update credit per transition
+        after the warm-up."""
+        stepper = self.stepper
+        actions = self.env.rng.uniform(-1.0, 1.0, (stepper.num_envs, self.env.act_dim)) if self.warming_up else policy_actions
+        b = stepper.step(actions)
+        self.buffer.store(b)
+        if stepper.env_steps > self.learning_starts:
+            self.credit += min(int(b.valid.sum()), stepper.env_steps - self.learning_starts) * self.updates_per_step
+
+
 def train_off_policy_seeds(
     algo: str,
     configs: Sequence[Any],
@@ -193,45 +220,39 @@ def train_off_policy_seeds(
     ``stop_at_return``) stops stepping while the others go on.
     """
     check_seed_configs(algo, configs)
-    first, k_seeds = configs[0], len(configs)
+    k_seeds, batch_size = len(configs), configs[0].batch_size
     scaler = ActionScaler(setups[0].action_space)
-    steppers = [VecStepper(env.envs, scaler, config.seed) for env, config in zip(setups, configs)]
-    capacity = min(first.buffer_size, first.env_steps + first.num_envs)
-    buffers = [ReplayBuffer(capacity, env.obs_dim, env.act_dim, env.device, seed=config.seed) for env, config in zip(setups, configs)]
+    seeds = [_OnlineSeed(env, config, scaler) for env, config in zip(setups, configs)]
+    buffers = [seed.buffer for seed in seeds]
     policies = [policy_fn(seed_modules["policy"], scaler, setups[0].device) for seed_modules in modules]
     runs: list[Run] = []
     results: dict[int, TrainResult] = {}
-    credits, updates = [0.0] * k_seeds, 0
+    updates = 0
     try:
         for k, (config, out_dir) in enumerate(zip(configs, out_dirs)):
             runs.append(Run(algo, config, out_dir, progress and k == 0))
         while len(results) < k_seeds:
-            active = [k for k in range(k_seeds) if k not in results]
-            acting = any(steppers[k].env_steps >= first.learning_starts for k in active)
-            actions = explore(np.stack([flatten_obs(stepper.obs) for stepper in steppers])) if acting else None
-            for k in active:
-                stepper = steppers[k]
-                if stepper.env_steps < first.learning_starts:
-                    seed_actions = setups[k].rng.uniform(-1.0, 1.0, (stepper.num_envs, setups[k].act_dim))
-                else:
-                    seed_actions = actions[k]
-                b = stepper.step(seed_actions)
-                buffers[k].store(b)
-                if stepper.env_steps > first.learning_starts:
-                    credits[k] += min(int(b.valid.sum()), stepper.env_steps - first.learning_starts) * first.updates_per_step
-            earned = int(min(credits[k] for k in active))
+            active = [seeds[k] for k in range(k_seeds) if k not in results]
+            acting = not all(seed.warming_up for seed in active)
+            actions = explore(np.stack([flatten_obs(seed.stepper.obs) for seed in seeds])) if acting else [None] * k_seeds
+            for k in range(k_seeds):
+                if k not in results:
+                    seeds[k].step(actions[k])
+            earned = int(min(seed.credit for seed in active))
             for _ in range(earned):
-                update(sample_seeds(buffers, first.batch_size), updates)
+                update(sample_seeds(buffers, batch_size), updates)
                 updates += 1
-            credits = [credit - earned for credit in credits]
-            runs[0].show(steppers[0].env_steps, steppers[0].last_return)
-            if any(steppers[k].env_steps >= min(runs[k].next_eval, runs[k].total) for k in active):
+            for seed in seeds:
+                seed.credit -= earned
+            runs[0].show(seeds[0].stepper.env_steps, seeds[0].stepper.last_return)
+            if any(seeds[k].stepper.env_steps >= min(runs[k].next_eval, runs[k].total) for k in range(k_seeds) if k not in results):
                 stack.unstack()
-            for k in active:
-                if runs[k].maybe_evaluate(policies[k], steppers[k].env_steps):
-                    extra = {"train_episodes": steppers[k].episodes, **(extra_metrics(k) if extra_metrics else {})}
+            for k in range(k_seeds):
+                stepper = seeds[k].stepper
+                if k not in results and runs[k].maybe_evaluate(policies[k], stepper.env_steps):
+                    extra = {"train_episodes": stepper.episodes, **(extra_metrics(k) if extra_metrics else {})}
                     results[k] = runs[k].finish(policies[k], modules[k]["policy"], modules[k], setups[k].action_space,
-                                                steppers[k].env_steps, updates, extra)
+                                                stepper.env_steps, updates, extra)
         return [results[k] for k in range(k_seeds)]
     finally:
         for run in runs:
