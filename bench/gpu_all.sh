@@ -6,7 +6,7 @@
 #   check    bench/cuda_check.py: every algorithm on the device, graphs equal eager, learning on CUDA
 #   offline  bench/offline.py: CQL and BC updates/s, rlpipe against d3rlpy eager and with its
 #            compile_graph=True (needs d3rlpy 2.8.1: $PEER_PYTHON or .bench-venvs/d3rlpy; skipped without)
-#   seeds    bench/batched_seeds.py: CQL seed-updates/s, one seed against K = 16 batched
+#   seeds    bench/batched_seeds.py: CQL and SAC seed-updates/s, one seed against K = 16 batched
 #   online   bench/online_device.py: SAC and TD3 on Pendulum, the device against one CPU core
 #
 # --only picks parts (comma-separated, default: all four, in that order). --tiny runs every
