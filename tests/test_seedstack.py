@@ -165,13 +165,14 @@ def test_batched_sac_updates_and_actions_equal_separate_ones_per_seed(monkeypatc
         torch.testing.assert_close(stacked.explore(obs)[seed], agent.explore(obs[seed], None), rtol=1e-4, atol=1e-5)
 
 
-def test_batched_sac_run_is_the_separate_runs_given_the_same_random_numbers(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=needs_cuda)])
+def test_batched_sac_run_is_the_separate_runs_given_the_same_random_numbers(monkeypatch: pytest.MonkeyPatch, device: str) -> None:
     """With the policies' noise fixed, K seeds trained together (own envs, warm-up actions,
     replay buffers and minibatches per seed) end with the weights of K separate runs: the
     batched run differs from separate runs only in which normal draws each seed gets, so
     its returns have the separate runs' distribution."""
     sac = get_algo("sac")
-    configs = [sac.make_config("Pendulum-v1", seed=s, **SAC_TINY) for s in (0, 1)]
+    configs = [sac.make_config("Pendulum-v1", seed=s, device=device, **SAC_TINY) for s in (0, 1)]
     _fixed_noise(monkeypatch)
     together = sac.train_seeds(configs, [None, None], progress=False)
     apart = [sac.train(config, progress=False) for config in configs]
