@@ -40,6 +40,14 @@ def test_summary_statistics_over_seeds() -> None:
     assert summary["return_mean"] == 3.0 and summary["return_std"] == pytest.approx(2.6457513)
     assert 1.0 <= summary["return_ci95_low"] < 3.0 < summary["return_ci95_high"] <= 6.0
     assert bootstrap_interval([5.0, 5.0, 5.0]) == (5.0, 5.0)  # control: no spread, no width
+    assert summary["metric"] == "eval_return_mean"
+
+
+def test_summary_prefers_the_heldout_evaluation() -> None:
+    trials = plan_trials({}, [0, 1], Path("r"))
+    metrics = [{"eval_return_mean": 0.0, "heldout_return_mean": v} for v in (-150.0, -170.0)]
+    summary = summarize(trials, metrics)["default"]
+    assert summary["return_mean"] == -160.0 and summary["metric"] == "heldout_return_mean"
 
 
 def test_task_split_depends_on_the_budget_only(tmp_path: Path) -> None:

@@ -45,8 +45,8 @@ def sweep(
     out = root / (name or f"{algo}-{env or dataset}")
     summary = run_sweep(spec, axes, parse_seeds(seeds), out, backend=backend, workers=workers, batched=batched, retries=retries)
     width = max(len(s) for s in summary["settings"])
-    typer.echo(f"{'setting':<{width}}  seeds  return mean ± std    95% bootstrap interval")
+    typer.echo(f"{'setting':<{width}}  seeds  return mean ± std    95% bootstrap interval  metric")
     for setting, stats in summary["settings"].items():
         typer.echo(f"{setting:<{width}}  {stats['seeds']:>5}  {stats['return_mean']:>9.1f} ± {stats['return_std']:<7.1f}"
-                   f"  [{stats['return_ci95_low']:.1f}, {stats['return_ci95_high']:.1f}]")
+                   f"  [{stats['return_ci95_low']:.1f}, {stats['return_ci95_high']:.1f}]  {stats['metric']}")
     typer.echo(f"-> {out / 'summary.json'}")

@@ -147,17 +147,28 @@ def bootstrap_interval(values: Sequence[float], samples: int = BOOTSTRAP_SAMPLES
     return float(low), float(high)
 
 
+def summary_metric(result: Mapping[str, Any]) -> str:
+    """The return a sweep compares: the held-out evaluation (episodes on seeds never used for
+    tuning) where the run made one, else the last periodic evaluation."""
+    return "heldout_return_mean" if "heldout_return_mean" in result else "eval_return_mean"
+
+
 def summarize(trials: Sequence[Trial], metrics: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Per setting: the final eval returns by seed, their mean, std (ddof=1) and 95% bootstrap interval."""
+    """Per setting: the final returns by seed (held-out where measured, see
+    :func:`summary_metric`), their mean, std (ddof=1) and 95% bootstrap interval."""
     by_setting: dict[str, dict[int, float]] = {}
+    sources: dict[str, set[str]] = {}
     for trial, result in zip(trials, metrics):
-        by_setting.setdefault(trial.setting, {})[trial.seed] = float(result["eval_return_mean"])
+        key = summary_metric(result)
+        by_setting.setdefault(trial.setting, {})[trial.seed] = float(result[key])
+        sources.setdefault(trial.setting, set()).add(key)
     summary = {}
     for name, returns in by_setting.items():
         values = list(returns.values())
         low, high = bootstrap_interval(values)
         summary[name] = {
             "seeds": len(values),
+            "metric": "/".join(sorted(sources[name])),
             "return_mean": float(np.mean(values)),
             "return_std": float(np.std(values, ddof=1)) if len(values) > 1 else 0.0,
             "return_ci95_low": low,

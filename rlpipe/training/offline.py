@@ -222,8 +222,7 @@ def train_offline(
             if run.maybe_evaluate(eval_policy, updates):
                 break
             checkpoints.maybe_save(updates, {"updates": updates})
-        if combat is not None and (not run.history or run.history[-1].done != updates):
-            run.evaluate(eval_policy, updates)  # the final evaluation, before its metrics are read
+        run.evaluate_final(eval_policy, updates)  # before the Combat evaluator's win rate is read
         extra = {**dataset_metrics(data), **(combat.metrics() if combat else {}), **(extra_metrics() if extra_metrics else {})}
         result = run.finish(eval_policy, actor, modules, data.action_space, 0, updates, extra)
         checkpoints.discard()

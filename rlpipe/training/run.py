@@ -173,6 +173,14 @@ class Run:
         self.show(done)
         return point
 
+    def evaluate_final(self, policy: PolicyFn, done: int) -> EvalPoint:
+        """The evaluation at ``done`` units: made now unless the last one was at ``done``.
+        :meth:`finish` calls it; a run whose evaluator keeps more than the returns (win rates,
+        side returns) calls it first to read those before building ``finish``'s metrics."""
+        if not self.history or self.history[-1].done != done:
+            self.evaluate(policy, done)
+        return self.history[-1]
+
     def maybe_evaluate(self, policy: PolicyFn, done: int) -> bool:
         """Evaluate when ``done`` units passed the next eval point; True means "stop now"."""
         if done < self.next_eval:
@@ -199,10 +207,7 @@ class Run:
 
         ``modules`` must contain the actor under the key ``"policy"``.
         """
-        done = env_steps if self.unit == "steps" else gradient_updates
-        if not self.history or self.history[-1].done != done:
-            self.evaluate(policy, done)
-        final = self.history[-1]
+        final = self.evaluate_final(policy, env_steps if self.unit == "steps" else gradient_updates)
         wall = self.elapsed()  # training time: the held-out evaluation is not part of it
         # A copy as training left them: an evaluator may append to lists they hold (IPPO's curve).
         extra_metrics = copy.deepcopy(extra_metrics or {})
