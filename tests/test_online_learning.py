@@ -3,10 +3,10 @@ within a budget cap.
 
 A run stops at the first evaluation (10 episodes, every ``eval_every`` env steps) whose mean
 return reaches the bar; the test asserts that happens within the cap. A fixed budget judged
-on its last evaluation was brittle across CPUs (an earlier session's machine, whose seed-0
-returns differ in the first decimal: PPO Pendulum seed 2 and DDPG seed 4 ended at -811, PPO
-CartPole seed 2 at 407.5). Each cap is 1.6 to 2.7
-times the budget the slowest of seeds 0-9 needed on this machine. A random policy scores ~22
+on its last evaluation was brittle across CPUs (on an earlier session's machine, whose
+seed-0 returns differ from this one's, PPO Pendulum seed 2 and DDPG seed 4 ended at -811,
+PPO CartPole seed 2 at 407.5). Each cap is 1.6 to 2.7 times the budget the slowest of seeds
+0-9 needed on this machine. A random policy scores ~22
 on CartPole and ~-1200 on Pendulum.
 """
 
