@@ -6,8 +6,7 @@ return reaches the bar; the test asserts that happens within the cap. A fixed bu
 on its last evaluation was brittle across CPUs (on an earlier session's machine, whose
 seed-0 returns differ from this one's, PPO Pendulum seed 2 and DDPG seed 4 ended at -811,
 PPO CartPole seed 2 at 407.5). Each cap is 1.6 to 2.7 times the budget the slowest of seeds
-0-9 needed on this machine. A random policy scores ~22
-on CartPole and ~-1200 on Pendulum.
+0-9 needed on this machine. A random policy scores ~22 on CartPole and ~-1200 on Pendulum.
 """
 
 from __future__ import annotations
