@@ -25,7 +25,7 @@ from rlpipe.envs.stepper import StepBatch
         # Reached at (env steps, seeds 0-4): 5305, 2761, 12952, 7851, 5307; seeds 5-9 by 30748. The
         # cap sets PPO's learning-rate decay: at 30k seed 5 stalled at 320-397.
         ("ppo", "CartPole-v1", 50_000, 2_560, 450.0),
-        # Seeds 0-4: 30568, 30568, 26496, 30568, 36688 (5-9: by 30568); the tuned budget is the cap.
+        # Seeds 0-4: 30568, 30568, 30568, 36688, 40760 (5-9: by 36688); the tuned budget is the cap.
         ("ppo", "Pendulum-v1", 100_000, 5_000, -300.0),
         ("sac", "Pendulum-v1", 10_000, 1_000, -250.0),  # seeds 0-4: 4000, 4000, 4000, 5000, 4000 (5-9: 4000 each)
         ("ddpg", "Pendulum-v1", 10_000, 1_000, -250.0),  # seeds 0-4: 4000, 4000, 4000, 5000, 4000 (5-9: by 6000)
