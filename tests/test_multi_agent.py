@@ -49,7 +49,7 @@ def test_ippo_run_writes_win_rate_and_eval_prints_it(cli, tmp_path: Path) -> Non
     assert collected.code == 0, collected.err
     meta = json.loads((tmp_path / "store/combat-expert/metadata.json").read_text())
     assert meta["producer"]["checkpoint_sha256"] == metrics["checkpoint_sha256"] and meta["multi_agent"]
-    assert meta["producer"]["rules"]["win_reward"] == 10.0  # the expert's own rules
+    assert meta["producer"]["rules"]["win_reward"] == 0.0  # ma-gym's reward: IPPO's win bonus only shapes its training
 
 
 def test_maddpg_run_writes_side_returns_and_eval_prints_them(cli, tmp_path: Path) -> None:
@@ -107,6 +107,20 @@ def test_ippo_ends_an_agents_episode_at_its_death() -> None:
     adv, _ = compute_gae(rewards, values, torch.ones(1), term, torch.zeros(3, 1, dtype=torch.bool), valid, 0.9, 1.0)
     assert adv[1, 0].item() == pytest.approx(-2.0) and adv[2, 0].item() == 0.0
     assert adv[0, 0].item() == pytest.approx(0.9 * 1.0 - 1.0 + 0.9 * -2.0)
+
+
+def test_ippo_win_bonus_shapes_its_rows_reward_and_not_the_envs(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rlpipe.envs.combat import NOOP, CombatVectorEnv
+    from rlpipe.training.multiagent import CombatRows
+
+    envs = CombatVectorEnv(1)
+    rows = CombatRows(envs, agent_ids=False, seed=0, win_bonus=10.0)
+    envs.games.pos[0] = np.array([(5, 5), (9, 9), (5, 6), (9, 10)])  # each agent next to one bot
+    envs.games.hp[0, 2:] = 1
+    monkeypatch.setattr(envs.games, "bot_actions", lambda rng: np.full((1, 2), NOOP))
+    step = rows.step(np.array([5, 6]))  # both bots shot dead: the team wins
+    assert envs.rules.win_reward == 0.0  # ma-gym's reward: +1 per hit
+    assert step.rewards.tolist() == [11.0, 11.0] and rows.wins == 1
 
 
 def test_combat_dataset_has_one_row_per_living_agent_per_step(cli, store: Path) -> None:

@@ -23,8 +23,9 @@ def _ippo(seed: int, learn: bool = True) -> dict:
 
 @pytest.mark.slow
 def test_ippo_team_learns_to_trade_hits_with_the_bots(learning_seed: int, record_property) -> None:
-    # Team return (hits dealt - hits taken + 10 per win), 100 episodes after 100k game steps.
-    # Seeds 0-4: -0.71, -0.47, -0.91, -1.07, -1.06; the untrained policy (learning_rate 0): -4.13.
+    # Team return (ma-gym's: hits dealt - hits taken; the win bonus only shapes training), 100
+    # episodes after 100k game steps. Seeds 0-4: -1.17, -1.09, -0.94, -1.21, -1.16; the
+    # untrained policy (learning_rate 0): -4.13, -4.09, -3.84, -4.11, -3.75.
     learnt, control = _ippo(learning_seed), _ippo(learning_seed, learn=False)
     record_property("team_return", learnt["eval_team_return_mean"])
     record_property("control_team_return", control["eval_team_return_mean"])
@@ -34,8 +35,8 @@ def test_ippo_team_learns_to_trade_hits_with_the_bots(learning_seed: int, record
 
 def _maddpg(seed: int, learn: bool = True) -> dict:
     maddpg = get_algo("maddpg")
-    config = maddpg.make_config("simple_adversary_v3", seed=seed, env_steps=6000, learning_starts=1000, update_every=25,
-                                eval_every=6000, eval_episodes=50)
+    config = maddpg.make_config("simple_adversary_v3", seed=seed, env_steps=12_000, learning_starts=1000, update_every=25,
+                                eval_every=12_000, eval_episodes=50)
     if not learn:  # the control: set on the built config, whose checks refuse a zero rate
         config.actor_lr = config.critic_lr = 0.0
     return maddpg.train(config, progress=False).metrics
@@ -43,11 +44,14 @@ def _maddpg(seed: int, learn: bool = True) -> dict:
 
 @pytest.mark.slow
 def test_maddpg_adversary_learns_to_shadow_the_good_agents(learning_seed: int, record_property) -> None:
-    # Adversary's mean return, 50 episodes after 6000 env steps (200 updates); the good
-    # agents' return is too noisy at this budget (seeds 0-4: 0.8, -4.2, 0.0, 6.1, -2.0).
-    # Seeds 0-4: -20.8, -27.1, -23.9, -23.0, -20.3; without learning (both learning rates 0): -37.1.
+    # Adversary's mean return, 50 episodes after 12,000 env steps (440 updates); the good
+    # agents' return is too noisy at this budget (seeds 0-4: 7.5, 0.9, 5.9, 10.7, 4.3).
+    # Seeds 0-4: -24.7, -17.8, -21.2, -21.7, -20.3 (random play: -28.8); the same seed without
+    # learning (both learning rates 0, its initial actors drift one way): -37.1, -45.3, -26.4,
+    # -30.1, -29.6, so the bar is paired: at least 2.5 above the seed's own control (margins
+    # 12.4, 27.5, 5.2, 8.4, 9.3). At 6000 steps seed 2 learnt -44.4 against its control's -26.4.
     learnt, control = _maddpg(learning_seed), _maddpg(learning_seed, learn=False)
     record_property("adversary_return", learnt["adversary_return_mean"])
     record_property("control_adversary_return", control["adversary_return_mean"])
-    assert learnt["adversary_return_mean"] >= -30.0
-    assert control["adversary_return_mean"] < -30.0
+    assert learnt["adversary_return_mean"] >= -27.0
+    assert learnt["adversary_return_mean"] >= control["adversary_return_mean"] + 2.5

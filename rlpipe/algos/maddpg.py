@@ -8,8 +8,9 @@ its own agent's (o_i, a_i): independent DDPG, the baseline of the cross-play tab
 Acting samples a straight-through Gumbel-softmax of the logits (exploration); the critic
 targets use the target actors' greedy actions; agent i's actor ascends Q_i with its own
 action re-sampled through the Gumbel-softmax (so the gradient flows) and the others'
-current greedy actions. Truncated episodes (MPE ends every episode at ``max_cycles``)
-bootstrap. Read top to bottom: config, replay, the two losses, ``train``.
+current greedy actions; every network's gradient norm is clipped at 0.5 (the MADDPG paper's
+code). Truncated episodes (MPE ends every episode at ``max_cycles``) bootstrap. Read top to
+bottom: config, replay, the two losses, ``train``.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ class Config(OnlineConfig):
     tau: float = 0.01
     hidden: tuple[int, ...] = (64, 64)
     logits_l2: float = 1e-3  # keeps the actor's logits small (the Gumbel-softmax saturates otherwise)
+    max_grad_norm: float | None = 0.5  # clip each network's gradient norm (the MADDPG paper's code)
     # (stop_at_return, if set, applies to the good agents' mean return)
 
     def __post_init__(self) -> None:
@@ -169,6 +171,8 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
                                  (actor_opts[i], lambda: actor_loss(i, batch, critics, actors, config.logits_l2))):
                 opt.zero_grad(set_to_none=True)
                 loss_fn().backward()
+                if config.max_grad_norm is not None:
+                    torch.nn.utils.clip_grad_norm_(opt.param_groups[0]["params"], config.max_grad_norm)
                 opt.step()
         soft_update(target_actors, actors, config.tau)
         soft_update(target_critics, critics, config.tau)

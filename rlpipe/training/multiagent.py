@@ -42,10 +42,12 @@ class RowStep:
 class CombatRows:
     """Batched Combat games as rows of a shared team policy (a ``RowStepper``): row
     ``g * team_size + i`` is agent ``i`` of game ``g``; its observation has the agent's one-hot
-    id appended when ``agent_ids``. Counts the finished games and the team's wins."""
+    id appended when ``agent_ids``; each agent's reward is the env's plus ``win_bonus`` on the
+    step its team wins (training-only shaping: the env's rules, its evaluation and collected
+    data keep their own reward). Counts the finished games and the team's wins."""
 
-    def __init__(self, envs: CombatVectorEnv, agent_ids: bool, seed: int) -> None:
-        self.envs, self.n_agents = envs, envs.rules.team_size
+    def __init__(self, envs: CombatVectorEnv, agent_ids: bool, seed: int, win_bonus: float = 0.0) -> None:
+        self.envs, self.n_agents, self.win_bonus = envs, envs.rules.team_size, win_bonus
         self._ids = np.eye(self.n_agents, dtype=np.float32) if agent_ids else None
         obs, info = envs.reset(seed=seed)
         self.alive: np.ndarray = info["alive"]  # [games, agents]
@@ -61,6 +63,7 @@ class CombatRows:
     def step(self, actions: np.ndarray) -> RowStep:
         obs, reward, term, trunc, info = self.envs.step(actions.reshape(-1, self.n_agents))
         died = self.alive & ~info["alive"]  # an agent's episode ends with its death
+        reward = reward + self.win_bonus * info["win"][:, None]
         step = RowStep(reward.reshape(-1), (term[:, None] | died).reshape(-1), np.repeat(trunc, self.n_agents),
                        (info["valid"][:, None] & self.alive).reshape(-1))
         self.alive, self.obs = info["alive"], self._rows(obs)
