@@ -134,8 +134,7 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
             run.show(game_steps)
             if run.maybe_evaluate(eval_policy, game_steps):
                 break
-        if not run.history or run.history[-1].done != game_steps:
-            run.evaluate(eval_policy, game_steps)
+        run.evaluate_final(eval_policy, game_steps)
         final = evals[-1]
         return run.finish(eval_policy, actor, {"policy": actor}, envs.single_action_space, game_steps, updates, {
             **combat_metrics(final),

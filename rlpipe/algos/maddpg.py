@@ -198,8 +198,7 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
                 stop = run.maybe_evaluate(None, steps)
                 run.show(steps, episode_return)
             episodes += 1
-        if not run.history or run.history[-1].done != steps:
-            run.evaluate(None, steps)
+        run.evaluate_final(None, steps)
         final = evals[-1]
         return run.finish(None, actors, {"policy": actors, "critics": critics}, env.action_space(agents[0]), steps, updates, {
             "adversary_return_mean": final.adversary_return_mean,
