@@ -5,8 +5,10 @@ Settings: the reference text's (5 members of 4x200 Swish, CEM 50 samples, 5 iter
 horizon 25, one member per candidate), rlpipe's PETS default on Pendulum (horizon 15), and
 mbrl-lib's (population 350 / 500, horizon 15, 20 particles, 5 members / 7 with 5 elites).
 The peak is a 2048x2048 float32 matmul timed in the same run. "model" is the ensemble
-forward alone at the planner's shapes; "plan" counts the same model FLOPs over the whole
-planning step (sampling, rewards, CEM updates included).
+forward alone at the planner's shapes (``model(obs, actions, layers)`` as the planner calls
+it); "plan" counts the same model FLOPs over the whole planning step (sampling, rewards, CEM
+updates included). Times are the process's CPU time (one thread), so a machine shared with
+other jobs slows the figures less than wall time would (cache sharing still does).
 
     .venv/bin/python bench/model_based.py [--repeats 3]
 """
@@ -37,13 +39,13 @@ SETTINGS = [
 
 
 def timed(fn, repeats: int) -> float:
-    """Median seconds of ``fn()`` over ``repeats`` runs after one warm-up run."""
+    """Median CPU seconds of ``fn()`` over ``repeats`` runs after one warm-up run."""
     fn()
     times = []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = time.process_time()
         fn()
-        times.append(time.perf_counter() - start)
+        times.append(time.process_time() - start)
     return median(times)
 
 
@@ -71,12 +73,12 @@ def measure(members: int, elites: int, hidden: tuple[int, ...], settings: CEMSet
     evaluations = settings.iterations * settings.horizon
     flops = evaluations * rows * flops_per_row(model)
     layers = model.member_layers(None if elites == members else model.elites)
-    x = torch.randn(elites, rows // elites, 4)
+    row_obs, row_actions = torch.randn(elites, rows // elites, 3), torch.randn(elites, rows // elites, 1)
 
     def model_only() -> None:
         with torch.no_grad():
             for _ in range(evaluations):
-                model.normalized(x, layers)
+                model(row_obs, row_actions, layers)
 
     return plan_s, flops, timed(model_only, repeats)
 

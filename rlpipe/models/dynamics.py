@@ -56,15 +56,17 @@ class GaussianEnsemble(nn.Module):
         self.out_mean.copy_(targets.mean(0)), self.out_std.copy_(std(targets))
 
     def member_layers(self, members: torch.Tensor | None = None) -> Layers:
-        """The layers' parameters of ``members`` (None: all, without copying)."""
-        if members is None:
-            return [(layer.weight, layer.bias) for layer in self.layers]
-        return [(layer.weight[members], layer.bias[members]) for layer in self.layers]
+        """The layers' parameters of ``members`` (None: all), with the input normalisation
+        folded into the first layer, so they map raw ``concat(obs, action)``: one op per
+        layer on the planner's path instead of a separate subtract and divide per step."""
+        layers = [(layer.weight, layer.bias) if members is None else (layer.weight[members], layer.bias[members]) for layer in self.layers]
+        weight, bias = layers[0]
+        scaled = weight / self.in_std[:, None]
+        layers[0] = (scaled, bias - (self.in_mean @ scaled).unsqueeze(1))
+        return layers
 
-    def normalized(self, x: torch.Tensor, layers: Layers | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Normalised inputs [K, N, in] -> normalised mean and bounded log-variance [K, N, out]
-        of the K members in ``layers`` (default: all E)."""
-        layers = self.member_layers() if layers is None else layers
+    def _mlp(self, x: torch.Tensor, layers: Layers) -> tuple[torch.Tensor, torch.Tensor]:
+        """Inputs [K, N, in] -> normalised mean and bounded log-variance [K, N, out]."""
         last = len(layers) - 1
         for i, (weight, bias) in enumerate(layers):
             x = torch.baddbmm(bias, x, weight)
@@ -75,17 +77,20 @@ class GaussianEnsemble(nn.Module):
         logvar = self.max_logvar - F.softplus(self.max_logvar - logvar)
         return mean, self.min_logvar + F.softplus(logvar - self.min_logvar)
 
-    def normalize_inputs(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        return (torch.cat([obs, actions], dim=-1) - self.in_mean) / self.in_std
+    def normalized(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Normalised inputs [E, N, in] -> normalised mean and bounded log-variance [E, N, out]
+        of every member (what the fit trains)."""
+        return self._mlp(x, [(layer.weight, layer.bias) for layer in self.layers])
 
     def forward(self, obs: torch.Tensor, actions: torch.Tensor, layers: Layers | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Mean and std of (Δobs, reward) in data units, [K, N, obs_dim + 1], for inputs
-        [K, N, .] (one batch per member) or [N, .] (the same batch for every member)."""
-        x = self.normalize_inputs(obs, actions)
-        k = self.members if layers is None else layers[0][0].shape[0]
+        [K, N, .] (one batch per member) or [N, .] (the same batch for every member);
+        ``layers`` from :meth:`member_layers` (default: all E members)."""
+        layers = self.member_layers() if layers is None else layers
+        x = torch.cat([obs, actions], dim=-1)
         if x.dim() == 2:
-            x = x.unsqueeze(0).expand(k, -1, -1)
-        mean, logvar = self.normalized(x, layers)
+            x = x.unsqueeze(0).expand(layers[0][0].shape[0], -1, -1)
+        mean, logvar = self._mlp(x, layers)
         return self.out_mean + self.out_std * mean, self.out_std * (0.5 * logvar).exp()
 
     def sample(self, obs: torch.Tensor, actions: torch.Tensor, layers: Layers | None = None, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
