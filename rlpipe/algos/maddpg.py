@@ -31,7 +31,7 @@ from rlpipe.models.networks import AgentActors, mlp
 from rlpipe.training import OnlineConfig, Run, TrainResult, resolve_device, seed_everything
 from rlpipe.training.env import DISCRETE
 from rlpipe.training.multiagent import SideEval, evaluate_sides
-from rlpipe.training.optim import adam
+from rlpipe.training.optim import adam, optimizer_step, polyak_update
 
 ACTION_SPACES = (DISCRETE,)
 
@@ -134,11 +134,6 @@ def actor_loss(i: int, batch: dict[str, Any], critics: Critics, actors: AgentAct
     return -critics(i, batch["obs"], actions).mean() + logits_l2 * logits.square().mean()
 
 
-def soft_update(target: nn.Module, source: nn.Module, tau: float) -> None:
-    with torch.no_grad():
-        torch._foreach_lerp_(list(target.parameters()), list(source.parameters()), tau)
-
-
 def train(config: Config, out_dir: str | Path | None = None, *, progress: bool = True) -> TrainResult:
     """Train MADDPG (or independent DDPG); with ``out_dir`` also write checkpoint, metrics.json and DVCLive curve."""
     env = make_parallel_env(config.env_id)
@@ -169,13 +164,9 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
         for i in range(len(agents)):
             for opt, loss_fn in ((critic_opts[i], lambda: critic_loss(i, batch, critics, target_critics, target_actors, n_actions, config.gamma)),
                                  (actor_opts[i], lambda: actor_loss(i, batch, critics, actors, config.logits_l2))):
-                opt.zero_grad(set_to_none=True)
-                loss_fn().backward()
-                if config.max_grad_norm is not None:
-                    torch.nn.utils.clip_grad_norm_(opt.param_groups[0]["params"], config.max_grad_norm)
-                opt.step()
-        soft_update(target_actors, actors, config.tau)
-        soft_update(target_critics, critics, config.tau)
+                optimizer_step(opt, loss_fn(), config.max_grad_norm)
+        polyak_update(target_actors, actors, config.tau)
+        polyak_update(target_critics, critics, config.tau)
 
     run = Run("maddpg", config, out_dir, progress, evaluator=evaluator)  # independent DDPG: metrics' "centralised" is False
     steps = updates = episodes = 0

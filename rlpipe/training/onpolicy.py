@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from rlpipe.models.networks import ActorCritic
+from rlpipe.training.optim import optimizer_step
 
 
 class RowStep(Protocol):
@@ -161,7 +162,6 @@ def ppo_update(
     """``num_epochs`` epochs of shuffled minibatches (about ``minibatch_size`` rows each) of
     the clipped loss; an epoch whose last KL exceeds ``target_kl`` ends the update early.
     Returns the number of gradient steps taken."""
-    params = [p for group in optimizer.param_groups for p in group["params"]]
     n = batch.obs.shape[0]
     n_minibatches = max(1, round(n / settings.minibatch_size))
     steps = 0
@@ -169,10 +169,7 @@ def ppo_update(
         approx_kl = torch.zeros(())
         for idx in torch.randperm(n, generator=generator, device=batch.obs.device).tensor_split(n_minibatches):
             loss, approx_kl = clipped_loss(actor, batch, idx, clip, settings)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, settings.max_grad_norm, foreach=True)
-            optimizer.step()
+            optimizer_step(optimizer, loss, settings.max_grad_norm)
             steps += 1
         if settings.target_kl is not None and approx_kl > settings.target_kl:
             break

@@ -24,10 +24,14 @@ def target_copy(module: nn.Module) -> nn.Module:
     return target
 
 
-def optimizer_step(optimizer: torch.optim.Optimizer, loss: torch.Tensor) -> None:
-    """One gradient step of ``optimizer`` on ``loss``."""
+def optimizer_step(optimizer: torch.optim.Optimizer, loss: torch.Tensor, max_grad_norm: float | None = None) -> None:
+    """One gradient step of ``optimizer`` on ``loss``; with ``max_grad_norm`` the gradient of
+    all the optimizer's parameters is first clipped to that total norm."""
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
+    if max_grad_norm is not None:
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        torch.nn.utils.clip_grad_norm_(params, max_grad_norm, foreach=True)
     optimizer.step()
 
 
