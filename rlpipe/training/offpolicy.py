@@ -95,6 +95,25 @@ def setup(algo: str, config: Any, observations: tuple[str, ...] = (BOX,)) -> Off
     return OffPolicySetup(envs, act_space, flat_observation_space(obs_space).shape[0], act_space.shape[0], device, rng)
 
 
+def run_replay_buffer(config: Any, env: OffPolicySetup) -> ReplayBuffer:
+    """A run's plain replay buffer: ``config.buffer_size`` rows, capped at what the run can fill."""
+    capacity = min(config.buffer_size, config.env_steps + config.num_envs)
+    return ReplayBuffer(capacity, env.obs_dim, env.act_dim, env.device, seed=config.seed)
+
+
+def warmup_actions(env: OffPolicySetup, num_envs: int) -> np.ndarray:
+    """Uniform random actions in [-1, 1] from the run's generator (before ``learning_starts``)."""
+    return env.rng.uniform(-1.0, 1.0, (num_envs, env.act_dim))
+
+
+def earned_updates(config: Any, stepper: VecStepper, b: StepBatch) -> float:
+    """The updates step ``b`` earns: ``config.updates_per_step`` per valid transition
+    collected after ``config.learning_starts`` env steps."""
+    if stepper.env_steps <= config.learning_starts:
+        return 0.0
+    return min(int(b.valid.sum()), stepper.env_steps - config.learning_starts) * config.updates_per_step
+
+
 def train_off_policy(
     algo: str,
     config: Any,
@@ -118,8 +137,7 @@ def train_off_policy(
     scaler = ActionScaler(env.action_space)
     stepper = VecStepper(env.envs, scaler, config.seed, step_sink)
     if buffer is None:
-        capacity = min(config.buffer_size, config.env_steps + config.num_envs)
-        buffer = ReplayBuffer(capacity, env.obs_dim, env.act_dim, env.device, seed=config.seed)
+        buffer = run_replay_buffer(config, env)
     if config.checkpoint_every is not None and (agent.resume_state is None or not hasattr(buffer, "state_dict")):
         env.envs.close()
         raise RlpipeError(f"{algo} does not support --checkpoint-every yet")
@@ -132,15 +150,15 @@ def train_off_policy(
         updates, credit = loop["updates"], loop["credit"]
         while True:
             if stepper.env_steps < config.learning_starts:
-                actions = env.rng.uniform(-1.0, 1.0, (stepper.num_envs, env.act_dim))
+                actions = warmup_actions(env, stepper.num_envs)
             else:
                 actions = agent.explore(flatten_obs(stepper.obs), ~stepper.valid)
             b = stepper.step(actions)
             buffer.store(b)
             # Credit only post-warm-up transitions, and only once the buffer can be sampled
             # (HER's holds completed episodes only).
-            if stepper.env_steps > config.learning_starts and len(buffer):
-                credit += min(int(b.valid.sum()), stepper.env_steps - config.learning_starts) * config.updates_per_step
+            if len(buffer):
+                credit += earned_updates(config, stepper, b)
                 while credit >= 1.0:
                     agent.update(buffer.sample(config.batch_size), updates)
                     updates += 1

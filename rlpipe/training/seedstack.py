@@ -38,7 +38,7 @@ from rlpipe.training.evaluation import policy_fn
 from rlpipe.training.env import ActionScaler
 from rlpipe.training.graphs import UpdateStepper, graphs_enabled
 from rlpipe.training.offline import OfflineData, dataset_metrics
-from rlpipe.training.offpolicy import OffPolicySetup
+from rlpipe.training.offpolicy import OffPolicySetup, earned_updates, run_replay_buffer, warmup_actions
 from rlpipe.training.run import Run, TrainResult
 from rlpipe.training.sampler import SeedSampler, TransitionSampler
 
@@ -171,26 +171,22 @@ class _OnlineSeed:
     as in its own run (rlpipe.training.offpolicy.train_off_policy)."""
 
     def __init__(self, env: OffPolicySetup, config: Any, scaler: ActionScaler) -> None:
-        self.env, self.learning_starts, self.updates_per_step = env, config.learning_starts, config.updates_per_step
+        self.env, self.config = env, config
         self.stepper = VecStepper(env.envs, scaler, config.seed)
-        capacity = min(config.buffer_size, config.env_steps + config.num_envs)
-        self.buffer = ReplayBuffer(capacity, env.obs_dim, env.act_dim, env.device, seed=config.seed)
+        self.buffer = run_replay_buffer(config, env)
         self.credit = 0.0  # updates earned and not yet run
 
     @property
     def warming_up(self) -> bool:
-        return self.stepper.env_steps < self.learning_starts
+        return self.stepper.env_steps < self.config.learning_starts
 
     def step(self, policy_actions: np.ndarray | None) -> None:
         """Step the envs (uniform random actions from the seed's generator while warming up,
         else ``policy_actions``), store the transitions, earn update credit per transition
         after the warm-up."""
-        stepper = self.stepper
-        actions = self.env.rng.uniform(-1.0, 1.0, (stepper.num_envs, self.env.act_dim)) if self.warming_up else policy_actions
-        b = stepper.step(actions)
+        b = self.stepper.step(warmup_actions(self.env, self.stepper.num_envs) if self.warming_up else policy_actions)
         self.buffer.store(b)
-        if stepper.env_steps > self.learning_starts:
-            self.credit += min(int(b.valid.sum()), stepper.env_steps - self.learning_starts) * self.updates_per_step
+        self.credit += earned_updates(self.config, self.stepper, b)
 
 
 def train_off_policy_seeds(
