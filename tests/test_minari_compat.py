@@ -378,3 +378,108 @@ def test_expert_dataset_export_is_scored_by_minari(store: Path, tmp_path: Path, 
     scores = minari.get_normalized_score(exported, np.array([meta["ref_max_score"], meta["ref_min_score"]]))
     np.testing.assert_allclose(scores, [1.0, 0.0])
     assert exported.storage.metadata["algorithm_name"] == "ppo"
+
+
+def random_episodes(rng: np.random.Generator, first_id: int, lengths: list[int]) -> dict:
+    """Whole episodes with nested Dict observations, Box actions, float rewards and a bool info
+    key, as DatasetWriter.write takes them (next_obs / next_info follow obs / info)."""
+    rows: dict = {key: [] for key in ("episode_id", "step", "obs", "next_obs", "action", "reward", "terminated", "truncated", "info", "next_info")}
+    for number, length in enumerate(lengths, start=first_id):
+        pos = rng.standard_normal((length + 1, 2)).astype(np.float32)
+        count = rng.integers(0, 5, length + 1)
+        success = rng.random(length + 1) < 0.5
+        rows["episode_id"].append(np.full(length, number))
+        rows["step"].append(np.arange(length))
+        rows["obs"].append({"pos": pos[:-1], "inner": {"count": count[:-1]}})
+        rows["next_obs"].append({"pos": pos[1:], "inner": {"count": count[1:]}})
+        rows["info"].append({"is_success": success[:-1]})
+        rows["next_info"].append({"is_success": success[1:]})
+        rows["action"].append(rng.uniform(-1, 1, (length, 3)).astype(np.float32))
+        rows["reward"].append(rng.standard_normal(length).astype(np.float32) * 7)
+        rows["terminated"].append(np.arange(length) == length - 1)
+        rows["truncated"].append(np.zeros(length, dtype=bool))
+    return {key: concat(parts) for key, parts in rows.items()}
+
+
+def leaf_paths(values, prefix: str) -> dict:
+    """The leaf arrays of a (nested) Dict column by HDF5 path under `prefix`."""
+    if isinstance(values, dict):
+        return {path: leaf for key, child in values.items() for path, leaf in leaf_paths(child, f"{prefix}/{key}").items()}
+    return {prefix: values}
+
+
+def hdf5_objects(path: Path) -> dict:
+    """Every group and dataset of an HDF5 file by path: a dataset's dtype and values (bool
+    only where the file holds h5py's bool enum), and each object's attributes with their dtypes."""
+    import h5py
+
+    objects = {}
+
+    def record(name: str, item) -> None:
+        attributes = {key: (value.dtype, value) for key, value in item.attrs.items()}
+        objects[name] = (item.dtype, item[()], attributes) if isinstance(item, h5py.Dataset) else ("group", attributes)
+
+    with h5py.File(path, "r") as file:
+        file.visititems(record)
+    return objects
+
+
+def assert_same_objects(ours: dict, expected: dict) -> None:
+    assert sorted(ours) == sorted(expected)
+    for name, theirs in expected.items():
+        mine = ours[name]
+        assert mine[0] == theirs[0], name
+        if theirs[0] != "group":
+            np.testing.assert_array_equal(mine[1], theirs[1], err_msg=name)
+        assert mine[-1].keys() == theirs[-1].keys(), name
+        for key, (dtype, value) in theirs[-1].items():
+            assert mine[-1][key][0] == dtype and mine[-1][key][1] == value, f"{name}.{key}"
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_hdf5_copy_holds_exactly_minari_episode_objects(store: Path) -> None:
+    """The HDF5 copy's episode groups hold exactly what Minari's writer puts there, checked
+    object by object on nested Dict observations with infos, float rewards, three shards and
+    seeds known for some episodes only: `id` and `total_steps` (int64), `seed` where known,
+    Minari's EpisodeMetadataCallback statistics of the rewards (float64, bit for bit), and
+    datasets equal to the Arrow rows with the final observation and info appended."""
+    from minari.data_collector.callbacks import EpisodeMetadataCallback
+
+    from rlpipe.datasets.writer import write_rows
+
+    rng = np.random.default_rng(3)
+    obs_space = gym.spaces.Dict({"pos": gym.spaces.Box(-np.inf, np.inf, (2,)), "inner": gym.spaces.Dict({"count": gym.spaces.Discrete(5)})})
+    info_space = gym.spaces.Dict({"is_success": gym.spaces.Box(0, 1, (), bool)})
+    lengths = [1, 9, 17, 9, 130, 4, *rng.integers(1, 300, 24).tolist()]  # equal lengths reduce together
+    batches = [random_episodes(rng, 0, lengths[:3]), random_episodes(rng, 3, lengths[3:5]), random_episodes(rng, 5, lengths[5:])]
+    seeds = {"1": 11, "4": 44}
+    write_rows("mixed", batches, obs_space, gym.spaces.Box(-1, 1, (3,)), env_id=None, producer={"algorithm": "test"},
+               extra={"episode_seeds": seeds}, store=store, fmt="both", info_space=info_space, shard_bytes=1)
+    assert len(list((store / "mixed" / "steps").iterdir())) == 3
+
+    rows = {key: concat([batch[key] for batch in batches]) for key in batches[0]}
+    expected = {}
+    bounds = np.r_[np.flatnonzero(np.diff(rows["episode_id"], prepend=-1)), len(rows["reward"])]
+    for number, (begin, end) in enumerate(zip(bounds[:-1], bounds[1:])):
+        group = f"episode_{number}"
+        statistics = EpisodeMetadataCallback()({"rewards": rows["reward"][begin:end].astype(np.float64)})
+        attributes = {"id": number, "total_steps": end - begin, **statistics, **({"seed": seeds[str(number)]} if str(number) in seeds else {})}
+        expected[group] = ("group", {key: (np.asarray(value).dtype, value) for key, value in attributes.items()})
+        for column, now, following in (("observations", rows["obs"], rows["next_obs"]), ("infos", rows["info"], rows["next_info"])):
+            last = leaf_paths(following, f"{group}/{column}")
+            for path, values in leaf_paths(now, f"{group}/{column}").items():
+                expected[path] = (values.dtype, np.concatenate([values[begin:end], last[path][end - 1 : end]]), {})
+        for subgroup in ("observations", "observations/inner", "infos"):
+            expected[f"{group}/{subgroup}"] = ("group", {})
+        for column, key in (("actions", "action"), ("rewards", "reward"), ("terminations", "terminated"), ("truncations", "truncated")):
+            expected[f"{group}/{column}"] = (rows[key].dtype, rows[key][begin:end], {})
+
+    ours = hdf5_objects(store / "mixed" / "data" / "main_data.hdf5")
+    assert_same_objects(ours, expected)
+    # control: the check sees a single missing per-episode attribute
+    unseeded = {**expected, "episode_4": ("group", {k: v for k, v in expected["episode_4"][1].items() if k != "seed"})}
+    with pytest.raises(AssertionError):
+        assert_same_objects(ours, unseeded)
+    # and Minari reads the rows back
+    for name, values in minari_arrays(minari.MinariDataset(store / "mixed" / "data")).items():
+        assert_same(rows[name], values, name)
