@@ -52,10 +52,11 @@ def test_ippo_run_writes_win_rate_and_eval_prints_it(cli, tmp_path: Path) -> Non
     assert meta["producer"]["rules"]["win_reward"] == 0.0  # ma-gym's reward: IPPO's win bonus only shapes its training
 
 
-def test_maddpg_run_writes_side_returns_and_eval_prints_them(cli, tmp_path: Path) -> None:
+@pytest.mark.parametrize("obs_deltas", [False, True])  # True: eval's policies keep (and reset) the last observation
+def test_maddpg_run_writes_side_returns_and_eval_prints_them(cli, tmp_path: Path, obs_deltas: bool) -> None:
     result = cli("train", "maddpg", "--env", "simple_adversary_v3", "--env-steps", "300", "--out", tmp_path / "run",
                  "--no-progress", "--set", "learning_starts=100", "--set", "batch_size=64", "--set", "update_every=50",
-                 "--set", "eval_episodes=2")
+                 "--set", "eval_episodes=2", "--set", f"obs_deltas={str(obs_deltas).lower()}")
     assert result.code == 0, result.err
     metrics = json.loads((tmp_path / "run/metrics.json").read_text())
     assert metrics["gradient_updates"] == 5 and metrics["centralised"] is True
@@ -94,6 +95,56 @@ def test_actor_loss_reaches_only_its_own_actor_through_the_gumbel_softmax() -> N
     maddpg.actor_loss(0, batch, critics, actors, logits_l2=1e-3).backward()
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in actors.nets[0].parameters())
     assert all(p.grad is None for p in actors.nets[1].parameters())
+
+
+def test_obs_deltas_carry_the_velocity_that_mpe_observations_lack() -> None:
+    from rlpipe.envs.multiagent import make_parallel_env
+    from rlpipe.training.multiagent import with_obs_delta
+
+    env = make_parallel_env("simple_adversary_v3")
+    obs, _ = env.reset(seed=0)
+    world, scenario = env.unwrapped.world, env.unwrapped.scenario
+    adversary = world.agents[0]
+    for _ in range(3):  # the adversary accelerates to the right
+        prev, velocity = obs["adversary_0"], adversary.state.p_vel.copy()  # the velocity this step moves with
+        obs, *_ = env.step({a: 2 if a == "adversary_0" else 0 for a in env.agents})
+    x = with_obs_delta(obs["adversary_0"], prev)
+    # The control: the raw observation is the same at rest; the landmarks' change is -velocity * dt.
+    moving = scenario.observation(adversary, world)
+    adversary.state.p_vel[:] = 0.0
+    assert np.array_equal(scenario.observation(adversary, world), moving) and velocity[0] > 0.5
+    np.testing.assert_allclose(x[8:10], -velocity * world.dt, atol=1e-6)
+    np.testing.assert_allclose(x[10:12], -velocity * world.dt, atol=1e-6)
+
+
+def test_agent_policy_feeds_the_observation_change_and_evaluation_resets_it() -> None:
+    from rlpipe.models.networks import AgentActors
+    from rlpipe.training.multiagent import AgentPolicy, evaluate_sides
+
+    actors = AgentActors(["a"], [2], [3], (4,), obs_deltas=True)
+    assert actors.nets[0][0].in_features == 4
+    seen: list[list[float]] = []
+    actors.act = lambda i, x, deterministic=True: (seen.append(x[0].tolist()), torch.zeros(1, dtype=torch.long))[1]
+    policy = AgentPolicy(actors, 0, torch.device("cpu"))
+    for o in ([1.0, 2.0], [1.5, 2.0]):
+        policy(np.array(o, np.float32))
+    policy.reset()
+    policy(np.array([3.0, 3.0], np.float32))
+    policy(np.array([4.0, 3.0], np.float32))  # the control: without a reset the change carries over
+    assert seen == [[1.0, 2.0, 0.0, 0.0], [1.5, 2.0, 0.5, 0.0], [3.0, 3.0, 0.0, 0.0], [4.0, 3.0, 1.0, 0.0]]
+
+    class Counting:
+        resets = 0
+
+        def reset(self) -> None:
+            self.resets += 1
+
+        def __call__(self, obs: np.ndarray) -> int:
+            return 0
+
+    policies = {a: Counting() for a in ("adversary_0", "agent_0", "agent_1")}
+    evaluate_sides(policies, "simple_adversary_v3", 3, 0)
+    assert [p.resets for p in policies.values()] == [3, 3, 3]
 
 
 def test_ippo_ends_an_agents_episode_at_its_death() -> None:

@@ -405,16 +405,19 @@ class AgentActors(nn.Module):
     """One logits MLP per agent of a multi-agent env (MADDPG's decentralised actors).
 
     ``logits(i, obs)`` / ``act(i, obs, deterministic)`` run agent ``i``'s actor on a batch of
-    its own observations; sampling draws from the softmax.
+    its own observations; sampling draws from the softmax. With ``obs_deltas`` an actor's
+    input is ``[o_t, o_t - o_{t-1}]`` (:func:`rlpipe.training.multiagent.with_obs_delta`), twice the observation's size.
     """
 
     kind = "agent_actors"
 
-    def __init__(self, agents: Sequence[str], obs_dims: Sequence[int], n_actions: Sequence[int], hidden: Sequence[int] = (64, 64)) -> None:
+    def __init__(self, agents: Sequence[str], obs_dims: Sequence[int], n_actions: Sequence[int], hidden: Sequence[int] = (64, 64),
+                 obs_deltas: bool = False) -> None:
         super().__init__()
-        self.spec = {"agents": list(agents), "obs_dims": list(obs_dims), "n_actions": list(n_actions), "hidden": list(hidden)}
-        self.agents = list(agents)
-        self.nets = nn.ModuleList(mlp(d, n, hidden) for d, n in zip(obs_dims, n_actions))
+        self.spec = {"agents": list(agents), "obs_dims": list(obs_dims), "n_actions": list(n_actions), "hidden": list(hidden),
+                     "obs_deltas": obs_deltas}
+        self.agents, self.obs_deltas = list(agents), obs_deltas
+        self.nets = nn.ModuleList(mlp(d * (2 if obs_deltas else 1), n, hidden) for d, n in zip(obs_dims, n_actions))
 
     def logits(self, i: int, obs: torch.Tensor) -> torch.Tensor:
         return self.nets[i](obs)

@@ -165,7 +165,35 @@ class CombatDatasetEvaluator:
 
 
 AgentPolicies = Mapping[str, Callable[[np.ndarray], int]]
-"""agent name -> (its observation -> its action)."""
+"""agent name -> (its observation -> its action); :func:`evaluate_sides` calls a policy's
+``reset()``, if it has one, at every episode start."""
+
+
+def with_obs_delta(obs: np.ndarray, prev: np.ndarray) -> np.ndarray:
+    """``[o_t, o_t - o_{t-1}]`` (``prev = obs`` at an episode's first step). MPE observations
+    are relative positions only; their change is the (relative) velocities times dt, without
+    which a memoryless actor cannot brake on a target (it overshoots and circles it)."""
+    return np.concatenate([obs, obs - prev]).astype(np.float32, copy=False)
+
+
+class AgentPolicy:
+    """Agent ``i``'s action from its observation by ``actors`` (an ``AgentActors``); an actor
+    with ``obs_deltas`` reads :func:`with_obs_delta`, so the policy keeps the previous
+    observation until ``reset()``."""
+
+    def __init__(self, actors: nn.Module, i: int, device: torch.device, deterministic: bool = True) -> None:
+        self.actors, self.i, self.device, self.deterministic = actors, i, device, deterministic
+        self.prev: np.ndarray | None = None
+
+    def reset(self) -> None:
+        self.prev = None
+
+    def __call__(self, obs: np.ndarray) -> int:
+        x = obs
+        if self.actors.obs_deltas:
+            x = with_obs_delta(obs, obs if self.prev is None else self.prev)
+            self.prev = obs
+        return int(self.actors.act(self.i, torch.as_tensor(x, dtype=torch.float32, device=self.device)[None], self.deterministic)[0])
 
 
 @dataclass(frozen=True)
@@ -188,6 +216,8 @@ def evaluate_sides(policies: AgentPolicies, env_id: str, episodes: int, seed: in
     lengths = []
     for k in range(episodes):
         obs, _ = env.reset(seed=seed + k)
+        for policy in policies.values():
+            getattr(policy, "reset", lambda: None)()
         length = 0
         while env.agents:
             obs, rewards, *_ = env.step({agent: policies[agent](obs[agent]) for agent in env.agents})
@@ -251,15 +281,12 @@ def evaluate_run(run_dir: str | Path, episodes: int, seed: int, deterministic: b
         return {**head, "win_rate": res.win_rate, "team_return_mean": res.mean, "team_return_std": res.std,
                 "agent_returns": list(res.agent_returns), "episode_length_mean": float(np.mean(res.lengths))}
 
-    def policy(net: nn.Module, i: int) -> Callable[[np.ndarray], int]:
-        return lambda o: int(net.act(i, torch.as_tensor(o, dtype=torch.float32, device=dev)[None], deterministic)[0])
-
-    policies = {a: policy(actor, i) for i, a in enumerate(actor.agents)}
+    policies = {a: AgentPolicy(actor, i, dev, deterministic) for i, a in enumerate(actor.agents)}
     if adversary_run is not None:
         other, other_meta, _ = _load_actor(adversary_run, dev)
         if other_meta["env_id"] != meta["env_id"] or getattr(other, "agents", None) != actor.agents:
             raise RlpipeError(f"--adversary-run {adversary_run} is not a run of {meta['env_id']} with the same agents")
-        policies.update({a: policy(other, i) for i, a in enumerate(other.agents) if a.startswith("adversary")})
+        policies.update({a: AgentPolicy(other, i, dev, deterministic) for i, a in enumerate(other.agents) if a.startswith("adversary")})
         head["adversary_run"] = str(adversary_run)
     sides = evaluate_sides(policies, meta["env_id"], episodes, seed)
     return {**head, "adversary_return_mean": sides.adversary_return_mean, "good_return_mean": sides.good_return_mean,
