@@ -44,12 +44,12 @@ def _maddpg(seed: int, learn: bool = True) -> dict:
 
 @pytest.mark.slow
 def test_maddpg_adversary_learns_to_shadow_the_good_agents(learning_seed: int, record_property) -> None:
-    # Adversary's mean return, 50 episodes after 12,000 env steps (440 updates); the good
-    # agents' return is too noisy at this budget (seeds 0-4: 7.5, 0.9, 5.9, 10.7, 4.3).
-    # Seeds 0-4: -24.7, -17.8, -21.2, -21.7, -20.3 (random play: -28.8); the same seed without
-    # learning (both learning rates 0, its initial actors drift one way): -37.1, -45.3, -26.4,
-    # -30.1, -29.6, so the bar is paired: at least 2.5 above the seed's own control (margins
-    # 12.4, 27.5, 5.2, 8.4, 9.3). At 6000 steps seed 2 learnt -44.4 against its control's -26.4.
+    # Adversary's mean return, 50 episodes after 12,000 env steps (440 updates), with the
+    # tuned settings (velocity inputs, logits penalty 1e-4); the good agents' return is too
+    # noisy at this budget. Seeds 0-4: -18.8, -23.5, -18.5, -18.2, -20.4 (random play: -28.8);
+    # the same seed without learning (both learning rates 0, its initial actors drift one way):
+    # -33.4, -51.1, -48.3, -40.5, -58.1, so the bar is paired: at least 2.5 above the seed's own
+    # control (margins 14.6, 27.7, 29.8, 22.4, 37.7).
     learnt, control = _maddpg(learning_seed), _maddpg(learning_seed, learn=False)
     record_property("adversary_return", learnt["adversary_return_mean"])
     record_property("control_adversary_return", control["adversary_return_mean"])
