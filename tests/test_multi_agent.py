@@ -174,6 +174,88 @@ def test_ippo_win_bonus_shapes_its_rows_reward_and_not_the_envs(monkeypatch: pyt
     assert step.rewards.tolist() == [11.0, 11.0] and rows.wins == 1
 
 
+def _death_then_win(monkeypatch: pytest.MonkeyPatch, **options: bool) -> tuple[list, "torch.Tensor"]:
+    """Agent 0 is shot dead, then agent 1 kills the last bot: the two rows' steps and their
+    GAE advantages (values 0, gamma = lambda = 1: each step's return-to-go)."""
+    from rlpipe.envs.combat import NOOP, CombatVectorEnv
+    from rlpipe.training.multiagent import CombatRows
+    from rlpipe.training.onpolicy import compute_gae
+
+    envs = CombatVectorEnv(1)
+    rows = CombatRows(envs, agent_ids=False, seed=0, win_bonus=10.0, **options)
+    envs.games.pos[0] = np.array([(5, 5), (6, 7), (5, 6), (12, 12)])  # bot 2 next to both agents
+    envs.games.hp[0] = [1, 3, 1, 0]  # bot 3 already dead
+    bot_moves = iter([np.array([[5, NOOP]]), np.array([[NOOP, NOOP]])])  # bot 2 shoots agent 0, then idles
+    monkeypatch.setattr(envs.games, "bot_actions", lambda rng: next(bot_moves))
+    steps = [rows.step(np.array([NOOP, NOOP])), rows.step(np.array([NOOP, 5]))]  # agent 1 shoots bot 2: a win
+    field = lambda name: torch.tensor(np.stack([getattr(s, name) for s in steps]))  # noqa: E731
+    adv, _ = compute_gae(field("rewards").float(), torch.zeros(2, 2), torch.zeros(2), field("terminated"),
+                         field("truncated"), field("valid"), 1.0, 1.0)
+    return steps, adv
+
+
+def test_ippo_carry_dead_credits_a_dead_agent_with_its_teams_later_win(monkeypatch: pytest.MonkeyPatch) -> None:
+    steps, adv = _death_then_win(monkeypatch, carry_dead=True)
+    assert steps[0].terminated.tolist() == [False, False] and steps[1].terminated.tolist() == [True, True]
+    assert steps[1].valid.tolist() == [True, True] and steps[1].acting.tolist() == [False, True]  # value-only when dead
+    assert adv[0, 0].item() == pytest.approx(-1.0 + 10.0)  # its fatal step earns the win that followed
+    steps, adv = _death_then_win(monkeypatch)  # control: its row ends at its death
+    assert steps[0].terminated.tolist() == [True, False] and adv[0, 0].item() == pytest.approx(-1.0)
+
+
+def test_ippo_team_reward_gives_every_agent_the_teams_mean(monkeypatch: pytest.MonkeyPatch) -> None:
+    steps, _ = _death_then_win(monkeypatch, team_reward=True, carry_dead=True)
+    assert steps[0].rewards.tolist() == [-0.5, -0.5] and steps[1].rewards.tolist() == [10.5, 10.5]
+    steps, _ = _death_then_win(monkeypatch, carry_dead=True)  # control: each agent's own reward
+    assert steps[0].rewards.tolist() == [-1.0, 0.0] and steps[1].rewards.tolist() == [10.0, 11.0]
+
+
+def test_ppo_loss_trains_only_the_value_on_rows_that_do_not_act() -> None:
+    """A carried dead agent's rows (``acting`` False) teach the value, never the policy."""
+    from types import SimpleNamespace
+
+    from rlpipe.models.networks import ActorCritic
+    from rlpipe.training.onpolicy import PPOBatch, clipped_loss
+
+    torch.manual_seed(0)
+    net = ActorCritic(3, 4, True, (8,))
+    settings = SimpleNamespace(normalize_advantages=True, vf_coef=0.5, ent_coef=0.01)
+    obs, actions = torch.randn(6, 3), torch.tensor([0, 1, 2, 3, 0, 1])
+    log_probs = net.log_prob_entropy(net(obs)[0], actions)[0].detach()
+    adv, ret = torch.randn(6), torch.randn(6)
+    acting = torch.tensor([True, True, True, True, False, False])
+
+    def loss(acting: torch.Tensor | None, adv: torch.Tensor, ret: torch.Tensor) -> float:
+        batch = PPOBatch(obs, actions, log_probs + torch.linspace(-0.1, 0.1, 6), adv, ret, acting)
+        return clipped_loss(net, batch, torch.arange(6), 0.2, settings)[0].item()
+
+    other_adv, other_ret = adv.clone(), ret.clone()
+    other_adv[4:], other_ret[4:] = 5.0, 5.0
+    assert loss(acting, other_adv, ret) == pytest.approx(loss(acting, adv, ret))  # their advantages are unused
+    assert loss(acting, adv, other_ret) != pytest.approx(loss(acting, adv, ret))  # their value targets are not
+    assert loss(None, other_adv, ret) != pytest.approx(loss(None, adv, ret))  # control: every row acts
+
+
+def test_ippo_central_critic_values_teammates_observations_the_policy_only_its_own() -> None:
+    from rlpipe.algos.ippo import CentralCriticActorCritic
+    from rlpipe.envs.combat import CombatVectorEnv
+    from rlpipe.models.networks import ActorCritic
+    from rlpipe.training.multiagent import CombatRows
+
+    rows = CombatRows(CombatVectorEnv(8), agent_ids=True, seed=0, teammates_obs=True)
+    assert rows.obs.shape == (16, 152 + 150)
+    games = rows.obs.reshape(8, 2, -1)
+    assert (games[:, 0, 152:] == games[:, 1, :150]).all() and (games[:, 1, 152:] == games[:, 0, :150]).all()
+    torch.manual_seed(0)
+    net = CentralCriticActorCritic(ActorCritic(152, 7, True, (16,)), 152, 302, (16,))
+    x = torch.randn(4, 302, requires_grad=True)
+    head, value = net(x)
+    (grad_head,) = torch.autograd.grad(head.sum(), x, retain_graph=True)
+    (grad_value,) = torch.autograd.grad(value.sum(), x)
+    assert (grad_head[:, 152:] == 0).all() and (grad_head[:, :152] != 0).any()
+    assert (grad_value[:, 152:] != 0).any()
+
+
 def test_combat_dataset_has_one_row_per_living_agent_per_step(cli, store: Path) -> None:
     import polars as pl
 

@@ -36,7 +36,8 @@ class RowStep:
     rewards: np.ndarray
     terminated: np.ndarray  # the game ended, or this agent died
     truncated: np.ndarray
-    valid: np.ndarray  # False for dead agents and the games' autoreset steps: not trained on
+    valid: np.ndarray  # False for the games' autoreset steps (and dead agents unless carried): not trained on
+    acting: np.ndarray | None = None  # with carried dead agents: False for them (value-only rows)
 
 
 class CombatRows:
@@ -46,8 +47,10 @@ class CombatRows:
     step its team wins (training-only shaping: the env's rules, its evaluation and collected
     data keep their own reward). Counts the finished games and the team's wins."""
 
-    def __init__(self, envs: CombatVectorEnv, agent_ids: bool, seed: int, win_bonus: float = 0.0) -> None:
+    def __init__(self, envs: CombatVectorEnv, agent_ids: bool, seed: int, win_bonus: float = 0.0,
+                 team_reward: bool = False, carry_dead: bool = False, teammates_obs: bool = False) -> None:
         self.envs, self.n_agents, self.win_bonus = envs, envs.rules.team_size, win_bonus
+        self.team_reward, self.carry_dead, self.teammates_obs = team_reward, carry_dead, teammates_obs
         self._ids = np.eye(self.n_agents, dtype=np.float32) if agent_ids else None
         obs, info = envs.reset(seed=seed)
         self.alive: np.ndarray = info["alive"]  # [games, agents]
@@ -56,16 +59,28 @@ class CombatRows:
 
     def _rows(self, obs: np.ndarray) -> np.ndarray:
         x = obs.astype(np.float32, copy=False)
+        parts = [x]
         if self._ids is not None:
-            x = np.concatenate([x, np.broadcast_to(self._ids, (*x.shape[:2], self.n_agents))], axis=-1)
+            parts.append(np.broadcast_to(self._ids, (*x.shape[:2], self.n_agents)))
+        if self.teammates_obs:  # then the other agents' observations, in index order
+            others = [np.concatenate([x[:, j] for j in range(self.n_agents) if j != i], -1) for i in range(self.n_agents)]
+            parts.append(np.stack(others, 1))
+        x = np.concatenate(parts, axis=-1) if len(parts) > 1 else x
         return x.reshape(-1, x.shape[-1])
 
     def step(self, actions: np.ndarray) -> RowStep:
         obs, reward, term, trunc, info = self.envs.step(actions.reshape(-1, self.n_agents))
-        died = self.alive & ~info["alive"]  # an agent's episode ends with its death
+        if self.team_reward:
+            reward = np.broadcast_to(reward.mean(1, keepdims=True), reward.shape)
         reward = reward + self.win_bonus * info["win"][:, None]
-        step = RowStep(reward.reshape(-1), (term[:, None] | died).reshape(-1), np.repeat(trunc, self.n_agents),
-                       (info["valid"][:, None] & self.alive).reshape(-1))
+        game = np.broadcast_to(info["valid"][:, None], reward.shape)
+        if self.carry_dead:  # a dead agent's row runs on to the game's end, value-only
+            step = RowStep(reward.reshape(-1), np.repeat(term, self.n_agents), np.repeat(trunc, self.n_agents),
+                           game.reshape(-1), (game & self.alive).reshape(-1))
+        else:
+            died = self.alive & ~info["alive"]  # an agent's episode ends with its death
+            step = RowStep(reward.reshape(-1), (term[:, None] | died).reshape(-1), np.repeat(trunc, self.n_agents),
+                           (game & self.alive).reshape(-1))
         self.alive, self.obs = info["alive"], self._rows(obs)
         self.episodes += int((term | trunc).sum())
         self.wins += int(info["win"].sum())

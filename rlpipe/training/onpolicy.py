@@ -27,6 +27,9 @@ class RowStep(Protocol):
     terminated: np.ndarray
     truncated: np.ndarray
     valid: np.ndarray  # False on the reset steps of the NEXT_STEP autoreset
+    # A step may also have ``acting`` (bool array): False for valid rows the policy does not
+    # act on (a team's dead agent whose row carries the team's later rewards); their value
+    # is learnt, their action is not. Without it every valid row acts.
 
 
 class RowStepper(Protocol):
@@ -87,6 +90,7 @@ class PPOBatch:
     log_probs: torch.Tensor
     advantages: torch.Tensor
     returns: torch.Tensor
+    acting: torch.Tensor | None = None  # rows whose action is trained on (None: all)
 
 
 class RolloutStorage:
@@ -100,7 +104,9 @@ class RolloutStorage:
         self.actions = torch.zeros((T, N) if discrete else (T, N, act_dim),
                                    dtype=torch.long if discrete else torch.float32, device=device)
         self.log_probs, self.values, self.rewards = (torch.zeros(T, N, device=device) for _ in range(3))
-        self.terminated, self.truncated, self.valid = (torch.zeros(T, N, dtype=torch.bool, device=device) for _ in range(3))
+        self.terminated, self.truncated, self.valid, self.acting = (
+            torch.zeros(T, N, dtype=torch.bool, device=device) for _ in range(4))
+        self.has_passive_rows = False  # whether some valid rows are not acting (see RowStep.acting)
         self.next_value = torch.zeros(N, device=device)
 
     def _as_tensor(self, array: object) -> torch.Tensor:
@@ -119,6 +125,9 @@ class RolloutStorage:
             b = stepper.step(action.cpu().numpy())
             self.rewards[t], self.terminated[t] = self._as_tensor(b.rewards), self._as_tensor(b.terminated)
             self.truncated[t], self.valid[t] = self._as_tensor(b.truncated), self._as_tensor(b.valid)
+            acting = getattr(b, "acting", None)
+            self.acting[t] = self.valid[t] if acting is None else self._as_tensor(acting)
+        self.has_passive_rows = bool((self.valid & ~self.acting).any())
         self.next_value = actor(torch.as_tensor(stepper.obs, dtype=torch.float32, device=self.device))[1]
 
     def batch(self, rewards: torch.Tensor, gamma: float, gae_lambda: float) -> PPOBatch:
@@ -129,15 +138,20 @@ class RolloutStorage:
                                    gamma, gae_lambda)
         keep = self.valid.reshape(-1)
         rows = lambda x: x.reshape(-1, *x.shape[2:])[keep]  # noqa: E731
-        return PPOBatch(rows(self.obs), rows(self.actions), rows(self.log_probs), rows(adv), rows(ret))
+        return PPOBatch(rows(self.obs), rows(self.actions), rows(self.log_probs), rows(adv), rows(ret),
+                        rows(self.acting) if self.has_passive_rows else None)
 
 
 def clipped_loss(
     actor: ActorCritic, batch: PPOBatch, idx: torch.Tensor, clip: float, settings: PPOSettings
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """PPO's loss on rows ``idx``: clipped surrogate + ``vf_coef`` * value MSE -
-    ``ent_coef`` * entropy; also returns the approximate KL to the rollout policy."""
+    ``ent_coef`` * entropy (the value on every row, the policy terms on the acting rows);
+    also returns the approximate KL to the rollout policy."""
     head, value = actor(batch.obs[idx])
+    v_loss = F.mse_loss(value, batch.returns[idx])
+    if batch.acting is not None:
+        idx, head = idx[batch.acting[idx]], head[batch.acting[idx]]
     logp, entropy = actor.log_prob_entropy(head, batch.actions[idx])
     log_ratio = logp - batch.log_probs[idx]
     ratio = log_ratio.exp()
@@ -145,7 +159,6 @@ def clipped_loss(
     if settings.normalize_advantages and len(idx) > 1:
         adv = (adv - adv.mean()) / (adv.std() + 1e-8)
     pg_loss = -torch.min(ratio * adv, ratio.clamp(1 - clip, 1 + clip) * adv).mean()
-    v_loss = F.mse_loss(value, batch.returns[idx])
     with torch.no_grad():
         approx_kl = ((ratio - 1) - log_ratio).mean()
     return pg_loss + settings.vf_coef * v_loss - settings.ent_coef * entropy.mean(), approx_kl
