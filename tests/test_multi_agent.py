@@ -111,10 +111,10 @@ def test_ippo_ends_an_agents_episode_at_its_death() -> None:
 
 def test_ippo_win_bonus_shapes_its_rows_reward_and_not_the_envs(monkeypatch: pytest.MonkeyPatch) -> None:
     from rlpipe.envs.combat import NOOP, CombatVectorEnv
-    from rlpipe.training.multiagent import AgentInputs, CombatRows
+    from rlpipe.training.multiagent import CombatRows
 
     envs = CombatVectorEnv(1)
-    rows = CombatRows(envs, AgentInputs(), seed=0, win_bonus=10.0)
+    rows = CombatRows(envs, agent_ids=False, seed=0, win_bonus=10.0)
     envs.games.pos[0] = np.array([(5, 5), (9, 9), (5, 6), (9, 10)])  # each agent next to one bot
     envs.games.hp[0, 2:] = 1
     monkeypatch.setattr(envs.games, "bot_actions", lambda rng: np.full((1, 2), NOOP))
@@ -182,9 +182,9 @@ def test_combat_rows_end_an_agents_episode_at_its_death_and_skip_it_afterwards()
     """IPPO's rows (one per game x agent) for the shared on-policy storage: an agent's death
     is a termination of its row, and a dead agent's later steps are not trained on."""
     from rlpipe.envs.combat import CombatVectorEnv
-    from rlpipe.training.multiagent import AgentInputs, CombatRows
+    from rlpipe.training.multiagent import CombatRows
 
-    rows = CombatRows(CombatVectorEnv(8), AgentInputs(agent_ids=True), seed=0)
+    rows = CombatRows(CombatVectorEnv(8), agent_ids=True, seed=0)
     assert rows.obs.shape == (16, 150 + 2) and (rows.obs[:, -2:] == np.tile(np.eye(2), (8, 1))).all()
     rng = np.random.default_rng(0)
     deaths = 0
@@ -268,47 +268,28 @@ def test_ippo_attack_mask_is_exactly_the_attacks_that_can_hit() -> None:
     for _ in range(200):
         g = envs.games
         near = (np.abs(g.pos[:, :2, None] - g.pos[:, None, 2:]).max(-1) <= 1) & (g.hp[:, None, 2:] > 0)
-        can_hit = near & ((g.hp[:, :2] > 0) & ~g.cooling[:, :2])[..., None]  # [games, agents, opponents]
+        can_hit = (near & ((g.hp[:, :2] > 0) & ~g.cooling[:, :2])[..., None]).reshape(-1, 2)  # [games x agents, opponents]
         x = torch.as_tensor(obs.reshape(-1, 150))
-        assert (masked.attack_mask(x).numpy() == can_hit.reshape(-1, 2)).all()
-        probs = masked(x)[0].softmax(-1)[:, N_MOVES:].numpy()
-        assert (probs[~can_hit.reshape(-1, 2)] == 0).all() and (probs[can_hit.reshape(-1, 2)] > 0).all()
-        control = unmasked(x)[0].softmax(-1)[:, N_MOVES:].numpy()
-        assert (control[~can_hit.reshape(-1, 2)] > 0).all()
+        assert (masked.attack_mask(x).numpy() == can_hit).all()
+        head = masked(x)[0]
+        probs = head.softmax(-1)[:, N_MOVES:].numpy()
+        assert (probs[~can_hit] == 0).all() and (probs[can_hit] > 0).all()
+        assert masked.log_prob_entropy(head, masked.sample(head))[1].isfinite().all()  # no nan from 0 * log 0
+        assert (unmasked(x)[0].softmax(-1)[:, N_MOVES:].numpy()[~can_hit] > 0).all()  # the control
         seen += can_hit.sum(), (~can_hit).sum()
         obs, *_ = envs.step(rng.integers(0, 7, size=(64, 2)))
     assert seen.min() > 100
 
 
-def test_agent_inputs_stack_an_agents_own_recent_observations_and_restart_with_its_episode() -> None:
-    """Frame stacking: each agent's input holds its last k observations, oldest first, and a
-    game whose observation starts an episode forgets the previous episode's frames (the
-    other games keep theirs); one frame (the control) remembers nothing."""
-    from rlpipe.training.multiagent import AgentInputs
-
-    frames = [np.full((2, 2, 3), float(t + 1), np.float32) for t in range(3)]  # [games, agents, obs_dim]
-    stack, single = AgentInputs(frames=3, agent_ids=True), AgentInputs(frames=1)
-    start = np.array([True, True])
-    x0 = stack(frames[0], start)
-    assert x0.shape == (2, 2, 3 * 3 + 2) and (x0[..., :6] == 0).all() and (x0[..., 6:9] == 1).all()
-    assert (x0[0, :, 9:] == np.eye(2)).all()
-    stack(frames[1], ~start)
-    x2 = stack(frames[2], np.array([False, True]))  # game 1 starts a new episode
-    assert (x2[0, :, :9] == np.repeat([1.0, 2.0, 3.0], 3)).all()
-    assert (x2[1, :, :6] == 0).all() and (x2[1, :, 6:9] == 3).all()
-    single(frames[0], start)
-    assert (single(frames[1], ~start) == frames[1]).all()  # the control sees only the newest
-
-
-def test_ippo_frames_and_mask_survive_the_checkpoint(cli, tmp_path: Path) -> None:
-    """A run with stacked frames and attack masking is evaluated and collected from its
-    checkpoint with the inputs it trained on (the config's frames, the network's mask)."""
+def test_ippo_attack_mask_survives_the_checkpoint(cli, tmp_path: Path) -> None:
+    """A masked run is rebuilt with its mask for `rlpipe eval` and `collect --expert ippo`."""
     result = cli("train", "ippo", "--env", "Combat-v0", "--env-steps", "2048", "--out", tmp_path / "run", "--no-progress",
-                 "--num-envs", "16", "--set", "num_steps=64", "--set", "eval_episodes=8", "--set", "frames=3",
-                 "--set", "mask_attacks=true", "--set", "conv=8")
+                 "--num-envs", "16", "--set", "num_steps=64", "--set", "eval_episodes=8", "--set", "mask_attacks=true")
     assert result.code == 0, result.err
-    spec = json.loads((tmp_path / "run/checkpoint.json").read_text())["policy"]["spec"]
-    assert (spec["frames"], spec["mask_attacks"], spec["conv"]) == (3, True, 8)
+    from rlpipe.training.multiagent import _load_actor
+
+    actor = _load_actor(tmp_path / "run", torch.device("cpu"))[0]
+    assert actor.mask_attacks and actor(torch.zeros(1, 152))[0][0, 5:].max() < -1e8  # a dead agent cannot attack
     report = json.loads(cli("eval", tmp_path / "run", "--episodes", "8", "--json").out)
     assert 0.0 <= report["win_rate"] <= 1.0 and report["episodes"] == 8
     collected = cli("collect", "--env", "Combat-v0", "--expert", "ippo", "--expert-run", tmp_path / "run", "--episodes", "4",

@@ -326,45 +326,29 @@ class ActorCritic(nn.Module):
 
 
 class CombatActorCritic(ActorCritic):
-    """IPPO's Combat policy: an :class:`ActorCritic` over one agent's last ``frames``
-    observations (oldest first, each ``obs_dim`` = 6 channels x ``view`` x ``view``
-    channel-major), then ``extra_dim`` features (its one-hot id).
+    """IPPO's Combat policy: an :class:`ActorCritic` over one agent's observation (6 channels
+    x ``view`` x ``view``, channel-major: ``obs_dim`` floats), then ``extra_dim`` features
+    (its one-hot id).
 
-    ``conv`` > 0 puts a 3x3 convolution with that many filters (one set for the policy, one
-    for the value) over the stacked windows before the MLPs. ``mask_attacks`` sets the logit
-    of "attack opponent j" to a large negative number when the newest observation says the
-    attack cannot hit: opponent j is not in the agent's 3x3 neighbourhood, or the agent is
-    cooling down. The mask is read from the observation itself, so training, evaluation and a
-    reloaded checkpoint all apply the same one.
+    ``mask_attacks`` sets the logit of "attack opponent j" to a large negative number when
+    the observation says the attack cannot hit: opponent j is not in the agent's 3x3
+    neighbourhood, or the agent is cooling down. The mask is read from the observation
+    itself, so training, evaluation and a reloaded checkpoint all apply the same one.
     """
 
     kind = "combat_actor_critic"
 
     def __init__(self, obs_dim: int, act_dim: int, n_opponents: int, hidden: Sequence[int] = (64, 64),
-                 frames: int = 1, extra_dim: int = 0, mask_attacks: bool = False, conv: int = 0,
-                 activation: str = "tanh") -> None:
-        view = math.isqrt(obs_dim // COMBAT_CHANNELS)
-        torso_dim = conv * (view - 2) ** 2 if conv else frames * obs_dim
-        super().__init__(torso_dim + extra_dim, act_dim, True, hidden, activation)
+                 extra_dim: int = 0, mask_attacks: bool = False, activation: str = "tanh") -> None:
+        super().__init__(obs_dim + extra_dim, act_dim, True, hidden, activation)
         self.spec = {"obs_dim": obs_dim, "act_dim": act_dim, "n_opponents": n_opponents, "hidden": list(hidden),
-                     "frames": frames, "extra_dim": extra_dim, "mask_attacks": mask_attacks, "conv": conv,
-                     "activation": activation}
-        self.view, self.windows = view, frames * obs_dim
-        self.newest = slice((frames - 1) * obs_dim, frames * obs_dim)
+                     "extra_dim": extra_dim, "mask_attacks": mask_attacks, "activation": activation}
+        self.obs_dim, self.view = obs_dim, math.isqrt(obs_dim // COMBAT_CHANNELS)
         self.n_opponents, self.mask_attacks = n_opponents, mask_attacks
-        self.conv = conv
-        if conv:
-            # The 3x3 patches of the window as a gather (a matmul is several times cheaper than a
-            # small Conv2d on one CPU thread); one filter bank for the policy, one for the value.
-            cells = torch.arange(view * view).view(view, view)
-            self.register_buffer("patches", torch.stack([cells[r:r + 3, c:c + 3].reshape(-1)
-                                                         for r in range(view - 2) for c in range(view - 2)]), persistent=False)
-            fan_in = frames * COMBAT_CHANNELS * 9
-            self.filters = EnsembleLinear(2, fan_in, conv)
 
     def attack_mask(self, obs: torch.Tensor) -> torch.Tensor:
-        """[B, n_opponents] True where attacking opponent j can hit (per the newest observation)."""
-        window = obs[:, self.newest].view(-1, COMBAT_CHANNELS, self.view, self.view)
+        """[B, n_opponents] True where attacking opponent j can hit, per the observation."""
+        window = obs[:, :self.obs_dim].view(-1, COMBAT_CHANNELS, self.view, self.view)
         c = self.view // 2
         near = window[:, :, c - 1:c + 2, c - 1:c + 2].flatten(2)  # the 3x3 neighbourhood
         ids = torch.arange(self.n_opponents, device=obs.device, dtype=obs.dtype)
@@ -373,19 +357,8 @@ class CombatActorCritic(ActorCritic):
         ready = window[:, 3, c, c] == 1  # the agent's own cell: cooldown +1 ready, -1 cooling (0: dead)
         return present & ready[:, None]
 
-    def _torso(self, obs: torch.Tensor) -> torch.Tensor:
-        """The MLPs' input: the observation, or [2, B, features] with the convolution."""
-        if not self.conv:
-            return obs
-        batch = obs.shape[0]
-        maps = obs[:, :self.windows].view(batch, -1, self.view * self.view)[:, :, self.patches]  # [B, C, P, 9]
-        patches = maps.transpose(1, 2).reshape(1, batch * self.patches.shape[0], -1)  # [1, B x P, C x 9]
-        h = torch.relu(self.filters(patches.expand(2, -1, -1))).reshape(2, batch, -1)
-        return torch.cat([h, obs[:, self.windows:].expand(2, -1, -1)], -1)
-
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        out = self.body(self._torso(obs))
-        head, value = out[0], out[1, :, 0]
+        head, value = super().forward(obs)
         if self.mask_attacks:
             # A large finite number, not -inf: the entropy's p * log p stays 0 instead of nan.
             blocked = ~self.attack_mask(obs)

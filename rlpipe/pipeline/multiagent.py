@@ -15,14 +15,14 @@ from typing import Any
 import numpy as np
 
 from rlpipe.envs.combat import CombatVectorEnv
-from rlpipe.training.multiagent import TeamPolicy
 
+TeamPolicy = Callable[[np.ndarray], np.ndarray]  # [B, n_agents, obs_dim] -> [B, n_agents]
 RowSink = Callable[[dict[str, Any]], None]
 
 
 def random_team_policy(n_actions: int, seed: int) -> TeamPolicy:
     rng = np.random.default_rng(seed)
-    return lambda obs, first: rng.integers(0, n_actions, size=obs.shape[:2])
+    return lambda obs: rng.integers(0, n_actions, size=obs.shape[:2])
 
 
 def collect_combat(sink: RowSink, make_policy: Callable[[CombatVectorEnv], TeamPolicy], episodes: int, num_envs: int,
@@ -33,12 +33,12 @@ def collect_combat(sink: RowSink, make_policy: Callable[[CombatVectorEnv], TeamP
     policy = make_policy(envs)
     names = np.array([f"agent_{i}" for i in range(envs.rules.team_size)])
     obs, info = envs.reset(seed=seed)
-    alive, starts = info["alive"], np.ones(num_envs, bool)  # games whose observation starts an episode
+    alive = info["alive"]
     history: list[dict[str, np.ndarray]] = []  # one entry per batched step
     start = np.zeros(num_envs, np.int64)  # index in history where each game's episode began
     next_id = 0
     while next_id < episodes:
-        action = policy(obs, starts)
+        action = policy(obs)
         next_obs, reward, term, trunc, info = envs.step(action)
         history.append({"obs": obs, "action": action, "reward": reward, "next_obs": next_obs, "terminated": term,
                         "truncated": trunc, "acting": alive & info["valid"][:, None]})
@@ -50,7 +50,7 @@ def collect_combat(sink: RowSink, make_policy: Callable[[CombatVectorEnv], TeamP
         first = min(int(start.min()), len(history))  # drop steps no unfinished episode needs (start may point past the end)
         if first > 0:
             history, start = history[first:], start - first
-        obs, alive, starts = next_obs, info["alive"], ~info["valid"]
+        obs, alive = next_obs, info["alive"]
 
 
 def _episode_rows(steps: list[dict[str, np.ndarray]], game: int, episode_id: int, names: np.ndarray) -> dict[str, Any]:

@@ -18,33 +18,15 @@ from rlpipe.envs.multiagent import make_parallel_env
 from rlpipe.errors import RlpipeError
 from rlpipe.training.evaluation import EvalResult
 
-TeamPolicy = Callable[[np.ndarray, np.ndarray], np.ndarray]
-"""(observations of a batch of teams [B, n_agents, obs_dim], which of them start an episode
-[B] bool) -> their actions [B, n_agents]."""
+TeamPolicy = Callable[[np.ndarray], np.ndarray]
+"""Observations of a batch of teams [B, n_agents, obs_dim] -> their actions [B, n_agents]."""
 
 
-class AgentInputs:
-    """The shared policy's input for every agent of a batch of games, from the agents' own
-    observations only: its last ``frames`` observations (oldest first; zeros before its
-    episode began), then its one-hot id when ``agent_ids``. Stateful: call it on every step
-    of the games, with ``first`` marking the games whose observation starts an episode."""
-
-    def __init__(self, frames: int = 1, agent_ids: bool = False) -> None:
-        self.frames, self.agent_ids = frames, agent_ids
-        self._history: np.ndarray | None = None  # [B, A, frames, obs_dim]
-
-    def __call__(self, obs: np.ndarray, first: np.ndarray) -> np.ndarray:
-        """[B, A, obs_dim] observations -> [B, A, frames * obs_dim (+ A)] inputs."""
-        batch, n_agents, _ = obs.shape
-        if self._history is None or self._history.shape[:2] != obs.shape[:2]:
-            self._history = np.zeros((batch, n_agents, self.frames, obs.shape[-1]), np.float32)
-        self._history[first] = 0.0
-        self._history[:, :, :-1] = self._history[:, :, 1:].copy()
-        self._history[:, :, -1] = obs
-        x = self._history.reshape(batch, n_agents, -1)
-        if self.agent_ids:
-            x = np.concatenate([x, np.broadcast_to(np.eye(n_agents, dtype=np.float32), (batch, n_agents, n_agents))], -1)
-        return x
+def with_agent_ids(obs: torch.Tensor) -> torch.Tensor:
+    """Append each agent's one-hot id: [B, A, D] -> [B, A, D + A] (lets a shared policy specialise)."""
+    batch, n_agents = obs.shape[:2]
+    ids = torch.eye(n_agents, dtype=obs.dtype, device=obs.device).expand(batch, n_agents, n_agents)
+    return torch.cat([obs, ids], dim=-1)
 
 
 @dataclass(frozen=True)
@@ -59,20 +41,23 @@ class RowStep:
 
 class CombatRows:
     """Batched Combat games as rows of a shared team policy (a ``RowStepper``): row
-    ``g * team_size + i`` is agent ``i`` of game ``g``; its observation is built by
-    ``inputs`` (:class:`AgentInputs`: the agent's recent observations and its id); each agent's reward is the env's plus ``win_bonus`` on the
+    ``g * team_size + i`` is agent ``i`` of game ``g``; its observation has the agent's one-hot
+    id appended when ``agent_ids``; each agent's reward is the env's plus ``win_bonus`` on the
     step its team wins (training-only shaping: the env's rules, its evaluation and collected
     data keep their own reward). Counts the finished games and the team's wins."""
 
-    def __init__(self, envs: CombatVectorEnv, inputs: AgentInputs, seed: int, win_bonus: float = 0.0) -> None:
-        self.envs, self.inputs, self.n_agents, self.win_bonus = envs, inputs, envs.rules.team_size, win_bonus
+    def __init__(self, envs: CombatVectorEnv, agent_ids: bool, seed: int, win_bonus: float = 0.0) -> None:
+        self.envs, self.n_agents, self.win_bonus = envs, envs.rules.team_size, win_bonus
+        self._ids = np.eye(self.n_agents, dtype=np.float32) if agent_ids else None
         obs, info = envs.reset(seed=seed)
         self.alive: np.ndarray = info["alive"]  # [games, agents]
-        self.obs = self._rows(obs, np.ones(envs.num_envs, bool))
+        self.obs = self._rows(obs)
         self.episodes = self.wins = 0
 
-    def _rows(self, obs: np.ndarray, first: np.ndarray) -> np.ndarray:
-        x = self.inputs(obs, first)
+    def _rows(self, obs: np.ndarray) -> np.ndarray:
+        x = obs.astype(np.float32, copy=False)
+        if self._ids is not None:
+            x = np.concatenate([x, np.broadcast_to(self._ids, (*x.shape[:2], self.n_agents))], axis=-1)
         return x.reshape(-1, x.shape[-1])
 
     def step(self, actions: np.ndarray) -> RowStep:
@@ -81,7 +66,7 @@ class CombatRows:
         reward = reward + self.win_bonus * info["win"][:, None]
         step = RowStep(reward.reshape(-1), (term[:, None] | died).reshape(-1), np.repeat(trunc, self.n_agents),
                        (info["valid"][:, None] & self.alive).reshape(-1))
-        self.alive, self.obs = info["alive"], self._rows(obs, ~info["valid"])  # an autoreset step starts an episode
+        self.alive, self.obs = info["alive"], self._rows(obs)
         self.episodes += int((term | trunc).sum())
         self.wins += int(info["win"].sum())
         return step
@@ -93,18 +78,17 @@ def action_logits(actor: nn.Module, obs: torch.Tensor) -> torch.Tensor:
     return actor.dist(obs).logits if actor.kind == "categorical" else actor(obs)[0]
 
 
-def team_policy(actor: nn.Module, inputs: AgentInputs, device: torch.device | str = "cpu", deterministic: bool = True,
+def team_policy(actor: nn.Module, agent_ids: bool, device: torch.device | str = "cpu", deterministic: bool = True,
                 seed: int = 0) -> TeamPolicy:
-    """Wrap a shared policy (see :func:`action_logits`) as a numpy team policy acting on the
-    inputs its training built (``inputs``): greedy, or sampled from a generator seeded with
-    ``seed`` (so a stochastic evaluation is reproducible too)."""
+    """Wrap a shared policy (see :func:`action_logits`) as a numpy team policy: greedy, or
+    sampled from a generator seeded with ``seed`` (so a stochastic evaluation is reproducible too)."""
     device = torch.device(device)
     generator = torch.Generator(device=device).manual_seed(seed)
 
-    def act(obs: np.ndarray, first: np.ndarray) -> np.ndarray:
+    def act(obs: np.ndarray) -> np.ndarray:
         with torch.no_grad():
-            x = torch.as_tensor(inputs(obs, first), device=device)
-            logits = action_logits(actor, x.flatten(0, 1))
+            x = torch.as_tensor(obs, dtype=torch.float32, device=device)
+            logits = action_logits(actor, (with_agent_ids(x) if agent_ids else x).flatten(0, 1))
             action = logits.argmax(-1) if deterministic else torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(-1)
             return action.view(obs.shape[:2]).cpu().numpy()
 
@@ -130,14 +114,12 @@ def evaluate_combat(policy: TeamPolicy, episodes: int, seed: int, rules: Mapping
     quota = np.array([episodes // n + (i < episodes % n) for i in range(n)])
     envs = CombatVectorEnv(n, **(rules or {}))
     obs, _ = envs.reset(seed=seed)
-    first = np.ones(n, bool)
     ep_ret = np.zeros((n, envs.rules.team_size))
     ep_len = np.zeros(n, np.int64)
     played = np.zeros(n, np.int64)
     returns, lengths, wins = [], [], []
     while (played < quota).any():
-        obs, reward, term, trunc, info = envs.step(policy(obs, first))
-        first = ~info["valid"]
+        obs, reward, term, trunc, info = envs.step(policy(obs))
         ep_ret += reward
         ep_len += info["valid"]
         for i in np.flatnonzero((term | trunc) & (played < quota)):
@@ -174,7 +156,7 @@ class CombatDatasetEvaluator:
         self.latest: CombatEval | None = None
 
     def __call__(self, policy: Callable[[np.ndarray], np.ndarray], episodes: int, seed: int) -> CombatEval:
-        team = lambda obs, first: policy(obs.reshape(-1, obs.shape[-1])).reshape(obs.shape[:2])  # noqa: E731
+        team = lambda obs: policy(obs.reshape(-1, obs.shape[-1])).reshape(obs.shape[:2])  # noqa: E731
         self.latest = evaluate_combat(team, episodes, seed, self.rules)
         return self.latest
 
@@ -231,11 +213,6 @@ def _load_actor(run_dir: str | Path, device: torch.device) -> tuple[nn.Module, d
     return actor.eval(), ckpt.meta, ckpt.sha256
 
 
-def run_inputs(config: Mapping[str, Any]) -> AgentInputs:
-    """The policy inputs a saved run's config trained on (runs before ``frames`` saw one frame)."""
-    return AgentInputs(config.get("frames", 1), config.get("agent_ids", False))
-
-
 def load_team_policy(run_dir: str | Path, deterministic: bool | None = None, seed: int = 0,
                      device: str = "cpu") -> tuple[TeamPolicy, bool, dict[str, Any], str]:
     """(team policy, whether it acts greedily, checkpoint meta, weights hash) of a saved IPPO
@@ -246,7 +223,7 @@ def load_team_policy(run_dir: str | Path, deterministic: bool | None = None, see
         raise RlpipeError(f"{run_dir} is not an IPPO run on Combat-v0")
     config = meta["config"]
     greedy = config.get("eval_deterministic", True) if deterministic is None else deterministic
-    return team_policy(actor, run_inputs(config), dev, greedy, seed), greedy, meta, sha
+    return team_policy(actor, config.get("agent_ids", False), dev, greedy, seed), greedy, meta, sha
 
 
 def evaluate_run(run_dir: str | Path, episodes: int, seed: int, deterministic: bool = True, device: str = "cpu",
@@ -270,7 +247,7 @@ def evaluate_run(run_dir: str | Path, episodes: int, seed: int, deterministic: b
         deterministic = head["deterministic"] = deterministic and config.get("eval_deterministic", True)
         # IPPO's rules are config fields; a policy learnt from a dataset keeps the dataset's in its meta.
         rules = meta.get("env_kwargs") or {k: v for k, v in config.items() if k in CombatRules.__dataclass_fields__}
-        res = evaluate_combat(team_policy(actor, run_inputs(config), dev, deterministic, seed), episodes, seed, rules)
+        res = evaluate_combat(team_policy(actor, config.get("agent_ids", False), dev, deterministic, seed), episodes, seed, rules)
         return {**head, "win_rate": res.win_rate, "team_return_mean": res.mean, "team_return_std": res.std,
                 "agent_returns": list(res.agent_returns), "episode_length_mean": float(np.mean(res.lengths))}
 
