@@ -384,3 +384,47 @@ def test_bc_learns_one_shared_policy_from_an_ippo_teams_combat_data(cli, tmp_pat
         load_policy(tmp_path / "bc")
     refused = cli("train", "td3bc", "--dataset", "combat-expert", "--store", store, "--out", tmp_path / "td3bc")
     assert refused.code == 2 and "Discrete" in refused.err and not (tmp_path / "td3bc").exists(), refused.err
+
+
+def test_ippo_attack_mask_is_exactly_the_attacks_that_can_hit() -> None:
+    """The mask read from an agent's own observation agrees with the rules' hit condition
+    (target alive in the 3x3 neighbourhood, attacker alive and ready) in random games, and
+    gives the useless attacks zero probability; the unmasked policy (control) does not."""
+    from rlpipe.envs.combat import N_MOVES, CombatVectorEnv
+    from rlpipe.models.networks import CombatActorCritic
+
+    envs = CombatVectorEnv(64)
+    obs, _ = envs.reset(seed=0)
+    masked, unmasked = (CombatActorCritic(150, 7, 2, (16,), mask_attacks=m).requires_grad_(False) for m in (True, False))
+    rng = np.random.default_rng(0)
+    seen = np.zeros(2, np.int64)  # (can hit, cannot hit) agent-opponent pairs
+    for _ in range(200):
+        g = envs.games
+        near = (np.abs(g.pos[:, :2, None] - g.pos[:, None, 2:]).max(-1) <= 1) & (g.hp[:, None, 2:] > 0)
+        can_hit = (near & ((g.hp[:, :2] > 0) & ~g.cooling[:, :2])[..., None]).reshape(-1, 2)  # [games x agents, opponents]
+        x = torch.as_tensor(obs.reshape(-1, 150))
+        assert (masked.attack_mask(x).numpy() == can_hit).all()
+        head = masked(x)[0]
+        probs = head.softmax(-1)[:, N_MOVES:].numpy()
+        assert (probs[~can_hit] == 0).all() and (probs[can_hit] > 0).all()
+        assert masked.log_prob_entropy(head, masked.sample(head))[1].isfinite().all()  # no nan from 0 * log 0
+        assert (unmasked(x)[0].softmax(-1)[:, N_MOVES:].numpy()[~can_hit] > 0).all()  # the control
+        seen += can_hit.sum(), (~can_hit).sum()
+        obs, *_ = envs.step(rng.integers(0, 7, size=(64, 2)))
+    assert seen.min() > 100
+
+
+def test_ippo_attack_mask_survives_the_checkpoint(cli, tmp_path: Path) -> None:
+    """A masked run is rebuilt with its mask for `rlpipe eval` and `collect --expert ippo`."""
+    result = cli("train", "ippo", "--env", "Combat-v0", "--env-steps", "2048", "--out", tmp_path / "run", "--no-progress",
+                 "--num-envs", "16", "--set", "num_steps=64", "--set", "eval_episodes=8", "--set", "mask_attacks=true")
+    assert result.code == 0, result.err
+    from rlpipe.training.multiagent import _load_actor
+
+    actor = _load_actor(tmp_path / "run", torch.device("cpu"))[0]
+    assert actor.mask_attacks and actor(torch.zeros(1, 152))[0][0, 5:].max() < -1e8  # a dead agent cannot attack
+    report = json.loads(cli("eval", tmp_path / "run", "--episodes", "8", "--json").out)
+    assert 0.0 <= report["win_rate"] <= 1.0 and report["episodes"] == 8
+    collected = cli("collect", "--env", "Combat-v0", "--expert", "ippo", "--expert-run", tmp_path / "run", "--episodes", "4",
+                    "--store", tmp_path / "store", "--quiet")
+    assert collected.code == 0, collected.err

@@ -22,6 +22,7 @@ from rlpipe.errors import RlpipeError
 _ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU}
 _INPLACE_ACTIVATIONS = {"relu": torch.relu_, "tanh": torch.tanh_, "elu": F.elu_}
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+COMBAT_CHANNELS = 6  # Combat's observation channels: team, id, hp, cooldown, row, column
 
 
 def mlp(
@@ -324,6 +325,47 @@ class ActorCritic(nn.Module):
         return self.sample(head)
 
 
+class CombatActorCritic(ActorCritic):
+    """IPPO's Combat policy: an :class:`ActorCritic` over one agent's observation (6 channels
+    x ``view`` x ``view``, channel-major: ``obs_dim`` floats), then ``extra_dim`` features
+    (its one-hot id).
+
+    ``mask_attacks`` sets the logit of "attack opponent j" to a large negative number when
+    the observation says the attack cannot hit: opponent j is not in the agent's 3x3
+    neighbourhood, or the agent is cooling down. The mask is read from the observation
+    itself, so training, evaluation and a reloaded checkpoint all apply the same one.
+    """
+
+    kind = "combat_actor_critic"
+
+    def __init__(self, obs_dim: int, act_dim: int, n_opponents: int, hidden: Sequence[int] = (64, 64),
+                 extra_dim: int = 0, mask_attacks: bool = False, activation: str = "tanh") -> None:
+        super().__init__(obs_dim + extra_dim, act_dim, True, hidden, activation)
+        self.spec = {"obs_dim": obs_dim, "act_dim": act_dim, "n_opponents": n_opponents, "hidden": list(hidden),
+                     "extra_dim": extra_dim, "mask_attacks": mask_attacks, "activation": activation}
+        self.obs_dim, self.view = obs_dim, math.isqrt(obs_dim // COMBAT_CHANNELS)
+        self.n_opponents, self.mask_attacks = n_opponents, mask_attacks
+
+    def attack_mask(self, obs: torch.Tensor) -> torch.Tensor:
+        """[B, n_opponents] True where attacking opponent j can hit, per the observation."""
+        window = obs[:, :self.obs_dim].view(-1, COMBAT_CHANNELS, self.view, self.view)
+        c = self.view // 2
+        near = window[:, :, c - 1:c + 2, c - 1:c + 2].flatten(2)  # the 3x3 neighbourhood
+        ids = torch.arange(self.n_opponents, device=obs.device, dtype=obs.dtype)
+        # team -1 marks an opponent (only living units show); channel 1 is its id within its team
+        present = ((near[:, 0, None, :] == -1) & (near[:, 1, None, :] == ids[:, None])).any(-1)
+        ready = window[:, 3, c, c] == 1  # the agent's own cell: cooldown +1 ready, -1 cooling (0: dead)
+        return present & ready[:, None]
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        head, value = super().forward(obs)
+        if self.mask_attacks:
+            # A large finite number, not -inf: the entropy's p * log p stays 0 instead of nan.
+            blocked = ~self.attack_mask(obs)
+            head = torch.cat([head[:, :-self.n_opponents], head[:, -self.n_opponents:].masked_fill(blocked, -1e9)], -1)
+        return head, value
+
+
 class GreedyQPolicy(nn.Module):
     """A Q-network over discrete actions that acts greedily (discrete CQL's policy)."""
 
@@ -430,7 +472,8 @@ class AgentActors(nn.Module):
 
 POLICY_CLASSES: dict[str, type[nn.Module]] = {
     cls.kind: cls
-    for cls in (TanhGaussianActor, DeterministicActor, CategoricalActor, ActorCritic, GreedyQPolicy, BCQPolicy, AgentActors)
+    for cls in (TanhGaussianActor, DeterministicActor, CategoricalActor, ActorCritic, CombatActorCritic, GreedyQPolicy, BCQPolicy,
+                AgentActors)
 }
 
 

@@ -264,7 +264,7 @@ def load_team_policy(run_dir: str | Path, deterministic: bool | None = None, see
     run; ``deterministic=None`` acts as the run's own evaluation did (``eval_deterministic``)."""
     dev = torch.device(device)
     actor, meta, sha = _load_actor(run_dir, dev)
-    if meta["policy"]["kind"] != "actor_critic" or meta["env_id"] != "Combat-v0":
+    if meta["policy"]["kind"] not in ("actor_critic", "combat_actor_critic") or meta["env_id"] != "Combat-v0":
         raise RlpipeError(f"{run_dir} is not an IPPO run on Combat-v0")
     config = meta["config"]
     greedy = config.get("eval_deterministic", True) if deterministic is None else deterministic
