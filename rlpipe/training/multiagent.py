@@ -74,13 +74,12 @@ class CombatRows:
             reward = np.broadcast_to(reward.mean(1, keepdims=True), reward.shape)
         reward = reward + self.win_bonus * info["win"][:, None]
         game = np.broadcast_to(info["valid"][:, None], reward.shape)
+        living = game & self.alive
         if self.carry_dead:  # a dead agent's row runs on to the game's end, value-only
-            step = RowStep(reward.reshape(-1), np.repeat(term, self.n_agents), np.repeat(trunc, self.n_agents),
-                           game.reshape(-1), (game & self.alive).reshape(-1))
-        else:
-            died = self.alive & ~info["alive"]  # an agent's episode ends with its death
-            step = RowStep(reward.reshape(-1), (term[:, None] | died).reshape(-1), np.repeat(trunc, self.n_agents),
-                           (game & self.alive).reshape(-1))
+            ended, valid, acting = np.repeat(term, self.n_agents), game.reshape(-1), living.reshape(-1)
+        else:  # an agent's episode ends with its death
+            ended, valid, acting = (term[:, None] | (self.alive & ~info["alive"])).reshape(-1), living.reshape(-1), None
+        step = RowStep(reward.reshape(-1), ended, np.repeat(trunc, self.n_agents), valid, acting)
         self.alive, self.obs = info["alive"], self._rows(obs)
         self.episodes += int((term | trunc).sum())
         self.wins += int(info["win"].sum())
