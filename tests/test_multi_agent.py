@@ -19,6 +19,7 @@ from rlpipe.errors import RlpipeError
         (["train", "ippo", "--env", "CartPole-v1"], "ippo trains on Combat-v0; got 'CartPole-v1'"),
         (["train", "maddpg", "--env", "Combat-v0"], "maddpg trains on simple_adversary_v3, simple_spread_v3"),
         (["train", "maddpg", "--env", "simple_adversary_v3", "--num-envs", "4"], "maddpg steps one env"),
+        (["train", "maddpg", "--env", "simple_adversary_v3", "--set", "n_step=0"], "n_step must be >= 1; got 0"),
         (["train", "ippo", "--env", "Combat-v0", "--set", "team_size=20"], "team_size + n_opponents must be <= 16"),
     ],
 )
@@ -52,11 +53,13 @@ def test_ippo_run_writes_win_rate_and_eval_prints_it(cli, tmp_path: Path) -> Non
     assert meta["producer"]["rules"]["win_reward"] == 0.0  # ma-gym's reward: IPPO's win bonus only shapes its training
 
 
-@pytest.mark.parametrize("obs_deltas", [False, True])  # True: eval's policies keep (and reset) the last observation
+# True: eval's policies keep (and reset) the last observation; with it, 3-step targets and twin critics.
+@pytest.mark.parametrize("obs_deltas", [False, True])
 def test_maddpg_run_writes_side_returns_and_eval_prints_them(cli, tmp_path: Path, obs_deltas: bool) -> None:
+    extra = ["--set", "n_step=3", "--set", "twin_critics=true"] if obs_deltas else []
     result = cli("train", "maddpg", "--env", "simple_adversary_v3", "--env-steps", "300", "--out", tmp_path / "run",
                  "--no-progress", "--set", "learning_starts=100", "--set", "batch_size=64", "--set", "update_every=50",
-                 "--set", "eval_episodes=2", "--set", f"obs_deltas={str(obs_deltas).lower()}")
+                 "--set", "eval_episodes=2", "--set", f"obs_deltas={str(obs_deltas).lower()}", *extra)
     assert result.code == 0, result.err
     metrics = json.loads((tmp_path / "run/metrics.json").read_text())
     assert metrics["gradient_updates"] == 5 and metrics["centralised"] is True
@@ -428,3 +431,42 @@ def test_ippo_attack_mask_survives_the_checkpoint(cli, tmp_path: Path) -> None:
     collected = cli("collect", "--env", "Combat-v0", "--expert", "ippo", "--expert-run", tmp_path / "run", "--episodes", "4",
                     "--store", tmp_path / "store", "--quiet")
     assert collected.code == 0, collected.err
+
+
+def test_n_step_window_sums_discounted_rewards_and_flushes_at_the_episode_end() -> None:
+    def episode(n: int, terminated: bool) -> list[tuple[float, float, float, float]]:
+        window, out = maddpg.NStepWindow(n, gamma=0.5), []
+        for t in range(4):  # rewards 1..4; observation t, next observation t + 1
+            last = t == 3
+            done = window.push([np.array([t])], np.array([0]), np.array([t + 1.0]), [np.array([t + 1])], terminated and last, last)
+            out += [(float(o[0][0]), float(r[0]), float(o2[0][0]), d) for o, _, r, o2, d in done]
+        return out
+
+    # (o_t, sum_k 0.5^k r_{t+k}, o_{t+m}, 0.5^m): m = 3, then fewer at the truncation, all bootstrapping from o_4.
+    assert episode(3, terminated=False) == [(0, 2.75, 3, 0.125), (1, 4.5, 4, 0.125), (2, 5.0, 4, 0.25), (3, 4.0, 4, 0.5)]
+    assert [d for *_, d in episode(3, terminated=True)] == [0.125, 0.0, 0.0, 0.0]  # a termination ends every bootstrap
+    # The control: n = 1 is the one-step transition (r_t, o_{t+1}, gamma).
+    assert episode(1, terminated=False) == [(t, t + 1.0, t + 1, 0.5) for t in range(4)]
+
+
+def test_twin_critics_regress_both_copies_on_the_smaller_target() -> None:
+    torch.manual_seed(0)
+    from rlpipe.models.networks import AgentActors
+
+    actors = AgentActors(["a", "b"], [3, 3], [4, 4], (8,))
+    batch = {"obs": [torch.randn(16, 3)] * 2, "next_obs": [torch.randn(16, 3)] * 2, "actions": torch.zeros(16, 2, dtype=torch.long),
+             "rewards": torch.zeros(16, 2), "discount": torch.ones(16)}
+
+    def constant(critics: maddpg.Critics, values: list[float]) -> maddpg.Critics:
+        for net, v in zip([critics.nets[0], *(critics.twins or [])[:1]], values):
+            with torch.no_grad():
+                net[-1].weight.zero_()
+                net[-1].bias.fill_(v)
+        return critics
+
+    online = constant(maddpg.Critics([3, 3], [4, 4], (8,), True, twin=True), [0.0, 0.0])
+    target = constant(maddpg.Critics([3, 3], [4, 4], (8,), True, twin=True), [5.0, 2.0])
+    assert maddpg.critic_loss(0, batch, online, target, actors, [4, 4]).item() == pytest.approx(2 * 2.0**2)  # both copies vs 2
+    # The control: one critic regresses on its own target copy (5).
+    single = constant(maddpg.Critics([3, 3], [4, 4], (8,), True), [0.0])
+    assert maddpg.critic_loss(0, batch, single, target, actors, [4, 4]).item() == pytest.approx(5.0**2)
