@@ -24,14 +24,14 @@ def _ippo(seed: int, learn: bool = True) -> dict:
 @pytest.mark.slow
 def test_ippo_team_learns_to_trade_hits_with_the_bots(learning_seed: int, record_property) -> None:
     # Team return (ma-gym's: hits dealt - hits taken; the win bonus only shapes training), 100
-    # episodes after 100k game steps. Seeds 0-4: -1.52, -1.26, -1.35, -1.59, -1.41 (tuned
-    # carry_dead + team_reward; -1.17, -1.09, -0.94, -1.21, -1.16 without); the untrained
-    # policy (learning_rate 0): -4.13, -4.09, -3.84, -4.11, -3.75.
+    # episodes after 100k game steps. Seeds 0-4: -0.09, -0.15, -0.14, -0.23, -0.09 (tuned:
+    # carry_dead + team_reward + mask_attacks; -1.52, -1.26, -1.35, -1.59, -1.41 without the
+    # mask); the untrained policy (learning_rate 0): -3.92, -4.01, -3.48, -3.92, -3.64.
     learnt, control = _ippo(learning_seed), _ippo(learning_seed, learn=False)
     record_property("team_return", learnt["eval_team_return_mean"])
     record_property("control_team_return", control["eval_team_return_mean"])
-    assert learnt["eval_team_return_mean"] >= -2.0
-    assert control["eval_team_return_mean"] < -2.0
+    assert learnt["eval_team_return_mean"] >= -1.0
+    assert control["eval_team_return_mean"] < -1.0
 
 
 def _maddpg(seed: int, learn: bool = True) -> dict:
