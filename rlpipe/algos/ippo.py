@@ -99,7 +99,7 @@ class Config(OnlineConfig):
 # vs 0.535 / 0.562 / 0.557 unmasked (seeds 0-2, 64x64, 5M game steps, without carry_dead and
 # team_reward, 2000 sampled episodes each), for ~15% more CPU; 24M steps (1134 CPU-s, seed 0)
 # reach 0.72 (4000 episodes). With carry_dead + team_reward it reaches 0.815 / 0.815 / 0.86 at
-# 9M game steps (~500 CPU-s) and ends at 21M (~1130 CPU-s) winning 0.854 / 0.863 / 0.849 over
+# 9M game steps (~500 CPU-s) and ends at 21M (~1130 CPU-s) winning 0.835 / 0.865 / 0.844 over
 # 2000 episodes (seeds 0-2, 64x64), against 0.83 / 0.80 / 0.79 without the mask at 24M.
 TUNED: dict[str, dict[str, Any]] = {"Combat-v0": dict(win_bonus=10.0, carry_dead=True, team_reward=True, mask_attacks=True)}
 
