@@ -76,7 +76,8 @@ def train(
 def eval_(
     run_dir: Path = typer.Argument(..., help="A run directory written by `rlpipe train`."),
     episodes: int = typer.Option(10, "--episodes", min=1, help="Episodes to run."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the evaluation envs."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the evaluation: episode k resets its env with seed + k, so a second, "
+                             "independent sample needs a seed at least --episodes away (--seed 1 and --seed 2 share all but one episode)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     stochastic: bool = typer.Option(False, "--stochastic", help="Sample actions instead of acting deterministically."),
     device: str = typer.Option("cpu", "--device", help="auto, cpu or cuda."),
