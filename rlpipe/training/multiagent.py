@@ -22,11 +22,12 @@ TeamPolicy = Callable[[np.ndarray], np.ndarray]
 """Observations of a batch of teams [B, n_agents, obs_dim] -> their actions [B, n_agents]."""
 
 
-def with_agent_ids(obs: torch.Tensor) -> torch.Tensor:
-    """Append each agent's one-hot id: [B, A, D] -> [B, A, D + A] (lets a shared policy specialise)."""
+def with_agent_ids(obs: np.ndarray) -> np.ndarray:
+    """Append each agent's one-hot id: [B, A, D] -> [B, A, D + A] float32 (lets a shared policy
+    specialise). Training rows and the evaluation's team policy both build their input with it."""
     batch, n_agents = obs.shape[:2]
-    ids = torch.eye(n_agents, dtype=obs.dtype, device=obs.device).expand(batch, n_agents, n_agents)
-    return torch.cat([obs, ids], dim=-1)
+    ids = np.broadcast_to(np.eye(n_agents, dtype=np.float32), (batch, n_agents, n_agents))
+    return np.concatenate([obs.astype(np.float32, copy=False), ids], axis=-1)
 
 
 @dataclass(frozen=True)
@@ -50,8 +51,7 @@ class CombatRows:
     def __init__(self, envs: CombatVectorEnv, agent_ids: bool, seed: int, win_bonus: float = 0.0,
                  team_reward: bool = False, carry_dead: bool = False, teammates_obs: bool = False) -> None:
         self.envs, self.n_agents, self.win_bonus = envs, envs.rules.team_size, win_bonus
-        self.team_reward, self.carry_dead, self.teammates_obs = team_reward, carry_dead, teammates_obs
-        self._ids = np.eye(self.n_agents, dtype=np.float32) if agent_ids else None
+        self.agent_ids, self.team_reward, self.carry_dead, self.teammates_obs = agent_ids, team_reward, carry_dead, teammates_obs
         obs, info = envs.reset(seed=seed)
         self.alive: np.ndarray = info["alive"]  # [games, agents]
         self.obs = self._rows(obs)
@@ -59,14 +59,11 @@ class CombatRows:
 
     def _rows(self, obs: np.ndarray) -> np.ndarray:
         x = obs.astype(np.float32, copy=False)
-        parts = [x]
-        if self._ids is not None:
-            parts.append(np.broadcast_to(self._ids, (*x.shape[:2], self.n_agents)))
+        rows = with_agent_ids(x) if self.agent_ids else x
         if self.teammates_obs:  # then the other agents' observations, in index order
             others = [np.concatenate([x[:, j] for j in range(self.n_agents) if j != i], -1) for i in range(self.n_agents)]
-            parts.append(np.stack(others, 1))
-        x = np.concatenate(parts, axis=-1) if len(parts) > 1 else x
-        return x.reshape(-1, x.shape[-1])
+            rows = np.concatenate([rows, np.stack(others, 1)], axis=-1)
+        return rows.reshape(-1, rows.shape[-1])
 
     def step(self, actions: np.ndarray) -> RowStep:
         obs, reward, term, trunc, info = self.envs.step(actions.reshape(-1, self.n_agents))
@@ -101,8 +98,8 @@ def team_policy(actor: nn.Module, agent_ids: bool, device: torch.device | str = 
 
     def act(obs: np.ndarray) -> np.ndarray:
         with torch.no_grad():
-            x = torch.as_tensor(obs, dtype=torch.float32, device=device)
-            logits = action_logits(actor, (with_agent_ids(x) if agent_ids else x).flatten(0, 1))
+            x = torch.as_tensor(with_agent_ids(obs) if agent_ids else obs, dtype=torch.float32, device=device)
+            logits = action_logits(actor, x.flatten(0, 1))
             action = logits.argmax(-1) if deterministic else torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(-1)
             return action.view(obs.shape[:2]).cpu().numpy()
 
