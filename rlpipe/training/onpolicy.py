@@ -151,7 +151,8 @@ def clipped_loss(
     head, value = actor(batch.obs[idx])
     v_loss = F.mse_loss(value, batch.returns[idx])
     if batch.acting is not None:
-        idx, head = idx[batch.acting[idx]], head[batch.acting[idx]]
+        acting = batch.acting[idx]
+        idx, head = idx[acting], head[acting]
     logp, entropy = actor.log_prob_entropy(head, batch.actions[idx])
     log_ratio = logp - batch.log_probs[idx]
     ratio = log_ratio.exp()
