@@ -43,6 +43,8 @@ def test_ippo_run_writes_win_rate_and_eval_prints_it(cli, tmp_path: Path) -> Non
     assert 0.0 <= report["win_rate"] <= 1.0 and report["episodes"] == 6 and len(report["agent_returns"]) == 2
     again = json.loads(cli("eval", tmp_path / "run", "--episodes", "6", "--json").out)
     assert again == report  # seeded evaluation
+    crossed = cli("eval", tmp_path / "run", "--episodes", "6", "--adversary-run", tmp_path / "run")
+    assert crossed.code == 2 and "--adversary-run applies to MPE runs only" in crossed.err
     with pytest.raises(RlpipeError, match="multi-agent ippo run: evaluate it with `rlpipe eval`"):
         load_policy(tmp_path / "run")  # no single observation -> action map
     collected = cli("collect", "--env", "Combat-v0", "--expert", "ippo", "--expert-run", tmp_path / "run", "--episodes", "4",

@@ -284,6 +284,8 @@ def evaluate_run(run_dir: str | Path, episodes: int, seed: int, deterministic: b
     head = {"run_dir": str(run_dir), "algo": meta["algo"], "env_id": meta["env_id"], "episodes": episodes, "seed": seed,
             "deterministic": deterministic, "checkpoint_sha256": sha}
     if meta["env_id"] == "Combat-v0":
+        if adversary_run is not None:  # the opponents are the env's scripted bots
+            raise RlpipeError("--adversary-run applies to MPE runs only: Combat-v0's opponents are its bots")
         # An IPPO run trained with sampled evaluation actions is evaluated the same way.
         deterministic = head["deterministic"] = deterministic and config.get("eval_deterministic", True)
         # IPPO's rules are config fields; a policy learnt from a dataset keeps the dataset's in its meta.
