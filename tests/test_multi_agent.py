@@ -55,10 +55,11 @@ def test_ippo_run_writes_win_rate_and_eval_prints_it(cli, tmp_path: Path) -> Non
     assert meta["producer"]["rules"]["win_reward"] == 0.0  # ma-gym's reward: IPPO's win bonus only shapes its training
 
 
-# True: eval's policies keep (and reset) the last observation; with it, 3-step targets and twin critics.
+# True: eval's policies keep (and reset) the last observation; with it, 3-step targets, twin critics and
+# a policy ensemble (eval draws the same members as training's evaluation did, from the same seed).
 @pytest.mark.parametrize("obs_deltas", [False, True])
 def test_maddpg_run_writes_side_returns_and_eval_prints_them(cli, tmp_path: Path, obs_deltas: bool) -> None:
-    extra = ["--set", "n_step=3", "--set", "twin_critics=true"] if obs_deltas else []
+    extra = ["--set", "n_step=3", "--set", "twin_critics=true", "--set", "ensemble=2"] if obs_deltas else []
     result = cli("train", "maddpg", "--env", "simple_adversary_v3", "--env-steps", "300", "--out", tmp_path / "run",
                  "--no-progress", "--set", "learning_starts=100", "--set", "batch_size=64", "--set", "update_every=50",
                  "--set", "eval_episodes=2", "--set", f"obs_deltas={str(obs_deltas).lower()}", *extra)
@@ -96,7 +97,7 @@ def test_actor_loss_reaches_only_its_own_actor_through_the_gumbel_softmax() -> N
     torch.manual_seed(0)
     actors = AgentActors(["a", "b"], [3, 3], [4, 4], (8,))
     critics = maddpg.Critics([3, 3], [4, 4], (8,), centralised=True)
-    batch = {"obs": [torch.randn(32, 3), torch.randn(32, 3)]}
+    batch = {"obs": [torch.randn(32, 3), torch.randn(32, 3)], "members": torch.zeros(32, 2, dtype=torch.long)}
     maddpg.actor_loss(0, batch, critics, actors, logits_l2=1e-3).backward()
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in actors.nets[0].parameters())
     assert all(p.grad is None for p in actors.nets[1].parameters())
@@ -129,7 +130,7 @@ def test_agent_policy_feeds_the_observation_change_and_evaluation_resets_it() ->
     actors = AgentActors(["a"], [2], [3], (4,), obs_deltas=True)
     assert actors.nets[0][0].in_features == 4
     seen: list[list[float]] = []
-    actors.act = lambda i, x, deterministic=True: (seen.append(x[0].tolist()), torch.zeros(1, dtype=torch.long))[1]
+    actors.act = lambda i, x, deterministic=True, member=0: (seen.append(x[0].tolist()), torch.zeros(1, dtype=torch.long))[1]
     policy = AgentPolicy(actors, 0, torch.device("cpu"))
     for o in ([1.0, 2.0], [1.5, 2.0]):
         policy(np.array(o, np.float32))
@@ -457,7 +458,7 @@ def test_twin_critics_regress_both_copies_on_the_smaller_target() -> None:
 
     actors = AgentActors(["a", "b"], [3, 3], [4, 4], (8,))
     batch = {"obs": [torch.randn(16, 3)] * 2, "next_obs": [torch.randn(16, 3)] * 2, "actions": torch.zeros(16, 2, dtype=torch.long),
-             "rewards": torch.zeros(16, 2), "discount": torch.ones(16)}
+             "rewards": torch.zeros(16, 2), "discount": torch.ones(16), "members": torch.zeros(16, 2, dtype=torch.long)}
 
     def constant(critics: maddpg.Critics, values: list[float]) -> maddpg.Critics:
         for net, v in zip([critics.nets[0], *(critics.twins or [])[:1]], values):
@@ -472,3 +473,57 @@ def test_twin_critics_regress_both_copies_on_the_smaller_target() -> None:
     # The control: one critic regresses on its own target copy (5).
     single = constant(maddpg.Critics([3, 3], [4, 4], (8,), True), [0.0])
     assert maddpg.critic_loss(0, batch, single, target, actors, [4, 4]).item() == pytest.approx(5.0**2)
+
+
+def test_policy_ensemble_draws_one_member_per_agent_and_episode_from_a_seeded_stream() -> None:
+    from rlpipe.models.networks import AgentActors
+    from rlpipe.training.multiagent import AgentPolicy
+
+    torch.manual_seed(0)
+    actors = AgentActors(["a", "b"], [2, 2], [3, 3], (4,), ensemble=3)
+    assert len(actors.nets) == 6 and actors.spec["ensemble"] == 3
+    for k in range(3):  # member k of agent 0 always picks action k
+        with torch.no_grad():
+            actors.nets[k * 2][-1].weight.zero_()
+            actors.nets[k * 2][-1].bias.copy_(torch.eye(3)[k])
+
+    def episodes(seed: int, agent: int = 0, count: int = 40) -> list[int]:
+        policy, acted = AgentPolicy(actors, agent, torch.device("cpu"), seed=seed), []
+        for _ in range(count):
+            policy.reset()
+            acted.append(policy.member)
+            if agent == 0:
+                assert policy(np.zeros(2, np.float32)) == policy.member  # the drawn member acts
+        return acted
+
+    assert episodes(7) == episodes(7) and set(episodes(7)) == {0, 1, 2}
+    assert episodes(7) != episodes(8) and episodes(7) != episodes(7, agent=1)  # a stream per seed and agent
+    # The control: a single policy never draws.
+    single = AgentActors(["a"], [2], [3], (4,))
+    policy = AgentPolicy(single, 0, torch.device("cpu"), seed=7)
+    for _ in range(5):
+        policy.reset()
+        assert policy.member == 0
+
+
+def test_ensemble_rows_use_the_member_that_acted_and_member_k_learns_from_its_rows() -> None:
+    from rlpipe.models.networks import AgentActors
+
+    torch.manual_seed(0)
+    actors = AgentActors(["a", "b"], [3, 3], [4, 4], (8,), ensemble=2)
+    obs, members = torch.randn(6, 3), torch.tensor([0, 1, 1, 0, 1, 0])
+    picked = actors.member_logits(1, obs, members)
+    for row, k in enumerate(members.tolist()):
+        assert torch.equal(picked[row], actors.logits(1, obs, k)[row])
+    assert not torch.allclose(actors.logits(1, obs, 0), actors.logits(1, obs, 1))  # the members differ
+
+    critics = maddpg.Critics([3, 3], [4, 4], (8,), centralised=True)
+    critics.forward = lambda i, o, a, copy=0: 10 * o[0][:, 0] + 0 * sum(x.sum(-1) for x in a)  # Q_0 known per row
+    batch = {"obs": [obs, torch.randn(6, 3)], "members": torch.stack([members, 1 - members], 1)}
+    loss = maddpg.actor_loss(0, batch, critics, actors, logits_l2=0.0, member=1)
+    assert loss.item() == pytest.approx(-10 * obs[members == 1, 0].mean().item(), rel=1e-5)  # agent 0's member-1 rows
+    loss.backward()
+    assert all(p.grad is None for p in actors.nets[0].parameters())  # member 0 of agent 0 untouched
+    # The control: a single policy averages over every row.
+    single = AgentActors(["a", "b"], [3, 3], [4, 4], (8,))
+    assert maddpg.actor_loss(0, batch, critics, single, logits_l2=0.0).item() == pytest.approx(-10 * obs[:, 0].mean().item(), rel=1e-5)

@@ -2,7 +2,7 @@
 
 The full bars (issue 12: IPPO wins >= 0.80 on Combat, MADDPG's adversary >= -12 and good
 agents >= 4 on simple_adversary after 5000 episodes) take minutes to tens of minutes; these
-budgets (~12 s of CPU per run) still need real learning.
+budgets (~12-23 s of CPU per run) still need real learning.
 """
 
 from __future__ import annotations
@@ -46,13 +46,14 @@ def _maddpg(seed: int, learn: bool = True) -> dict:
 @pytest.mark.slow
 def test_maddpg_adversary_learns_to_shadow_the_good_agents(learning_seed: int, record_property) -> None:
     # Adversary's mean return, 50 episodes after 12,000 env steps (440 updates), with the
-    # tuned settings (velocity inputs, logits penalty 1e-4); the good agents' return is too
-    # noisy at this budget. Seeds 0-4: -18.8, -23.5, -18.5, -18.2, -20.4 (random play: -28.8);
-    # the same seed without learning (both learning rates 0, its initial actors drift one way):
-    # -33.4, -51.1, -48.3, -40.5, -58.1, so the bar is paired: at least 2.5 above the seed's own
-    # control (margins 14.6, 27.7, 29.8, 22.4, 37.7).
+    # tuned settings (velocity inputs, logits penalty 1e-4, twin critics, 2-step targets, policy
+    # ensembles of 3); the good agents' return is too noisy at this budget. Seeds 0-4: -14.5,
+    # -14.7, -16.1, -14.2, -14.6 (random play: -28.8; session 7's single policies: -18.2 to -23.5
+    # under a bar of -27); the same seed without learning (both learning rates 0, its initial
+    # actors drift one way): -37.1, -51.5, -44.7, -45.5, -38.5, so the bar is paired: at least 2.5
+    # above the seed's own control (margins 22.7 to 36.8).
     learnt, control = _maddpg(learning_seed), _maddpg(learning_seed, learn=False)
     record_property("adversary_return", learnt["adversary_return_mean"])
     record_property("control_adversary_return", control["adversary_return_mean"])
-    assert learnt["adversary_return_mean"] >= -27.0
+    assert learnt["adversary_return_mean"] >= -20.0
     assert learnt["adversary_return_mean"] >= control["adversary_return_mean"] + 2.5

@@ -449,24 +449,34 @@ class AgentActors(nn.Module):
     ``logits(i, obs)`` / ``act(i, obs, deterministic)`` run agent ``i``'s actor on a batch of
     its own observations; sampling draws from the softmax. With ``obs_deltas`` an actor's
     input is ``[o_t, o_t - o_{t-1}]`` (:func:`rlpipe.training.multiagent.with_obs_delta`), twice the observation's size.
+    With ``ensemble`` K > 1 every agent has K sub-policies (``member`` k; the MADDPG paper's
+    policy ensembles), of which an episode uses one per agent.
     """
 
     kind = "agent_actors"
 
     def __init__(self, agents: Sequence[str], obs_dims: Sequence[int], n_actions: Sequence[int], hidden: Sequence[int] = (64, 64),
-                 obs_deltas: bool = False) -> None:
+                 obs_deltas: bool = False, ensemble: int = 1) -> None:
         super().__init__()
         self.spec = {"agents": list(agents), "obs_dims": list(obs_dims), "n_actions": list(n_actions), "hidden": list(hidden),
-                     "obs_deltas": obs_deltas}
-        self.agents, self.obs_deltas = list(agents), obs_deltas
-        self.nets = nn.ModuleList(mlp(d * (2 if obs_deltas else 1), n, hidden) for d, n in zip(obs_dims, n_actions))
+                     "obs_deltas": obs_deltas, "ensemble": ensemble}
+        self.agents, self.obs_deltas, self.ensemble = list(agents), obs_deltas, ensemble
+        # member k of agent i is nets[k * n_agents + i] (with one member, the one-policy layout)
+        self.nets = nn.ModuleList(mlp(d * (2 if obs_deltas else 1), n, hidden) for _ in range(ensemble) for d, n in zip(obs_dims, n_actions))
 
-    def logits(self, i: int, obs: torch.Tensor) -> torch.Tensor:
-        return self.nets[i](obs)
+    def logits(self, i: int, obs: torch.Tensor, member: int = 0) -> torch.Tensor:
+        return self.nets[member * len(self.agents) + i](obs)
+
+    def member_logits(self, i: int, obs: torch.Tensor, members: torch.Tensor) -> torch.Tensor:
+        """Agent i's logits for a batch whose row b comes from member ``members[b]``."""
+        if self.ensemble == 1:
+            return self.logits(i, obs)
+        stacked = torch.stack([self.logits(i, obs, k) for k in range(self.ensemble)])  # [K, B, actions]
+        return stacked.gather(0, members[None, :, None].expand(1, *stacked.shape[1:]))[0]
 
     @torch.no_grad()
-    def act(self, i: int, obs: torch.Tensor, deterministic: bool = True) -> torch.Tensor:
-        logits = self.logits(i, obs)
+    def act(self, i: int, obs: torch.Tensor, deterministic: bool = True, member: int = 0) -> torch.Tensor:
+        logits = self.logits(i, obs, member)
         return logits.argmax(-1) if deterministic else torch.multinomial(logits.softmax(-1), 1).squeeze(-1)
 
 

@@ -190,21 +190,25 @@ def with_obs_delta(obs: np.ndarray, prev: np.ndarray) -> np.ndarray:
 class AgentPolicy:
     """Agent ``i``'s action from its observation by ``actors`` (an ``AgentActors``); an actor
     with ``obs_deltas`` reads :func:`with_obs_delta`, so the policy keeps the previous
-    observation until ``reset()``."""
+    observation until ``reset()``. With a policy ensemble every ``reset()`` (episode) draws
+    the member that acts, uniformly, from a stream seeded by ``(seed, i)``."""
 
-    def __init__(self, actors: nn.Module, i: int, device: torch.device, deterministic: bool = True) -> None:
+    def __init__(self, actors: nn.Module, i: int, device: torch.device, deterministic: bool = True, seed: int = 0) -> None:
         self.actors, self.i, self.device, self.deterministic = actors, i, device, deterministic
         self.prev: np.ndarray | None = None
+        self.member, self.members = 0, np.random.default_rng([seed, i])
 
     def reset(self) -> None:
         self.prev = None
+        if getattr(self.actors, "ensemble", 1) > 1:
+            self.member = int(self.members.integers(self.actors.ensemble))
 
     def __call__(self, obs: np.ndarray) -> int:
         x = obs
         if self.actors.obs_deltas:
             x = with_obs_delta(obs, obs if self.prev is None else self.prev)
             self.prev = obs
-        return int(self.actors.act(self.i, torch.as_tensor(x, dtype=torch.float32, device=self.device)[None], self.deterministic)[0])
+        return int(self.actors.act(self.i, torch.as_tensor(x, dtype=torch.float32, device=self.device)[None], self.deterministic, self.member)[0])
 
 
 @dataclass(frozen=True)
@@ -294,12 +298,12 @@ def evaluate_run(run_dir: str | Path, episodes: int, seed: int, deterministic: b
         return {**head, "win_rate": res.win_rate, "team_return_mean": res.mean, "team_return_std": res.std,
                 "agent_returns": list(res.agent_returns), "episode_length_mean": float(np.mean(res.lengths))}
 
-    policies = {a: AgentPolicy(actor, i, dev, deterministic) for i, a in enumerate(actor.agents)}
+    policies = {a: AgentPolicy(actor, i, dev, deterministic, seed) for i, a in enumerate(actor.agents)}
     if adversary_run is not None:
         other, other_meta, _ = _load_actor(adversary_run, dev)
         if other_meta["env_id"] != meta["env_id"] or getattr(other, "agents", None) != actor.agents:
             raise RlpipeError(f"--adversary-run {adversary_run} is not a run of {meta['env_id']} with the same agents")
-        policies.update({a: AgentPolicy(other, i, dev, deterministic) for i, a in enumerate(other.agents) if a.startswith("adversary")})
+        policies.update({a: AgentPolicy(other, i, dev, deterministic, seed) for i, a in enumerate(other.agents) if a.startswith("adversary")})
         head["adversary_run"] = str(adversary_run)
     sides = evaluate_sides(policies, meta["env_id"], episodes, seed)
     return {**head, "adversary_return_mean": sides.adversary_return_mean, "good_return_mean": sides.good_return_mean,
