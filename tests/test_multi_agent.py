@@ -469,10 +469,11 @@ def test_twin_critics_regress_both_copies_on_the_smaller_target() -> None:
 
     online = constant(maddpg.Critics([3, 3], [4, 4], (8,), True, twin=True), [0.0, 0.0])
     target = constant(maddpg.Critics([3, 3], [4, 4], (8,), True, twin=True), [5.0, 2.0])
-    assert maddpg.critic_loss(0, batch, online, target, actors, [4, 4]).item() == pytest.approx(2 * 2.0**2)  # both copies vs 2
+    next_actions = maddpg.target_next_actions(batch, actors)
+    assert maddpg.critic_loss(0, batch, online, target, next_actions, [4, 4]).item() == pytest.approx(2 * 2.0**2)  # both copies vs 2
     # The control: one critic regresses on its own target copy (5).
     single = constant(maddpg.Critics([3, 3], [4, 4], (8,), True), [0.0])
-    assert maddpg.critic_loss(0, batch, single, target, actors, [4, 4]).item() == pytest.approx(5.0**2)
+    assert maddpg.critic_loss(0, batch, single, target, next_actions, [4, 4]).item() == pytest.approx(5.0**2)
 
 
 def test_policy_ensemble_draws_one_member_per_agent_and_episode_from_a_seeded_stream() -> None:

@@ -174,13 +174,19 @@ def greedy_onehot(logits: torch.Tensor) -> torch.Tensor:
     return F.one_hot(logits.argmax(-1), logits.shape[-1]).float()
 
 
-def critic_loss(i: int, batch: dict[str, Any], critics: Critics, target_critics: Critics, target_actors: AgentActors,
+@torch.no_grad()
+def target_next_actions(batch: dict[str, Any], target_actors: AgentActors) -> list[torch.Tensor]:
+    """Every agent's greedy one-hot action at o' from its target actor (the member that acted in the
+    row): the critic targets' actions, the same for every agent's critic in one update."""
+    return [greedy_onehot(target_actors.member_logits(j, o, batch["members"][:, j])) for j, o in enumerate(batch["next_obs"])]
+
+
+def critic_loss(i: int, batch: dict[str, Any], critics: Critics, target_critics: Critics, next_actions: list[torch.Tensor],
                 n_actions: list[int]) -> torch.Tensor:
-    """TD error of Q_i against r_i + discount * Q_i'(o', greedy target actions of the members that acted)
+    """TD error of Q_i against r_i + discount * Q_i'(o', ``next_actions``: :func:`target_next_actions`)
     (n-step r_i and o' with ``n_step``); with twin critics both copies regress on the smaller of the two
     target copies."""
     with torch.no_grad():
-        next_actions = [greedy_onehot(target_actors.member_logits(j, o, batch["members"][:, j])) for j, o in enumerate(batch["next_obs"])]
         next_q = torch.stack([target_critics(i, batch["next_obs"], next_actions, k) for k in range(critics.copies)]).min(0).values
         target = batch["rewards"][:, i] + batch["discount"] * next_q
     actions = [F.one_hot(batch["actions"][:, j], n).float() for j, n in enumerate(n_actions)]
@@ -230,8 +236,9 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
         return evals[-1]
 
     def update(batch: dict[str, Any]) -> None:
+        next_actions = target_next_actions(batch, target_actors)  # target actors change only after the loop
         for i in range(len(agents)):
-            optimizer_step(critic_opts[i], critic_loss(i, batch, critics, target_critics, target_actors, n_actions), config.max_grad_norm)
+            optimizer_step(critic_opts[i], critic_loss(i, batch, critics, target_critics, next_actions, n_actions), config.max_grad_norm)
             for k in range(config.ensemble):
                 optimizer_step(actor_opts[k * len(agents) + i], actor_loss(i, batch, critics, actors, config.logits_l2, k), config.max_grad_norm)
         polyak_update(target_actors, actors, config.tau)
@@ -243,7 +250,7 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
     try:
         while not stop:
             raw, _ = env.reset(seed=int(rng.integers(2**31)))
-            # each agent's acting member for this episode
+            # each agent's acting member for this episode (a single policy draws nothing: its rng stream is unchanged)
             members = rng.integers(config.ensemble, size=len(agents)) if config.ensemble > 1 else np.zeros(len(agents), np.int64)
             obs = inputs(raw, raw)
             episode_return = 0.0

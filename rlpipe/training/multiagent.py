@@ -196,12 +196,12 @@ class AgentPolicy:
     def __init__(self, actors: nn.Module, i: int, device: torch.device, deterministic: bool = True, seed: int = 0) -> None:
         self.actors, self.i, self.device, self.deterministic = actors, i, device, deterministic
         self.prev: np.ndarray | None = None
-        self.member, self.members = 0, np.random.default_rng([seed, i])
+        self.member, self.member_rng = 0, np.random.default_rng([seed, i])
 
     def reset(self) -> None:
         self.prev = None
-        if getattr(self.actors, "ensemble", 1) > 1:
-            self.member = int(self.members.integers(self.actors.ensemble))
+        if self.actors.ensemble > 1:
+            self.member = int(self.member_rng.integers(self.actors.ensemble))
 
     def __call__(self, obs: np.ndarray) -> int:
         x = obs
