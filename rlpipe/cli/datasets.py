@@ -119,3 +119,119 @@ def export_command(
     info = open_dataset(name, store)
     path = export_to_minari(info, dataset_id, force=force)
     typer.echo(f"exported {name} -> {path} (minari.load_dataset({(dataset_id or default_minari_id(info.name))!r}))")
+
+
+FORMAT_OPTION = typer.Option("arrow", "--format", help="arrow, hdf5 or both (hdf5: Minari's layout beside the Arrow shards).")
+FORCE_OPTION = typer.Option(False, "--force", help="Replace an existing dataset of the same name.")
+SEED_OPTION = typer.Option(0, "--seed", min=0, max=2**32 - 1, help="Seed of the random choice of episodes.")
+
+
+def _print_written(path: Path) -> None:
+    from rlpipe.datasets.store import read_metadata
+
+    meta = read_metadata(path)
+    typer.echo(f"wrote {path} ({meta['total_episodes']} episodes, {meta['total_steps']} steps)")
+
+
+def _weights(text: str) -> list[float]:
+    try:
+        return [float(part) for part in text.split(",")]
+    except ValueError:
+        raise RlpipeError(f"--weights takes comma-separated numbers such as 0.5,0.5, got {text!r}") from None
+
+
+@datasets_app.command("merge")
+def merge_command(
+    sources: list[str] = typer.Argument(..., help="Two or more datasets of the same env and spaces."),
+    name: str = typer.Option(..., "--name", help="Name of the merged dataset."),
+    weights: Optional[str] = typer.Option(None, "--weights", help="Step shares per source, e.g. 0.5,0.5 (default: every episode of every source)."),
+    seed: int = SEED_OPTION,
+    fmt: str = FORMAT_OPTION,
+    force: bool = FORCE_OPTION,
+    store: Optional[Path] = STORE_OPTION,
+) -> None:
+    """Merge datasets into a new one (whole episodes, in source order), recording its lineage."""
+    from rlpipe.datasets.ops import merge_datasets
+
+    _print_written(merge_datasets(sources, name, weights=None if weights is None else _weights(weights), seed=seed,
+                                  store=store, fmt=fmt, force=force))
+
+
+def _episode_ids(text: str) -> list[int]:
+    """`--episodes 3,5,8` or `--episodes @ids.txt` (whitespace- or comma-separated ids)."""
+    if text.startswith("@"):
+        try:
+            text = Path(text[1:]).read_text()
+        except OSError as exc:
+            raise RlpipeError(f"cannot read episode ids from {text[1:]}: {exc.strerror or exc}") from None
+    try:
+        ids = [int(part) for part in text.replace(",", " ").split()]
+    except ValueError:
+        raise RlpipeError("--episodes takes episode ids such as 3,5,8 or @FILE with one id per line") from None
+    if not ids:
+        raise RlpipeError("--episodes names no episode")
+    return ids
+
+
+@datasets_app.command("filter")
+def filter_command(
+    source: str = typer.Argument(..., help="Dataset to filter."),
+    name: str = typer.Option(..., "--name", help="Name of the filtered dataset."),
+    top_return: Optional[str] = typer.Option(None, "--top-return", help="Keep the best episodes by return: a percentage (10%) or a count (50)."),
+    min_return: Optional[float] = typer.Option(None, "--min-return", help="Keep episodes whose return is at least this."),
+    max_length: Optional[int] = typer.Option(None, "--max-length", help="Keep episodes of at most this many steps."),
+    episodes: Optional[str] = typer.Option(None, "--episodes", help="Keep these episode ids: 3,5,8 or @FILE."),
+    fmt: str = FORMAT_OPTION,
+    force: bool = FORCE_OPTION,
+    store: Optional[Path] = STORE_OPTION,
+) -> None:
+    """Keep the episodes that pass every given criterion (e.g. %BC's top 10% by return)."""
+    from rlpipe.datasets.ops import filter_dataset
+
+    _print_written(filter_dataset(source, name, top_return=top_return, min_return=min_return, max_length=max_length,
+                                  episode_ids=None if episodes is None else _episode_ids(episodes), store=store, fmt=fmt, force=force))
+
+
+@datasets_app.command("split")
+def split_command(
+    source: str = typer.Argument(..., help="Dataset to split."),
+    val: float = typer.Option(..., "--val", help="Fraction of the episodes for the validation side, e.g. 0.1."),
+    train_name: Optional[str] = typer.Option(None, "--train-name", help="Training side's name (default: SOURCE-train)."),
+    val_name: Optional[str] = typer.Option(None, "--val-name", help="Validation side's name (default: SOURCE-val)."),
+    seed: int = SEED_OPTION,
+    fmt: str = FORMAT_OPTION,
+    force: bool = FORCE_OPTION,
+    store: Optional[Path] = STORE_OPTION,
+) -> None:
+    """Split a dataset by episode into training and validation datasets (seeded)."""
+    from rlpipe.datasets.ops import split_dataset
+
+    for path in split_dataset(source, val, train_name=train_name or f"{source}-train", val_name=val_name or f"{source}-val",
+                              seed=seed, store=store, fmt=fmt, force=force):
+        _print_written(path)
+
+
+@datasets_app.command("sample")
+def sample_command(
+    source: str = typer.Argument(..., help="Dataset to sample from."),
+    name: str = typer.Option(..., "--name", help="Name of the sampled dataset."),
+    episodes: Optional[int] = typer.Option(None, "--episodes", help="Number of whole episodes to keep."),
+    steps: Optional[int] = typer.Option(None, "--steps", help="Keep the fewest random episodes holding at least this many steps."),
+    seed: int = SEED_OPTION,
+    fmt: str = FORMAT_OPTION,
+    force: bool = FORCE_OPTION,
+    store: Optional[Path] = STORE_OPTION,
+) -> None:
+    """A seeded random subset of whole episodes (to study how results scale with data)."""
+    from rlpipe.datasets.ops import sample_dataset
+
+    _print_written(sample_dataset(source, name, episodes=episodes, steps=steps, seed=seed, store=store, fmt=fmt, force=force))
+
+
+@datasets_app.command("lineage")
+def lineage_command(name: str = typer.Argument(..., help="Dataset name."), store: Optional[Path] = STORE_OPTION) -> None:
+    """Print how a dataset was derived, back to the collections (merge, filter, split, sample, HER)."""
+    from rlpipe.datasets.ops import lineage_lines
+
+    for line in lineage_lines(open_dataset(name, store, check_files=False), store):
+        typer.echo(line)
