@@ -92,4 +92,4 @@ def test_dvc_repro_runs_every_stage(tmp_path: Path) -> None:
     writer.write_text(original)
     algo = work / "rlpipe" / "algos" / "cql.py"
     algo.write_text(algo.read_text() + "\n# edited\n")
-    assert changed_stages() == {s for s in stages if not s.startswith(("collect_random@", "relabel_her@", "report"))}
+    assert changed_stages() == {s for s in stages if not s.startswith(("collect_random@", "relabel_her@", "merge_datasets@", "filter_datasets@", "report"))}
