@@ -79,6 +79,23 @@ def test_export_command(store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert again.code == 2 and "already exists" in again.err
 
 
+def test_arrow_only_dataset_exports_the_same_minari_dataset(store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli) -> None:
+    """`collect` with its defaults (Arrow only), then `export`: Minari's layout is written from
+    the shards, and holds what the HDF5 copy of a `--format both` collection holds."""
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
+    for fmt, name in (("arrow", "plain"), ("both", "copied")):
+        assert cli("collect", "--env", "CartPole-v1", "--episodes", "5", "--num-envs", "2", "--seed", "3", "--format", fmt,
+                   "--name", name, "--store", store, "--quiet").code == 0
+        result = cli("datasets", "export", name, "--store", store)
+        assert result.code == 0, result.err
+    plain, copied = minari.load_dataset("rlpipe/plain-v0"), minari.load_dataset("rlpipe/copied-v0")
+    assert plain.total_episodes == copied.total_episodes == 5
+    for key, values in minari_arrays(plain).items():
+        np.testing.assert_array_equal(values, minari_arrays(copied)[key], err_msg=key)
+    assert plain.recover_environment().spec.id == "CartPole-v1"
+    assert not (store / "plain" / "data").exists()  # the store's dataset is left as it was
+
+
 def make_minari_dataset(
     dataset_id: str, env_id: str, data_format: str, episodes: int, make_kwargs: dict | None = None, with_infos: bool = False, **metadata
 ) -> None:

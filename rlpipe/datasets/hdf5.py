@@ -55,6 +55,19 @@ def default_minari_id(name: str) -> str:
     return f"rlpipe/{base}" if re.search(r"-v\d+$", base) else f"rlpipe/{base}-v0"
 
 
+def minari_metadata(name: str, metadata: dict[str, Any]) -> dict[str, Any]:
+    """The fields of Minari's `data/metadata.json` for dataset `name`, from its rlpipe
+    metadata (serialized spaces, `producer`, `env_spec` and any of MINARI_METADATA_KEYS)."""
+    return {
+        **{key: metadata[key] for key in MINARI_METADATA_KEYS if metadata.get(key) is not None},
+        "algorithm_name": str(metadata["producer"].get("algorithm") or "rlpipe"),
+        "dataset_id": default_minari_id(name),
+        "observation_space": metadata["observation_space"],
+        "action_space": metadata["action_space"],
+        "env_spec": metadata.get("env_spec"),
+    }
+
+
 def check_minari_id(dataset_id: str) -> str:
     """Return `dataset_id` if Minari accepts it, with its version; else a one-line RlpipeError."""
     from minari.dataset.minari_dataset import DATASET_ID_RE
@@ -235,12 +248,13 @@ def _episode_statistics(rewards: np.ndarray, starts: np.ndarray, lengths: np.nda
 
 def write_minari_layout(
     dataset_dir: Path,
-    shard_rels: list[str],
+    shard_paths: list[Path],
     minari_metadata: dict[str, Any],
     info_space: gym.spaces.Dict | None = None,
     episode_seeds: dict[str, int] | None = None,
 ) -> list[str]:
-    """Write `data/main_data.hdf5` and Minari's `data/metadata.json` from the Arrow shards.
+    """Write `data/main_data.hdf5` and Minari's `data/metadata.json` under `dataset_dir` from
+    the Arrow shards at `shard_paths`, one shard at a time.
 
     Returns the written paths relative to `dataset_dir`. Shards hold whole episodes with
     ids 0..E-1 in order, which Minari requires for its `episode_{i}` groups. Each group
@@ -255,8 +269,8 @@ def write_minari_layout(
     total_episodes = total_steps = 0
     calls = _HDF5Calls()
     with calls.create_file(data_dir / MINARI_HDF5_FILE) as file_id:
-        for rel in shard_rels:
-            rows = read_shard(dataset_dir / rel, obs_space, act_space, info_space)
+        for shard in shard_paths:
+            rows = read_shard(shard, obs_space, act_space, info_space)
             episode_id, count = rows["episode_id"], len(rows["reward"])
             starts = np.flatnonzero(np.r_[True, episode_id[1:] != episode_id[:-1]])
             if episode_id[0] != total_episodes or not np.array_equal(episode_id[starts], np.arange(len(starts)) + total_episodes):

@@ -1,7 +1,8 @@
 """Moving datasets between rlpipe and Minari.
 
 Export validates the dataset, then copies our Minari-layout HDF5 (`data/`) into Minari's
-dataset root (a copy: a tool writing to the export must not change the store), published
+dataset root (a copy: a tool writing to the export must not change the store), or, for an
+Arrow-only dataset, writes that layout there from the shards, streamed; either is published
 like a dataset (`rlpipe.datasets.atomic`), so any Minari tool can read it. Import reads a
 local Minari dataset (HDF5 or Arrow backend; spaces other than Box, Discrete, MultiDiscrete,
 MultiBinary and Dict, such as Tuple and Text, are refused) through Minari's own API and
@@ -20,7 +21,8 @@ import gymnasium as gym
 import numpy as np
 
 from rlpipe.datasets.atomic import StagedDirectory
-from rlpipe.datasets.hdf5 import MINARI_METADATA_KEYS, check_minari_id, default_minari_id
+from rlpipe.datasets.hdf5 import MINARI_METADATA_KEYS, check_minari_id, default_minari_id, minari_metadata, write_minari_layout
+from rlpipe.datasets.loader import info_space_of
 from rlpipe.datasets.schema import Columnar, concat_columnar, info_value_space, map_columnar
 from rlpipe.datasets.store import MINARI_DIR, MINARI_METADATA_FILE, DatasetInfo
 from rlpipe.datasets.validate import require_valid
@@ -44,8 +46,9 @@ def export_to_minari(info: DatasetInfo, dataset_id: str | None = None, force: bo
 
     The dataset is validated first; `force` replaces only a Minari dataset at exactly that
     id (never a namespace or another directory), and the old one survives a crash."""
-    if info.hdf5_path is None:
-        raise RlpipeError(f"dataset {info.name!r} has no HDF5 copy (it was written with --format arrow)")
+    if info.metadata["multi_agent"] or info.metadata.get("kind") == "transitions":
+        raise RlpipeError(f"dataset {info.name!r} holds {'multi-agent rows' if info.metadata['multi_agent'] else 'transitions'}: "
+                          "Minari's layout stores single-agent trajectories")
     dataset_id = check_minari_id(dataset_id or default_minari_id(info.name))
     require_valid(info)
     target = minari_root() / dataset_id
@@ -59,8 +62,12 @@ def export_to_minari(info: DatasetInfo, dataset_id: str | None = None, force: bo
     staging = StagedDirectory(target, f"Minari dataset {dataset_id!r}", _is_minari_dataset, check_target)
     try:
         (staging.path / MINARI_DIR).mkdir()
-        for source in sorted((info.path / MINARI_DIR).iterdir()):
-            shutil.copyfile(source, staging.path / MINARI_DIR / source.name)
+        if info.hdf5_path is not None:
+            for source in sorted((info.path / MINARI_DIR).iterdir()):
+                shutil.copyfile(source, staging.path / MINARI_DIR / source.name)
+        else:  # an Arrow-only dataset: Minari's layout written from the shards, one at a time
+            write_minari_layout(staging.path, info.shard_paths, minari_metadata(info.name, info.metadata),
+                                info_space_of(info), info.metadata.get("episode_seeds"))
         _set_minari_id(staging.path / MINARI_DIR / "metadata.json", dataset_id)
         return staging.commit()
     finally:

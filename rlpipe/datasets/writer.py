@@ -232,7 +232,8 @@ class DatasetWriter:
         files = list(self._shards)
         if "hdf5" in self.formats:
             files += hdf5.write_minari_layout(
-                self.temp_path, self._shards, self._minari_metadata(producer, extra or {}), self.info_space, (extra or {}).get("episode_seeds")
+                self.temp_path, [self.temp_path / rel for rel in self._shards], self._minari_metadata(producer, extra or {}),
+                self.info_space, (extra or {}).get("episode_seeds"),
             )
         file_hashes, content_hash = hash_files(self.temp_path, files)
         returns = np.concatenate(self._episode_returns)
@@ -278,14 +279,13 @@ class DatasetWriter:
             return None
 
     def _minari_metadata(self, producer: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-        return {
-            **{key: extra[key] for key in hdf5.MINARI_METADATA_KEYS if extra.get(key) is not None},
-            "algorithm_name": str(producer.get("algorithm") or "rlpipe"),
-            "dataset_id": hdf5.default_minari_id(self.name),
+        return hdf5.minari_metadata(self.name, {
+            **extra,
+            "producer": producer,
             "observation_space": serialize_space(self.observation_space),
             "action_space": serialize_space(self.action_space),
             "env_spec": self._env_spec_json(),
-        }
+        })
 
 
 def _stats(values: np.ndarray) -> dict[str, float | None]:
