@@ -1,0 +1,82 @@
+"""`rlpipe export RUN --onnx/--torchscript`: the file reproduces the run's actions and names its origin."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from rlpipe.algos import load_policy
+from rlpipe.datasets.loader import load_dataset
+
+ort = pytest.importorskip("onnxruntime")
+onnx = pytest.importorskip("onnx")
+
+RUNS = {  # name -> training command: squashed Gaussian, deterministic, PPO with normalised observations, discrete PPO
+    "sac": ["train", "sac", "--env", "Pendulum-v1", "--env-steps", "300", "--set", "learning_starts=100"],
+    "td3": ["train", "td3", "--env", "Pendulum-v1", "--env-steps", "300", "--set", "learning_starts=100"],
+    "ppo-pendulum": ["train", "ppo", "--env", "Pendulum-v1", "--env-steps", "2048"],
+    "ppo-cartpole": ["train", "ppo", "--env", "CartPole-v1", "--env-steps", "1024"],
+}
+
+
+@pytest.fixture(scope="module")
+def observations(tmp_path_factory: pytest.TempPathFactory) -> dict[str, np.ndarray]:
+    """1000 dataset observations of each env (random-policy collections)."""
+    from rlpipe.pipeline.collect import collect_dataset
+
+    store = tmp_path_factory.mktemp("export-data")
+    found = {}
+    for env_id, episodes in (("Pendulum-v1", 5), ("CartPole-v1", 60)):
+        collect_dataset(env_id, episodes=episodes, num_envs=2, name=env_id.lower(), store=store, progress=False)
+        found[env_id] = np.ascontiguousarray(load_dataset(env_id.lower(), store).obs[:1000], np.float32)
+    return found
+
+
+@pytest.mark.parametrize("run", sorted(RUNS))
+def test_onnx_and_torchscript_reproduce_the_torch_actions(cli, tmp_path: Path, observations, run: str) -> None:
+    out = tmp_path / run
+    assert cli(*RUNS[run], "--out", out, "--no-progress", "--device", "cpu", "--set", "eval_episodes=1").code == 0
+    policy = load_policy(out)
+    obs = observations[policy.env_id]
+    assert len(obs) == 1000
+    expected = policy(obs)
+
+    result = cli("export", out, "--onnx", tmp_path / "p.onnx", "--torchscript", tmp_path / "p.pt")
+    assert result.code == 0, result.err
+    session = ort.InferenceSession(str(tmp_path / "p.onnx"), providers=["CPUExecutionProvider"])
+    actions = session.run(["action"], {"obs": obs})[0]
+    scripted = torch.jit.load(str(tmp_path / "p.pt"))(torch.as_tensor(obs)).numpy()
+    for got in (actions, scripted):
+        assert got.shape == expected.shape
+        if np.issubdtype(expected.dtype, np.integer):
+            np.testing.assert_array_equal(got, expected)
+        else:
+            np.testing.assert_allclose(got, expected, atol=1e-5, rtol=0)
+
+    props = {p.key: p.value for p in onnx.load(str(tmp_path / "p.onnx")).metadata_props}
+    assert props["checkpoint_sha256"] == policy.checkpoint_sha256 and props["env_id"] == policy.env_id
+    assert json.loads(props["action_space"])["type"] in ("Box", "Discrete") and "observation_space" in props
+    extra = {"rlpipe.json": ""}
+    torch.jit.load(str(tmp_path / "p.pt"), _extra_files=extra)
+    assert json.loads(extra["rlpipe.json"])["checkpoint_sha256"] == policy.checkpoint_sha256
+
+
+def test_export_refusals_are_one_line(cli, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    assert cli(*RUNS["td3"], "--out", out, "--no-progress", "--device", "cpu", "--set", "eval_episodes=1").code == 0
+    for args, message in (
+        ([out], "nothing to export"),
+        ([tmp_path / "missing", "--onnx", tmp_path / "x.onnx"], "missing"),
+        ([out, "--onnx", tmp_path / "no-dir" / "x.onnx"], "does not exist"),
+    ):
+        result = cli("export", *args)
+        assert result.code == 2 and message in result.err and len(result.err.strip().splitlines()) == 1, result.err
+    assert cli("export", out, "--onnx", tmp_path / "x.onnx").code == 0
+    again = cli("export", out, "--onnx", tmp_path / "x.onnx")
+    assert again.code == 2 and "already exists" in again.err
+    assert cli("export", out, "--onnx", tmp_path / "x.onnx", "--force").code == 0
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".locks")) == ["run", "x.onnx"]  # no temporary file left
