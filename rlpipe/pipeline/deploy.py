@@ -22,7 +22,7 @@ from gymnasium import spaces
 from minari.serialization import serialize_space
 
 import rlpipe
-from rlpipe.algos.policy import LoadedPolicy, load_checkpoint_policy
+from rlpipe.algos import LoadedPolicy, load_policy
 from rlpipe.errors import RlpipeError
 from rlpipe.files import atomic_output
 
@@ -56,12 +56,11 @@ class DeployedPolicy(torch.nn.Module):
 
 
 def _deployable(run_dir: str | os.PathLike) -> tuple[LoadedPolicy, DeployedPolicy, dict[str, Any]]:
-    policy = load_checkpoint_policy(run_dir)
+    policy = load_policy(run_dir)
     kind = getattr(policy.actor, "kind", None)
     if kind not in EXPORTABLE_KINDS:
-        why = "its actions are sampled (candidates from a generator)" if kind == "bcq" else "it is a multi-agent policy"
-        raise RlpipeError(f"the {policy.algo} run in {run_dir} cannot be exported: {why}; exportable policies: "
-                          "SAC, TD3, DDPG, PPO, BC, CQL, IQL, TD3+BC, MBPO, MOPO, GAIL and HER runs")
+        raise RlpipeError(f"the {policy.algo} run in {run_dir} cannot be exported: its {kind} policy samples candidate actions "
+                          "even when acting deterministically")
     if policy.action_space.dtype not in (np.float32, np.int64) and not isinstance(policy.action_space, spaces.Discrete):
         raise RlpipeError(f"the run in {run_dir} acts in {policy.action_space.dtype}; export supports float32 Box and Discrete actions")
     from rlpipe.training.env import env_spaces
