@@ -34,6 +34,7 @@ from rlpipe.algos.sac import SoftActorCritic, StackedSoftActorCritic
 from rlpipe.errors import RlpipeError
 from rlpipe.models.networks import EnsembleQ, GreedyQPolicy, TanhGaussianActor
 from rlpipe.training import Batch, OfflineConfig, TrainResult, Update
+from rlpipe.training.config import FinetuneFields
 from rlpipe.training.env import BOX, DISCRETE
 from rlpipe.training.offline import OfflineData, load_offline, train_offline
 from rlpipe.training.optim import adam, optimizer_step, polyak_update, target_copy
@@ -45,7 +46,7 @@ CPU_BLOCK_ROWS = 512  # critic rows per pass on CPU (see data_and_sampled_q)
 
 
 @dataclass
-class Config(OfflineConfig):
+class Config(FinetuneFields, OfflineConfig):
     updates: int = 20_000
     batch_size: int = 256
     gamma: float = 0.99
@@ -244,6 +245,8 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
 def train_seeds(configs: Sequence[Config], out_dirs: Sequence[str | Path | None], *, progress: bool = True) -> list[TrainResult]:
     """Train CQL with every config (equal but for the seed) as one batched computation; each
     seed's run goes to its ``out_dirs`` entry as ``train`` would write it."""
+    if configs[0].finetune_env_steps:
+        raise RlpipeError("online fine-tuning trains one seed at a time: run each seed with `rlpipe train cql`")
     data = load_offline("cql", configs[0], ACTION_SPACES)
     stack, modules, update, extra = (batched_discrete_cql if data.discrete else batched_continuous_cql)(configs, data)
     return train_offline_seeds("cql", configs, data, stack, modules, update, out_dirs, progress, extra)

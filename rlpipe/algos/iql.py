@@ -20,6 +20,7 @@ import torch
 from rlpipe.errors import RlpipeError
 from rlpipe.models.networks import DeterministicActor, EnsembleQ, TanhGaussianActor, ValueNet
 from rlpipe.training import Batch, OfflineConfig, TrainResult
+from rlpipe.training.config import FinetuneFields
 from rlpipe.training.env import BOX
 from rlpipe.training.offline import load_offline, train_offline
 from rlpipe.training.optim import adam, optimizer_step, polyak_update, target_copy
@@ -28,7 +29,7 @@ ACTION_SPACES = (BOX,)
 
 
 @dataclass
-class Config(OfflineConfig):
+class Config(FinetuneFields, OfflineConfig):
     updates: int = 100_000
     eval_every: int = 5_000
     batch_size: int = 256

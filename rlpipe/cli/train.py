@@ -24,6 +24,8 @@ def train(
     env_steps: Optional[int] = typer.Option(None, "--env-steps", help="Environment steps to train for (default: tuned per env)."),
     updates: Optional[int] = typer.Option(None, "--updates", help="Gradient updates for offline algorithms (default: tuned per env)."),
     max_samples: Optional[int] = typer.Option(None, "--max-samples", help="Offline: train on this many transitions of the dataset."),
+    finetune_env_steps: Optional[int] = typer.Option(None, "--finetune-env-steps", help="IQL, CQL: after the offline updates, go on "
+                                                     "training online in the dataset's env for N steps (offline-to-online)."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Random seed (default 0); the same seed gives the same metrics on CPU."),
     out: Optional[Path] = typer.Option(None, "--out", help="Run directory for checkpoint, metrics.json and dvclive/ (default: runs/ALGO-ENV or runs/ALGO-DATASET)."),
     num_envs: Optional[int] = typer.Option(None, "--num-envs", help="Parallel (vectorised) envs (default: tuned per env)."),
@@ -41,16 +43,18 @@ def train(
     """Train ALGO (online on --env, offline on --dataset) and save a safe checkpoint, metrics.json and a DVCLive curve."""
     from rlpipe.algos import get_algo
     from rlpipe.pipeline.runs import merge_settings, prepare_resume, prepare_run, read_settings, train_run
-    from rlpipe.training.config import parse_settings
+    from rlpipe.training.config import FinetuneFields, parse_settings
 
     config_class = get_algo(algo).config_class
+    if finetune_env_steps is not None and not issubclass(config_class, FinetuneFields):
+        raise RlpipeError(f"--finetune-env-steps is for offline algorithms that go on online (iql, cql), not {algo}")
     settings = merge_settings(
         read_settings(settings_from, config_class) if settings_from else {}, parse_settings(overrides, config_class)
     )
     if device is None and "device" not in settings:
         device = "auto"  # the CLI's default; library configs default to cpu
     options = dict(seed=seed, device=device, stop_at_return=stop_at_return, env_steps=env_steps, num_envs=num_envs,
-                   updates=updates, max_samples=max_samples, checkpoint_every=checkpoint_every)
+                   updates=updates, max_samples=max_samples, checkpoint_every=checkpoint_every, finetune_env_steps=finetune_env_steps)
     if resume is not None:
         run = prepare_resume(algo, resume)
         dataset = run.config.dataset if not run.spec.online else None

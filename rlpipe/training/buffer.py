@@ -82,5 +82,8 @@ class ReplayBuffer:
 
     def sample(self, batch_size: int) -> Batch:
         """Uniformly sample ``batch_size`` transitions (with replacement)."""
-        idx = torch.randint(0, self.size, (batch_size,), device=self.device, generator=self.generator)
-        return Batch(self.obs[idx], self.actions[idx], self.rewards[idx], self.next_obs[idx], self.terminated[idx])
+        return self.take(torch.randint(0, self.size, (batch_size,), device=self.device, generator=self.generator))
+
+    def take(self, index: torch.Tensor) -> Batch:
+        """The stored rows at ``index`` (on the device)."""
+        return Batch(self.obs[index], self.actions[index], self.rewards[index], self.next_obs[index], self.terminated[index])

@@ -79,6 +79,22 @@ class OfflineConfig(DatasetFields, RunConfig):
     updates: int = 10_000
 
 
+@dataclass
+class FinetuneFields:
+    """Offline-to-online: after its ``updates``, the run goes on in the dataset's env for
+    ``finetune_env_steps`` steps (one update per step on the dataset plus what it collected)."""
+
+    finetune_env_steps: int = 0  # 0: offline only
+    finetune_eval_every: int = 1_000  # env steps between evaluations while fine-tuning
+
+    def __post_init__(self) -> None:
+        super().__post_init__()  # type: ignore[misc]
+        if self.finetune_env_steps < 0:
+            raise RlpipeError(f"setting finetune_env_steps={self.finetune_env_steps!r}: expected a number >= 0")
+        if self.finetune_eval_every < 1:
+            raise RlpipeError(f"setting finetune_eval_every={self.finetune_eval_every!r}: expected a positive number")
+
+
 def _type_name(tp: Any) -> str:
     origin, args = get_origin(tp), get_args(tp)
     if origin is Literal:

@@ -26,8 +26,9 @@ from rlpipe.envs import env_id_for_spec
 from rlpipe.envs.combat import CombatRules
 from rlpipe.envs.goals import flat_observation_space, flatten_obs, is_goal_space
 from rlpipe.errors import RlpipeError
-from rlpipe.training.buffer import Update
-from rlpipe.training.env import BOX, GOAL, ActionScaler, action_dim, env_spaces, require_spaces, resolve_device
+from rlpipe.envs.stepper import VecStepper
+from rlpipe.training.buffer import Batch, ReplayBuffer, Update
+from rlpipe.training.env import BOX, GOAL, ActionScaler, action_dim, env_spaces, make_vec_env, require_spaces, resolve_device
 from rlpipe.training.evaluation import policy_fn
 from rlpipe.training.graphs import UpdateStepper, graphs_enabled
 from rlpipe.training.multiagent import CombatDatasetEvaluator, dataset_combat_rules
@@ -38,6 +39,7 @@ from rlpipe.training.seeding import seed_everything
 
 # Offline algorithms train on flat Box observations or goal Dicts (flattened when loaded).
 OBSERVATION_KINDS = (BOX, GOAL)
+FINETUNE_SEED_OFFSET = 30_000  # the fine-tuning env's seeds: disjoint from every evaluation's
 
 
 def dataset_env_id(name: str, store: str | os.PathLike | None = None) -> str:
@@ -180,6 +182,54 @@ def dataset_metrics(data: OfflineData) -> dict[str, Any]:
     }
 
 
+class DatasetAndOnline:
+    """Minibatches drawn uniformly from the dataset's rows and the transitions collected
+    online, as if these were appended to the dataset (CORL's offline-to-online setting)."""
+
+    def __init__(self, dataset: TransitionSampler, online: ReplayBuffer, seed: int) -> None:
+        self.dataset, self.online = dataset, online
+        self.generator = torch.Generator(device=dataset.device).manual_seed(seed)
+
+    def sample(self, batch_size: int) -> Batch:
+        index = torch.randint(self.dataset.size + len(self.online), (batch_size,), device=self.dataset.device, generator=self.generator)
+        from_dataset = index < self.dataset.size
+        parts = self.dataset.take(index[from_dataset]), self.online.take(index[~from_dataset] - self.dataset.size)
+        return Batch(*(torch.cat(columns) for columns in zip(*parts)))
+
+
+def finetune_online(run: Run, config: Any, data: OfflineData, actor: nn.Module, update: Update, updates: int,
+                    eval_policy: Callable[[np.ndarray], np.ndarray]) -> tuple[int, int]:
+    """Continue an offline run in its dataset's env for ``config.finetune_env_steps`` steps:
+    the actor explores with sampled actions, every step is stored and earns one update on a
+    minibatch of the dataset and the online data together, and the policy is evaluated every
+    ``config.finetune_eval_every`` env steps (the curve goes on in updates). Returns
+    (env steps, updates)."""
+    if not isinstance(data.sampler, TransitionSampler) or data.discrete or is_goal_space(data.info.observation_space):
+        raise RlpipeError("fine-tuning online needs a continuous-action dataset held in memory (not goal or multi-agent data)")
+    envs = make_vec_env(config.env_id, 1)
+    scaler = ActionScaler(data.action_space)
+    stepper = VecStepper(envs, scaler, config.seed + FINETUNE_SEED_OFFSET)
+    online = ReplayBuffer(config.finetune_env_steps + 1, data.obs_dim, data.act_dim, data.device, seed=config.seed)
+    replay = DatasetAndOnline(data.sampler, online, config.seed + FINETUNE_SEED_OFFSET)
+    next_eval = config.finetune_eval_every
+    try:
+        while stepper.env_steps < config.finetune_env_steps:
+            with torch.no_grad():
+                actions = actor.act(torch.as_tensor(stepper.obs, dtype=torch.float32, device=data.device), False)
+            step = stepper.step(actions.cpu().numpy())
+            online.store(step)
+            for _ in range(int(step.valid.sum())):
+                update(replay.sample(config.batch_size), updates)
+                updates += 1
+            run.show(updates, stepper.last_return)
+            if stepper.env_steps >= next_eval or stepper.env_steps >= config.finetune_env_steps:
+                next_eval += config.finetune_eval_every
+                run.evaluate(eval_policy, updates)
+    finally:
+        envs.close()
+    return stepper.env_steps, updates
+
+
 def train_offline(
     algo: str,
     config: Any,
@@ -222,9 +272,13 @@ def train_offline(
             if run.maybe_evaluate(eval_policy, updates):
                 break
             checkpoints.maybe_save(updates, {"updates": updates})
-        run.evaluate_final(eval_policy, updates)  # before the Combat evaluator's win rate is read
-        extra = {**dataset_metrics(data), **(combat.metrics() if combat else {}), **(extra_metrics() if extra_metrics else {})}
-        result = run.finish(eval_policy, actor, modules, data.action_space, 0, updates, extra)
+        offline_end = run.evaluate_final(eval_policy, updates)  # before the Combat evaluator's win rate is read
+        env_steps, phases = 0, {}
+        if getattr(config, "finetune_env_steps", 0):
+            env_steps, updates = finetune_online(run, config, data, actor, update, updates, eval_policy)
+            phases = {"offline_updates": offline_end.done, "offline_eval_return_mean": offline_end.mean, "finetune_env_steps": env_steps}
+        extra = {**dataset_metrics(data), **phases, **(combat.metrics() if combat else {}), **(extra_metrics() if extra_metrics else {})}
+        result = run.finish(eval_policy, actor, modules, data.action_space, env_steps, updates, extra)
         checkpoints.discard()
         return result
     finally:
