@@ -3,6 +3,7 @@ PY := $(VENV)/bin/python
 PIP_FLAGS := -c constraints.txt $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
+BROWSER_STAMP := $(VENV)/.browser
 # d3rlpy pins gymnasium 1.0.0, so the offline peer gets a virtualenv of its own.
 D3RLPY_VENV := .bench-venvs/d3rlpy
 
@@ -23,7 +24,13 @@ repro: $(STAMP)
 
 # One test process per core (the learning tests use one torch thread each); tests that share
 # a resource (a Ray session) declare an xdist_group, which loadgroup keeps in one process.
-test: $(STAMP)
+# The report's browser test opens report pages in Debian's chromium, installed here where apt-get can.
+$(BROWSER_STAMP): $(STAMP)
+	command -v chromium >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; } \
+		|| echo "chromium could not be installed: the report's browser test will be skipped"
+	touch $@
+
+test: $(STAMP) $(BROWSER_STAMP)
 	$(PY) -m pytest -q -n auto --dist loadgroup
 
 # Peers for the side-by-side benchmarks (Minari's DataCollector needs jax, SB3, d3rlpy).

@@ -107,3 +107,52 @@ def test_report_refuses_a_broken_curve(tmp_path: Path) -> None:
 
     with pytest.raises(RlpipeError, match="cannot read the eval curve"):
         write_report([str(run)], tmp_path / "report")
+
+
+def test_report_markdown_and_dataset_cards(tmp_path: Path, cli) -> None:
+    runs, store = tmp_path / "runs", tmp_path / "datasets"
+    fake_run(runs, "sac-s0", 0, [(1000, -900.0), (2000, -300.0)], heldout=-310.0)
+    fake_run(runs, "bc", 0, [(500, -400.0)], algo="bc", dataset="pendulum-random", heldout=-420.0)
+    assert cli("collect", "--env", "Pendulum-v1", "--episodes", "6", "--num-envs", "2", "--store", store, "--quiet").code == 0
+    assert cli("datasets", "filter", "pendulum-random", "--top-return", "50%", "--name", "best-half", "--store", store).code == 0
+    result = cli("report", f"{runs}/*", "--out", tmp_path / "report", "--datasets", store, "--markdown", tmp_path / "results.md")
+    assert result.code == 0, result.err
+    table = (tmp_path / "results.md").read_text().splitlines()
+    assert table[0].startswith("| run | algo |") and len(table) == 4 and "-310.0 ± 7.0" in "".join(table)
+    page = (tmp_path / "report" / "index.html").read_text()
+    assert "<h2>Datasets</h2>" in page and "best-half" in page and "filter(top_return=50%)" in page
+    for name in ("pendulum-random", "best-half"):
+        assert_not_blank(tmp_path / "report" / f"dataset-{name}.png")
+
+
+def _browser() -> str | None:
+    import shutil
+
+    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+
+
+@pytest.mark.skipif(_browser() is None, reason="no chromium on PATH (`make test` installs Debian's chromium where apt-get can)")
+def test_report_renders_in_a_headless_browser(tmp_path: Path, cli) -> None:
+    """The page opens in a real browser, every image loads, and the screenshot is not blank."""
+    import subprocess
+
+    runs = tmp_path / "runs"
+    fake_run(runs, "sac-s0", 0, [(1000, -900.0), (2000, -300.0)], heldout=-310.0)
+    fake_run(runs, "sac-s1", 1, [(1000, -800.0), (2000, -250.0)], heldout=-260.0)
+    store = tmp_path / "datasets"
+    assert cli("collect", "--env", "Pendulum-v1", "--episodes", "4", "--num-envs", "2", "--store", store, "--quiet").code == 0
+    out = tmp_path / "report"
+    assert cli("report", f"{runs}/*", "--out", out, "--datasets", store).code == 0
+    # A copy of the page that records, once loaded, whether every image decoded.
+    probe = out / "probe.html"
+    probe.write_text((out / "index.html").read_text().replace(
+        "</body>", "<script>window.addEventListener('load', () => document.body.dataset.images = "
+                   "[...document.images].every(i => i.complete && i.naturalWidth > 0) ? 'loaded' : 'broken');</script></body>"))
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--virtual-time-budget=5000"]
+    dom = subprocess.run([_browser(), *flags, "--dump-dom", probe.as_uri()], capture_output=True, text=True, timeout=120)
+    assert 'data-images="loaded"' in dom.stdout, dom.stderr[-2000:]
+    assert dom.stdout.count("<img") == 2  # one curve figure (two seeds, one group) and one dataset card
+    shot = tmp_path / "shot.png"
+    subprocess.run([_browser(), *flags, f"--screenshot={shot}", "--window-size=1200,1600", (out / "index.html").as_uri()],
+                   capture_output=True, timeout=120, check=True)
+    assert_not_blank(shot)

@@ -17,6 +17,7 @@ import json
 import math
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from rlpipe.errors import RlpipeError
+from rlpipe.files import atomic_write_text
 from rlpipe.models.checkpoint import META_FILE
 from rlpipe.training.run import METRICS_FILE
 
@@ -147,8 +149,8 @@ def load_run(run_dir: Path) -> RunRecord:
     missing = [key for key in ("algo", "env_id", "eval_return_mean", "env_steps", "gradient_updates") if key not in metrics]
     if missing:
         raise RlpipeError(f"{run_dir / METRICS_FILE} lacks {', '.join(missing)}: not written by rlpipe train")
-    # Online runs count env steps; offline ones record none and count gradient updates.
-    unit = "env steps" if metrics["env_steps"] > 0 else "updates"
+    # Online runs count env steps; offline ones (fine-tuned online ones too) count gradient updates.
+    unit = "env steps" if metrics["env_steps"] > 0 and "offline_updates" not in metrics else "updates"
     done = metrics["env_steps"] if unit == "env steps" else metrics["gradient_updates"]
     steps, returns = _read_curve(run_dir, metrics, done)
     config = _read_json(run_dir / META_FILE).get("config", {}) if (run_dir / META_FILE).is_file() else {}
@@ -257,8 +259,69 @@ def table_rows(groups: list[RunGroup]) -> list[dict[str, str]]:
     return rows
 
 
-def render_html(rows: list[dict[str, str]], figures: list[Path]) -> str:
-    """The report page: the comparison table, then every figure (linked and shown)."""
+@dataclass(frozen=True)
+class DatasetCard:
+    """A dataset's summary in the report: its facts, histograms and lineage."""
+
+    name: str
+    facts: dict[str, str]
+    histogram: Path | None  # returns and lengths of its episodes (None: a transitions dataset)
+    lineage: list[str]
+
+
+def dataset_cards(store: str | Path, out_dir: Path) -> list[DatasetCard]:
+    """A card per intact dataset of ``store``, with a PNG of its episode returns and lengths."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from rlpipe.datasets.ops import episode_index, lineage_lines
+    from rlpipe.datasets.store import list_datasets
+
+    cards = []
+    for info in list_datasets(store):
+        meta = info.metadata
+        facts = {"env": str(info.env_id), "producer": str(meta["producer"].get("algorithm")), "episodes": str(meta["total_episodes"]),
+                 "steps": str(meta["total_steps"]), "formats": ", ".join(meta["formats"]), "content hash": meta["content_hash"][:16]}
+        histogram = None
+        if meta.get("kind", "episodes") == "episodes" and not meta["multi_agent"]:
+            index = episode_index(info)
+            facts["return"] = f"{index.episode_return.mean():.1f} ± {index.episode_return.std():.1f}"
+            fig, (left, right) = plt.subplots(1, 2, figsize=(7, 2.6), dpi=100)
+            left.hist(index.episode_return, bins=30, color="#4477aa")
+            left.set_xlabel("episode return")
+            right.hist(index.length, bins=30, color="#228833")
+            right.set_xlabel("episode length")
+            for axis in (left, right):
+                axis.set_ylabel("episodes")
+            fig.suptitle(info.name, fontsize="small")
+            fig.tight_layout()
+            histogram = out_dir / f"dataset-{_slug(info.name)}.png"
+            fig.savefig(histogram)
+            plt.close(fig)
+        cards.append(DatasetCard(info.name, facts, histogram, lineage_lines(info, store)))
+    return cards
+
+
+def _cards_html(cards: Sequence[DatasetCard]) -> str:
+    parts = []
+    for card in cards:
+        facts = ", ".join(f"{html.escape(k)} {html.escape(v)}" for k, v in card.facts.items())
+        image = f'<img src="{html.escape(card.histogram.name)}" alt="{html.escape(card.name)} histograms">' if card.histogram else ""
+        parts.append(f"<h3>{html.escape(card.name)}</h3>\n<p>{facts}</p>\n{image}\n<pre>{html.escape(chr(10).join(card.lineage))}</pre>\n")
+    return "<h2>Datasets</h2>\n" + "".join(parts) if parts else ""
+
+
+def markdown_table(rows: list[dict[str, str]]) -> str:
+    """The comparison table as Markdown (the docs' results page is generated with it)."""
+    lines = ["| " + " | ".join(rows[0]) + " |", "|" + " --- |" * len(rows[0])]
+    lines += ["| " + " | ".join(value.replace("|", "\\|") for value in row.values()) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def render_html(rows: list[dict[str, str]], figures: list[Path], cards: Sequence[DatasetCard] = ()) -> str:
+    """The report page: the comparison table, every figure (linked and shown), then the dataset cards."""
     head = "".join(f"<th>{html.escape(name)}</th>" for name in rows[0])
     body = "".join("<tr>" + "".join(f"<td>{html.escape(value)}</td>" for value in row.values()) + "</tr>\n" for row in rows)
     images = "".join(f'<p><a href="{html.escape(p.name)}"><img src="{html.escape(p.name)}" alt="{html.escape(p.stem)}"></a></p>\n'
@@ -277,12 +340,15 @@ several seeds are drawn as their mean with a min-max band.</p>
 <table><tr>{head}</tr>
 {body}</table>
 <h2>Learning curves</h2>
-{images}</body></html>
+{images}{_cards_html(cards)}</body></html>
 """
 
 
-def write_report(patterns: list[str], out_dir: str | Path) -> Report:
-    """Read the runs ``patterns`` name, then write the PNGs and ``index.html`` to ``out_dir``.
+def write_report(patterns: list[str], out_dir: str | Path, datasets: str | Path | None = None,
+                 markdown: str | Path | None = None) -> Report:
+    """Read the runs ``patterns`` name, then write the PNGs and ``index.html`` to ``out_dir``
+    (with a card per dataset of the store ``datasets``), and the table as Markdown to
+    ``markdown`` when given.
 
     Every run is read before anything is written, so bad input leaves no partial report.
     """
@@ -291,8 +357,10 @@ def write_report(patterns: list[str], out_dir: str | Path) -> Report:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     figures = plot_curves(groups, out)
+    rows = table_rows(groups)
+    cards = dataset_cards(datasets, out) if datasets is not None else []
     index = out / "index.html"
-    tmp = index.with_name(index.name + ".tmp")
-    tmp.write_text(render_html(table_rows(groups), figures))
-    os.replace(tmp, index)
+    atomic_write_text(index, render_html(rows, figures, cards))
+    if markdown is not None:
+        atomic_write_text(Path(markdown), markdown_table(rows))
     return Report(index, figures, groups, skipped)
