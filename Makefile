@@ -22,14 +22,14 @@ install: $(STAMP)
 repro: $(STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/dvc repro
 
-# One test process per core (the learning tests use one torch thread each); tests that share
-# a resource (a Ray session) declare an xdist_group, which loadgroup keeps in one process.
 # The report's browser test opens report pages in Debian's chromium, installed here where apt-get can.
 $(BROWSER_STAMP): $(STAMP)
 	command -v chromium >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; } \
 		|| echo "chromium could not be installed: the report's browser test will be skipped"
 	touch $@
 
+# One test process per core (the learning tests use one torch thread each); tests that share
+# a resource (a Ray session) declare an xdist_group, which loadgroup keeps in one process.
 test: $(STAMP) $(BROWSER_STAMP)
 	$(PY) -m pytest -q -n auto --dist loadgroup
 
