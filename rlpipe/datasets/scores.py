@@ -11,6 +11,10 @@ import numpy as np
 from rlpipe.datasets.collector import RandomPolicy, collect
 
 REFERENCE_EPISODES = 100  # Minari's default `num_episodes_average_score`
+# D4RL's reference returns (random, expert) of its MuJoCo locomotion datasets, which its
+# normalised scores and every published table use: kept for these envs, whatever the version.
+D4RL_REFERENCE = {"Hopper": (-20.272305, 3234.3), "HalfCheetah": (-280.178953, 12135.0), "Walker2d": (1.629008, 4592.3),
+                  "Ant": (-325.6, 3879.7)}
 REFERENCE_SEED = 123  # the reset seed Minari's own reference rollouts use
 
 
@@ -29,9 +33,13 @@ def random_policy_return(env_id: str, episodes: int = REFERENCE_EPISODES, seed: 
 
 
 def reference_scores(env_id: str, expert_return: float | None) -> dict[str, Any]:
-    """Metadata entries for a dataset of `env_id`: `ref_min_score` from a random rollout, and
-    `ref_max_score` when an expert's mean return is known (expert rollouts, or the final
-    evaluation of a trained expert)."""
+    """Metadata entries for a dataset of `env_id`: D4RL's reference returns for its MuJoCo
+    locomotion envs; otherwise `ref_min_score` from a random rollout, and `ref_max_score` when
+    an expert's mean return is known (expert rollouts, or the final evaluation of a trained expert)."""
+    name = env_id.split("/")[-1].split("-v")[0]
+    if name in D4RL_REFERENCE:
+        low, high = D4RL_REFERENCE[name]
+        return {"ref_min_score": low, "ref_max_score": high, "num_episodes_average_score": REFERENCE_EPISODES}
     scores: dict[str, Any] = {"ref_min_score": random_policy_return(env_id), "num_episodes_average_score": REFERENCE_EPISODES}
     if expert_return is not None:
         scores["ref_max_score"] = float(expert_return)

@@ -16,6 +16,7 @@ import gymnasium as gym
 from gymnasium import spaces
 from gymnasium.envs.registration import EnvSpec, load_env_creator
 
+from rlpipe.envs.extras import missing_dependency_message, register_optional
 from rlpipe.errors import RlpipeError
 
 if "GoalWorld-v0" not in gym.registry:
@@ -34,11 +35,13 @@ def env_slug(env_id: str) -> str:
 
 @contextmanager
 def _building(env_id: str) -> Iterator[None]:
-    """Turn gymnasium's errors while building `env_id` into one clear RlpipeError."""
+    """Turn gymnasium's errors while building `env_id` into one clear RlpipeError (an env of
+    an optional package names the rlpipe extra that brings it)."""
+    register_optional(env_id)
     try:
         yield
     except gym.error.DependencyNotInstalled as exc:
-        raise RlpipeError(f"environment {env_id!r} needs an extra dependency: {exc}") from None
+        raise RlpipeError(missing_dependency_message(env_id, str(exc))) from None
     except ImportError as exc:
         raise RlpipeError(f"environment {env_id!r} cannot be built here: {exc}") from None
     except gym.error.Error:
