@@ -161,11 +161,34 @@ def test_resume_with_only_a_legacy_pickle_is_refused(run_dir: Path, cli) -> None
     assert "never loaded" in err and not marker.exists()
 
 
-def test_a_pickled_resume_json_is_refused(run_dir: Path, cli) -> None:
+@pytest.mark.parametrize("how", ["resume", "fresh"])
+def test_a_pickled_resume_json_is_never_unpickled(how: str, run_dir: Path, cli) -> None:
+    """``--resume`` refuses it; a fresh run does not read it (the state holds its config) and resumes."""
     marker = run_dir.parent / "ran"
     (resume_dir(run_dir) / INFO_FILE).write_bytes(_payload_bytes(marker))
-    err = _refused(cli, ["sac", "--resume", str(run_dir), "--no-progress"], run_dir.parent)
-    assert "is not valid JSON" in err and not marker.exists()
+    if how == "resume":
+        assert "is not valid JSON" in _refused(cli, ["sac", "--resume", str(run_dir), "--no-progress"], run_dir.parent)
+    else:
+        _resumed(cli, [*ARGS, "--out", str(run_dir)], run_dir)
+    assert not marker.exists()
+
+
+def test_a_fresh_offline_run_never_unpickles_the_state(tmp_path: Path, cli) -> None:
+    """The reported case: `train bc ... --checkpoint-every 25 --out RUN` beside a planted state."""
+    from rlpipe.pipeline.collect import collect_dataset
+
+    store, run = tmp_path / "store", tmp_path / "runs" / "run"
+    collect_dataset("CartPole-v1", episodes=2, num_envs=1, name="cp", store=store, fmt="arrow", progress=False)
+    marker = tmp_path / "ran"
+    resume_dir(run).mkdir(parents=True)
+    for name in (STATE_FILE, LEGACY_STATE_FILE, INFO_FILE):
+        (resume_dir(run) / name).write_bytes(_payload_bytes(marker))
+    args = ["bc", "--dataset", "cp", "--store", str(store), "--updates", "50", "--checkpoint-every", "25", "--no-progress",
+            "--device", "cpu", "--out", str(run)]
+    assert "is not a readable resume state" in _refused(cli, args, run.parent)
+    (resume_dir(run) / STATE_FILE).unlink()  # the old pickle alone: never read, the run starts afresh
+    _resumed(cli, args, run)
+    assert not marker.exists()
 
 
 def _plant_in_stepper(marker: Path, where: str) -> Callable[[Any, dict[str, torch.Tensor]], Any]:
@@ -249,7 +272,7 @@ def test_resume_without_a_state_is_refused(tmp_path: Path, cli) -> None:
 
 
 _EXAMPLES = itertools.count()
-FUZZ = settings(max_examples=12, derandomize=True, deadline=None, database=None,
+FUZZ = settings(max_examples=25, derandomize=True, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 
@@ -273,11 +296,12 @@ def _mutate(data: st.DataObject, raw: bytes) -> bytes:
 
 
 @FUZZ
-@given(data=st.data(), target=st.sampled_from([STATE_FILE, INFO_FILE]))
+@given(data=st.data(), target=st.sampled_from([STATE_FILE, INFO_FILE]), how=st.sampled_from(["resume", "fresh"]))
 def test_fuzzed_resume_state_resumes_or_is_refused(saved: Path, tmp_path: Path, cli, data: st.DataObject,
-                                                   target: str) -> None:
-    """Random byte mutations of either file: a valid resume (or a fresh run, when the config no
-    longer matches) or one line, exit 2 and nothing written."""
+                                                   target: str, how: str) -> None:
+    """Random byte mutations of either file, read by ``--resume`` or by a fresh run of the saved
+    config: a valid resume (or a fresh start, when the config no longer matches) or one line,
+    exit 2 and nothing written."""
     parent = tmp_path / f"fuzz-{next(_EXAMPLES)}"  # tmp_path is shared by the examples
     parent.mkdir()
     run = parent / "run"
@@ -286,7 +310,7 @@ def test_fuzzed_resume_state_resumes_or_is_refused(saved: Path, tmp_path: Path, 
     mutated = _mutate(data, path.read_bytes())
     path.write_bytes(mutated)
     before = _snapshot(parent)
-    res = cli("train", "sac", "--resume", str(run), "--no-progress")
+    res = cli("train", *(["sac", "--resume", str(run), "--no-progress"] if how == "resume" else [*ARGS, "--out", str(run)]))
     if res.code == 0:
         assert (run / "metrics.json").is_file()
     else:
