@@ -128,8 +128,13 @@ def test_the_payload_runs_when_unpickled(tmp_path: Path) -> None:
     assert marker.exists()
 
 
-def test_an_untouched_state_resumes(run_dir: Path, cli) -> None:
-    """Control: the copy the other tests alter is a valid state."""
+def test_an_untouched_state_resumes_without_unpickling(run_dir: Path, cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Control: the copy the other tests alter is a valid state; resuming it calls no unpickler."""
+    def no_unpickling(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("resuming must not unpickle")
+
+    for module, name in [(pickle, "load"), (pickle, "loads"), (pickle, "Unpickler"), (torch, "load")]:
+        monkeypatch.setattr(module, name, no_unpickling)
     _resumed(cli, ["sac", "--resume", str(run_dir), "--no-progress"], run_dir)
 
 
@@ -144,8 +149,7 @@ def test_a_pickled_state_file_is_never_unpickled(how: str, run_dir: Path, cli) -
 
 @pytest.mark.parametrize("how", ["resume", "fresh"])
 def test_a_legacy_pickle_is_never_loaded(how: str, run_dir: Path, cli) -> None:
-    """A ``resume.pt`` (the old pickle format) is ignored beside a valid state, and without one
-    ``--resume`` says why it cannot resume."""
+    """A ``resume.pt`` (the old pickle format) beside a valid state is ignored."""
     marker = run_dir.parent / "ran"
     (resume_dir(run_dir) / LEGACY_STATE_FILE).write_bytes(_payload_bytes(marker))
     args = ["sac", "--resume", str(run_dir), "--no-progress"] if how == "resume" else [*ARGS, "--out", str(run_dir)]

@@ -15,7 +15,8 @@ an array's dtype or a ``None`` to a number as it steps), generators get their st
 exactly the attributes the live env has. Restoring is exact for envs whose state is
 Python and NumPy data (classic control, GoalWorld, the time-limit, order and checker
 wrappers): each sub-env's physical state, step counters and ``np_random`` generator, the
-vector env's pending autoresets.
+vector env's pending autoresets. An array that two attributes share comes back as two
+copies (none of those envs shares one).
 
 An env holding anything else (a native handle such as a Box2D world or a MuJoCo model, the
 worker processes of an AsyncVectorEnv, an object of an unknown class) cannot be captured
