@@ -254,16 +254,26 @@ def test_a_damaged_state_file_is_refused(damage: str, how: str, run_dir: Path, c
     assert str(path) in err
 
 
+def _info_edit(edit: Callable[[dict], Any]) -> Callable[[Path], str]:
+    """Text for resume.json: ``edit`` applied to the saved record."""
+    def text(path: Path) -> str:
+        info = json.loads(path.read_text())
+        return json.dumps(edit(info))
+    return text
+
+
 @pytest.mark.parametrize("info, message", [
-    ("{not json", "is not valid JSON"),
-    ('{"config": {"env_id": "Pendulum-v1"}}', "is not a resume record"),
-    ('{"algo": "sac", "config": []}', "is not a resume record"),
-    ('{"algo": "sac"}', "is not a resume record"),
-    ("[]", "is not a resume record"),
-    ('{"algo": "nosuch", "config": {"env_id": "Pendulum-v1"}}', "is a nosuch run, not sac"),
-])
-def test_a_bad_resume_json_is_refused(info: str, message: str, run_dir: Path, cli) -> None:
-    (resume_dir(run_dir) / INFO_FILE).write_text(info)
+    (lambda path: "{not json", "is not valid JSON"),
+    (_info_edit(lambda info: {"config": info["config"]}), "is not a resume record"),
+    (_info_edit(lambda info: {**info, "config": []}), "is not a resume record"),
+    (_info_edit(lambda info: {"algo": info["algo"]}), "is not a resume record"),
+    (lambda path: "[]", "is not a resume record"),
+    (_info_edit(lambda info: {**info, "algo": "nosuch"}), "is a nosuch run, not sac"),
+    (_info_edit(lambda info: {**info, "config": {**info["config"], "seed": 1}}), "name different configs"),
+], ids=["invalid-json", "no-algo", "config-list", "no-config", "not-an-object", "unknown-algo", "other-config"])
+def test_a_bad_resume_json_is_refused(info: Callable[[Path], str], message: str, run_dir: Path, cli) -> None:
+    path = resume_dir(run_dir) / INFO_FILE
+    path.write_text(info(path))
     assert message in _refused(cli, ["sac", "--resume", str(run_dir), "--no-progress"], run_dir.parent)
 
 
@@ -304,8 +314,8 @@ def _mutate(data: st.DataObject, raw: bytes) -> bytes:
 def test_fuzzed_resume_state_resumes_or_is_refused(saved: Path, tmp_path: Path, cli, data: st.DataObject,
                                                    target: str, how: str) -> None:
     """Random byte mutations of either file, read by ``--resume`` or by a fresh run of the saved
-    config: a valid resume (or a fresh start, when the config no longer matches) or one line,
-    exit 2 and nothing written."""
+    config: a valid resume (a fresh run also starts afresh when the state's config no longer
+    matches its own) or one line, exit 2 and nothing written."""
     parent = tmp_path / f"fuzz-{next(_EXAMPLES)}"  # tmp_path is shared by the examples
     parent.mkdir()
     run = parent / "run"

@@ -8,7 +8,7 @@ Python/NumPy/torch RNG states, the loop's counters and the run's eval history) g
 kept) as the file's tensors, the rest as JSON in its header (``config``, and ``state``: the
 state tree, whose tensors and arrays are references to tensor names), with a sha256 over
 both. ``resume.json`` names the algorithm and config, which is what ``rlpipe train
---resume RUN_DIR`` reads. Both live in :func:`resume_dir`.
+--resume RUN_DIR`` reads (and checks against the state's config). Both live in :func:`resume_dir`.
 
 Nothing is unpickled: the header is read first and a state is only loaded by a run whose
 config equals the saved one (so resuming gives what an uninterrupted run of that config
@@ -90,8 +90,11 @@ def read_resume_info(run_dir: str | os.PathLike) -> dict[str, Any]:
         raise RlpipeError(f"{path} is not valid JSON ({exc})") from None
     config = info.get("config") if isinstance(info, dict) else None
     if not isinstance(info, dict) or not isinstance(info.get("algo"), str) or not isinstance(config, dict) \
-            or not isinstance(config.get("env_id"), str):
-        raise RlpipeError(f'{path} is not a resume record ({{"algo": NAME, "config": {{"env_id": ID, ...}}}})')
+            or not isinstance(config.get("env_id"), str) or type(config.get("checkpoint_every")) is not int:
+        raise RlpipeError(f'{path} is not a resume record ({{"algo": NAME, "config": {{"env_id": ID, '
+                          '"checkpoint_every": N, ...}}}})')
+    if saved_config(directory / STATE_FILE) != config:  # else the run would silently start afresh
+        raise RlpipeError(f"{path} and {STATE_FILE} name different configs: there is no state of this run to resume")
     return info
 
 
@@ -201,25 +204,47 @@ def write_state(path: Path, config: dict[str, Any], state: Mapping[str, Any]) ->
         save_file(tensors, str(tmp), metadata=header)
 
 
+# What reading a state file that is not one raises: the parser's errors and the JSON's.
+_READ_ERRORS = (SafetensorError, OSError, ValueError, TypeError, RecursionError, _Malformed)
+
+
+def _fix(path: Path) -> str:
+    return f"remove {path.parent} to train afresh"
+
+
+def _header(f: Any, path: Path) -> dict[str, str]:
+    """An open state file's header (JSON strings; reading it reads no tensor)."""
+    header = f.metadata() or {}
+    if header.get("format") != FORMAT or not {"config", "state", "sha256"} <= set(header):
+        raise RlpipeError(f"{path} is not an rlpipe resume state ({_fix(path)})")
+    return header
+
+
+def saved_config(path: Path) -> Any:
+    """The config the state in ``path`` was saved for (read from the header only)."""
+    try:
+        with safe_open(path, framework="pt") as f:
+            return json.loads(_header(f, path)["config"])
+    except _READ_ERRORS as exc:
+        raise RlpipeError(f"{path} is not a readable resume state ({_one_line(exc)}; {_fix(path)})") from None
+
+
 def read_state(path: Path, config: dict[str, Any]) -> dict[str, Any] | None:
     """The state :func:`write_state` wrote to ``path``, or None when it was saved for another
     config; an RlpipeError when the file is not one (unreadable, truncated, altered)."""
-    fix = f"remove {path.parent} to train afresh"
     try:
         with safe_open(path, framework="pt") as f:
-            header = f.metadata() or {}  # the header only: no tensor is read before the configs compare
-            if header.get("format") != FORMAT or not {"config", "state", "sha256"} <= set(header):
-                raise RlpipeError(f"{path} is not an rlpipe resume state ({fix})")
-            if json.loads(header["config"]) != config:
+            header = _header(f, path)
+            if json.loads(header["config"]) != config:  # before any tensor is read
                 return None
             tensors = {name: f.get_tensor(name) for name in f.keys()}
         if _digest(header, tensors) != header["sha256"]:
-            raise RlpipeError(f"{path} does not match its sha256: the state is damaged ({fix})")
+            raise RlpipeError(f"{path} does not match its sha256: the state is damaged ({_fix(path)})")
         state = _decode(json.loads(header["state"]), tensors)
-    except (SafetensorError, OSError, ValueError, TypeError, RecursionError, _Malformed) as exc:
-        raise RlpipeError(f"{path} is not a readable resume state ({_one_line(exc)}; {fix})") from None
+    except _READ_ERRORS as exc:
+        raise RlpipeError(f"{path} is not a readable resume state ({_one_line(exc)}; {_fix(path)})") from None
     if not isinstance(state, dict) or not {"objects", "rng", "run", "next_save", "loop"} <= set(state):
-        raise RlpipeError(f"{path} is not a readable resume state (its state lacks parts; {fix})")
+        raise RlpipeError(f"{path} is not a readable resume state (its state lacks parts; {_fix(path)})")
     return state
 
 
@@ -290,4 +315,4 @@ class Checkpointer:
 
 
 __all__ = ["Checkpointer", "INFO_FILE", "LEGACY_STATE_FILE", "STATE_FILE", "load_state", "read_resume_info", "read_state",
-           "resume_dir", "rng_states", "set_rng_states", "state_of", "write_state"]
+           "resume_dir", "rng_states", "saved_config", "set_rng_states", "state_of", "write_state"]
