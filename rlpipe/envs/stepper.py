@@ -11,7 +11,6 @@ final observation unreachable (same-step autoreset returns the reset observation
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +20,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from rlpipe.envs.spaces import ActionScaler
+from rlpipe.envs.state import env_state, load_env_state
 from rlpipe.errors import RlpipeError
 
 
@@ -131,26 +131,30 @@ class VecStepper:
     _RESUMED = ("obs", "infos", "valid", "env_steps", "episodes", "last_return", "_ep_return", "_ep_length")
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything the next steps depend on, for a resumable checkpoint: the counters, the
-        current observations and masks, and the vector env's attributes pickled, sub-envs
-        included (but not SyncVectorEnv's ``env_fns``: factories used only to build it, and
-        closures, which do not pickle).
-
-        Pickling is exact for envs whose state is Python and NumPy objects (classic control,
-        GoalWorld, the time-limit and checker wrappers): it keeps each sub-env's physical
-        state, step counters and ``np_random`` generator bit for bit, and the vector env's
-        pending autoresets. An env holding native handles (Box2D worlds, renderers) does not
-        pickle and is refused with an RlpipeError.
-        """
-        try:
-            envs = pickle.dumps({name: value for name, value in vars(self.envs).items() if name != "env_fns"})
-        except Exception as exc:  # pickling fails with whatever the unpicklable object raises
-            raise RlpipeError(f"the state of {self.envs} cannot be saved for resuming ({exc})") from None
-        return {"envs": envs, **{name: getattr(self, name) for name in self._RESUMED}}
+        """Everything the next steps depend on, for a resumable checkpoint, as plain data: the
+        counters, the current observations and masks, and the vector env's state
+        (:func:`rlpipe.envs.state.env_state`: sub-envs' physical state, step counters and
+        generators; an env that cannot be recorded that way is an RlpipeError)."""
+        return {"envs": env_state(self.envs), **{name: getattr(self, name) for name in self._RESUMED}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from :meth:`state_dict`. The saved vector env's attributes replace the live
-        one's, so whoever holds ``envs`` (the training loop that closes it) steps the restored env."""
-        vars(self.envs).update(pickle.loads(state["envs"]))
+        """Continue from :meth:`state_dict`: the saved env state goes into the live env's
+        objects (:func:`rlpipe.envs.state.load_env_state`), so whoever holds ``envs`` (the
+        training loop that closes it) steps the restored env."""
+        load_env_state(self.envs, state["envs"])
         for name in self._RESUMED:
+            if not (type(state[name]) is dict if name == "infos" else _same_layout(getattr(self, name), state[name])):
+                raise RlpipeError(f"the saved stepper's {name} does not fit this env")
             setattr(self, name, state[name])
+
+
+def _same_layout(live: Any, saved: Any) -> bool:
+    """Whether ``saved`` can stand for the stepper's ``live`` value: arrays of the same dtype
+    and shape, dicts of the same keys, ints for ints, a float or None for a latest return."""
+    if isinstance(live, np.ndarray):
+        return isinstance(saved, np.ndarray) and (saved.dtype, saved.shape) == (live.dtype, live.shape)
+    if isinstance(live, dict):
+        return type(saved) is dict and saved.keys() == live.keys() and all(_same_layout(live[k], saved[k]) for k in live)
+    if type(live) is int:
+        return type(saved) is int
+    return (live is None or type(live) is float) and (saved is None or type(saved) is float)

@@ -69,9 +69,9 @@ class ReplayBuffer:
     _COLUMNS = ("obs", "next_obs", "actions", "rewards", "terminated")
 
     def state_dict(self) -> dict[str, object]:
-        """The stored transitions (only the filled rows), ring position and sampling generator."""
-        # cloned: torch.save would write a slice's whole storage (the full capacity)
-        rows = {name: getattr(self, name)[: self.size].clone() for name in self._COLUMNS}
+        """The stored transitions (views of the filled rows: save them at once), ring position
+        and sampling generator."""
+        rows = {name: getattr(self, name)[: self.size] for name in self._COLUMNS}
         return {**rows, "pos": self.pos, "size": self.size, "generator": self.generator.get_state()}
 
     def load_state_dict(self, state: dict[str, object]) -> None:

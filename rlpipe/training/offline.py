@@ -264,8 +264,8 @@ def train_offline(
     eval_policy = policy_fn(actor, ActionScaler(data.action_space), data.device, deterministic_eval)
     step = UpdateStepper(update, data.sampler, config.batch_size, config.updates,
                          graph=graphs_enabled(data.device) and isinstance(data.sampler, TransitionSampler), period=update_period)
-    updates = (checkpoints.restore() or {}).get("updates", 0)
     try:
+        updates = (checkpoints.restore() or {}).get("updates", 0)
         while True:
             updates += step(updates)
             run.show(updates)

@@ -24,7 +24,19 @@ def _to_tensor(array: np.ndarray, device: torch.device) -> torch.Tensor:
         return torch.from_numpy(array).to(device)
 
 
-class TransitionSampler:
+class _GeneratorState:
+    """A sampler's resumable state: its index generator's (what a resumed run needs to draw the same batches)."""
+
+    _generator: torch.Generator
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {"generator": self._generator.get_state()}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        self._generator.set_state(state["generator"])
+
+
+class TransitionSampler(_GeneratorState):
     """Uniform minibatch sampler over a dataset held as tensors on `device`.
 
     Yields `rlpipe.training.buffer.Batch` (obs, actions, rewards, next_obs, terminated), the
@@ -54,13 +66,6 @@ class TransitionSampler:
             "terminated": _to_tensor(np.asarray(data.terminated), self.device).float(),
         }
         self._generator = torch.Generator(device=self.device).manual_seed(seed)
-
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        """The generator's state (what a resumed run needs to draw the same batches)."""
-        return {"generator": self._generator.get_state()}
-
-    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        self._generator.set_state(state["generator"])
 
     def sample(self, batch_size: int) -> Batch:
         """A batch of `batch_size` transitions drawn uniformly with replacement."""
@@ -98,7 +103,7 @@ class SeedSampler:
         return self.sampler.take(index)
 
 
-class MappedSampler:
+class MappedSampler(_GeneratorState):
     """Uniform minibatches gathered from a dataset's memory-mapped shards (`MappedTransitions`):
     for datasets larger than memory. Nothing is copied up front; each batch is gathered
     from the maps, converted like `TransitionSampler` converts the whole dataset (actions
