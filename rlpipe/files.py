@@ -6,11 +6,16 @@ runs (training) hash and replace files the same way.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
+import stat
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from rlpipe.errors import RlpipeError
 
 _HASH_CHUNK = 1 << 22
 
@@ -33,14 +38,43 @@ def fsync_path(path: str | os.PathLike) -> None:
         os.close(fd)
 
 
+def read_limited(path: str | os.PathLike, limit: int) -> bytes:
+    """The bytes of ``path`` if it is a regular file of at most ``limit`` bytes; an OSError for
+    a symbolic link, a device, a FIFO or a larger file (a planted link to /dev/zero must not
+    hang or exhaust the reader)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, f"{path} is not a regular file")
+        data = os.read(fd, limit + 1)
+        if info.st_size > limit or len(data) > limit:
+            raise OSError(errno.EFBIG, f"{path} is larger than {limit} bytes")
+        return data
+    finally:
+        os.close(fd)
+
+
+def confined_path(root: str | os.PathLike, relative: str, what: str) -> Path:
+    """``root / relative`` for a relative path that stays under ``root`` (no absolute path, no
+    empty, ``.`` or ``..`` part), else an RlpipeError naming ``what``."""
+    parts = relative.split("/")  # an absolute path starts with an empty part
+    if any(part in ("", ".", "..") or "\0" in part for part in parts):
+        raise RlpipeError(f"invalid {what} {relative!r}: it must be a relative path inside {root} without '.' or '..' parts")
+    return Path(root, *parts)
+
+
 @contextmanager
 def atomic_output(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary sibling of ``path`` to write; on success it is fsynced and replaces
     ``path`` in one rename (the directory fsynced too), on an error it is deleted. Readers see
     the old file or the whole new one, never half, even after a power loss."""
     path = Path(path)
-    tmp = path.with_name(f".tmp-{os.getpid()}-{path.name}")
+    tmp = path.with_name(f".tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}-{path.name}")
     try:
+        # Created exclusively (never through a planted link); the pid first keeps the name
+        # out of the pattern `rlpipe.datasets.atomic` recovers, which never sees a live writer's file.
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666))
         yield tmp
         fsync_path(tmp)
         os.replace(tmp, path)

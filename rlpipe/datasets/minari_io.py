@@ -22,7 +22,7 @@ import numpy as np
 from rlpipe.datasets.atomic import StagedDirectory
 from rlpipe.datasets.hdf5 import MINARI_METADATA_KEYS, check_minari_id, default_minari_id
 from rlpipe.datasets.schema import Columnar, concat_columnar, info_value_space, map_columnar
-from rlpipe.datasets.store import MINARI_DIR, MINARI_METADATA_FILE, DatasetInfo
+from rlpipe.datasets.store import MINARI_DIR, MINARI_METADATA_FILE, DatasetInfo, check_name
 from rlpipe.datasets.validate import require_valid
 from rlpipe.datasets.writer import write_rows
 from rlpipe.errors import RlpipeError
@@ -44,9 +44,9 @@ def export_to_minari(info: DatasetInfo, dataset_id: str | None = None, force: bo
 
     The dataset is validated first; `force` replaces only a Minari dataset at exactly that
     id (never a namespace or another directory), and the old one survives a crash."""
+    dataset_id = check_minari_id(dataset_id or default_minari_id(info.name))
     if info.hdf5_path is None:
         raise RlpipeError(f"dataset {info.name!r} has no HDF5 copy (it was written with --format arrow)")
-    dataset_id = check_minari_id(dataset_id or default_minari_id(info.name))
     require_valid(info)
     target = minari_root() / dataset_id
 
@@ -147,6 +147,7 @@ def import_from_minari(dataset_id: str, name: str, *, store: Any = None, fmt: st
     env spec, Minari's optional metadata, episode seeds and the numeric `infos` entries."""
     import minari
 
+    check_name(name)  # before any work
     try:
         source = minari.load_dataset(check_minari_id(dataset_id))
     except (FileNotFoundError, ValueError) as exc:

@@ -243,11 +243,10 @@ def _dataset_path(root: Path, name: str) -> Path:
 
 def open_dataset(name: str, store: str | os.PathLike | None = None, check_files: bool = True) -> DatasetInfo:
     """Find dataset `name` in the store and check its metadata and (with `check_files`) its
-    file layout, or raise a one-line error. An interrupted replace is rolled back first."""
+    file layout, or raise a one-line error. An interrupted replace of it is rolled back first."""
     root = store_root(store)
     path = _dataset_path(root, name)
-    if root.is_dir():
-        atomic.recover_all(root, is_dataset_dir)
+    atomic.recover_name(root, path.name, is_dataset_dir)
     if not is_dataset_dir(path):
         available = ", ".join(info.name for info in list_datasets(root)) or "none"
         raise RlpipeError(f"dataset {name!r} not found in {root} (available: {available})")

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from rlpipe.errors import RlpipeError
+from rlpipe.files import atomic_write_text
 from rlpipe.models.checkpoint import META_FILE
 from rlpipe.training.run import METRICS_FILE
 
@@ -292,7 +293,5 @@ def write_report(patterns: list[str], out_dir: str | Path) -> Report:
     out.mkdir(parents=True, exist_ok=True)
     figures = plot_curves(groups, out)
     index = out / "index.html"
-    tmp = index.with_name(index.name + ".tmp")
-    tmp.write_text(render_html(table_rows(groups), figures))
-    os.replace(tmp, index)
+    atomic_write_text(index, render_html(table_rows(groups), figures))
     return Report(index, figures, groups, skipped)
