@@ -18,7 +18,7 @@ are gone: a name whose lock is free has no live writer.
 
 Clean-up stays inside what rlpipe owns. A *root* is a directory rlpipe created or found empty
 when it first published there (it writes `.rlpipe-root` into it), or one holding a `.locks`
-folder of lock files only (written by rlpipe before the marker existed). Leftovers of other
+folder of lock files only (a store written without the marker). Leftovers of other
 names are recovered only in a root, and only for names that have a lock file (every rlpipe
 writer creates its lock before its first temporary entry). In any other directory (`train
 --out /tmp/x`) rlpipe touches only its own name's lock and leftovers. Lock files are opened
@@ -130,8 +130,8 @@ def check_output_file(path: Path) -> None:
 
 def is_root(parent: Path) -> bool:
     """Whether `parent` is a directory rlpipe publishes into and may clean up: it holds the
-    `.rlpipe-root` marker, or (a store or runs folder written by rlpipe before the marker
-    existed) a real `.locks` folder that holds nothing but regular `*.lock` files."""
+    `.rlpipe-root` marker, or (a store or runs folder without the marker) a real `.locks`
+    folder that holds nothing but regular `*.lock` files."""
     if _is_regular(parent / ROOT_MARKER):
         return True
     locks = parent / LOCK_DIR
@@ -151,26 +151,23 @@ def _is_regular(path: Path) -> bool:
         return False
 
 
-def claim_root(parent: Path) -> bool:
+def claim_root(parent: Path) -> None:
     """Make an empty `parent` (one rlpipe just created, or an empty folder the user named) a
-    root by writing the marker; a directory that already holds anything else is never claimed.
-    Returns `is_root(parent)` afterwards."""
+    root by writing the marker; a directory that already holds anything is never claimed, so
+    concurrent writers agree (the marker is the first entry of a root)."""
     if is_root(parent):
-        return True
+        return
     try:
         with os.scandir(parent) as entries:
-            if any(True for _ in entries):
-                return False
+            if next(entries, None) is not None:
+                return
         fd = os.open(parent / ROOT_MARKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    except FileExistsError:  # a concurrent writer claimed it first
-        return is_root(parent)
-    except OSError:  # read-only: not ours to mark
-        return False
+    except OSError:  # claimed by a concurrent writer first, or read-only: not ours to mark
+        return
     try:
         os.write(fd, ROOT_MARKER_TEXT.encode())
     finally:
         os.close(fd)
-    return True
 
 
 def _lock_location(parent: Path, name: str) -> tuple[Path, str]:
@@ -296,7 +293,7 @@ def recover(parent: Path, name: str, is_complete: Callable[[Path], bool]) -> Non
     mine = [(kind, path) for kind, other, path in _leftovers(parent) if other == name]
     if not os.path.lexists(final):
         for kind, path in mine:
-            if kind == "trash" and is_complete(path):
+            if kind == "trash" and not path.is_symlink() and is_complete(path):
                 os.rename(path, final)
                 fsync_path(parent)
                 break
