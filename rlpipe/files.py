@@ -15,8 +15,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from rlpipe.errors import RlpipeError
-
 _HASH_CHUNK = 1 << 22
 
 
@@ -53,15 +51,6 @@ def read_limited(path: str | os.PathLike, limit: int) -> bytes:
         return data
     finally:
         os.close(fd)
-
-
-def confined_path(root: str | os.PathLike, relative: str, what: str) -> Path:
-    """``root / relative`` for a relative path that stays under ``root`` (no absolute path, no
-    empty, ``.`` or ``..`` part), else an RlpipeError naming ``what``."""
-    parts = relative.split("/")  # an absolute path starts with an empty part
-    if any(part in ("", ".", "..") or "\0" in part for part in parts):
-        raise RlpipeError(f"invalid {what} {relative!r}: it must be a relative path inside {root} without '.' or '..' parts")
-    return Path(root, *parts)
 
 
 @contextmanager

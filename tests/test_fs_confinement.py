@@ -12,12 +12,11 @@ import numpy as np
 import pytest
 
 import rlpipe.datasets.loader as loader
-from rlpipe.datasets.atomic import LOCK_DIR, LOOSE_LOCK_PREFIX, ROOT_MARKER, StagedDirectory, is_root
+from rlpipe.datasets.atomic import LOCK_DIR, LOOSE_LOCK_PREFIX, ROOT_MARKER, StagedDirectory, confined_path, is_root
 from rlpipe.datasets.loader import VERIFIED_DIR, load_dataset
 from rlpipe.datasets.store import is_dataset_dir
 from rlpipe.datasets.writer import write_rows
 from rlpipe.errors import RlpipeError
-from rlpipe.files import confined_path
 from rlpipe.pipeline.sweep import sweep_dir
 from tests.test_dataset_store import BOX, synthetic_rows
 

@@ -115,6 +115,15 @@ def _non_finite_keys(value: Any, prefix: str = "") -> list[str]:
     return []
 
 
+def confined_path(root: str | os.PathLike, relative: str, what: str) -> Path:
+    """`root / relative` for a relative path that stays under `root` (no absolute path, no
+    empty, `.` or `..` part), else an RlpipeError naming `what` (sweep and run names)."""
+    parts = relative.split("/")  # an absolute path starts with an empty part
+    if any(part in ("", ".", "..") or "\0" in part for part in parts):
+        raise RlpipeError(f"invalid {what} {relative!r}: it must be a relative path inside {root} without '.' or '..' parts")
+    return Path(root, *parts)
+
+
 def check_output_file(path: Path) -> None:
     """Fail now, before any work, if `path` cannot be written (a directory, no permission)."""
     if path.is_dir():

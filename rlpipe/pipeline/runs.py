@@ -17,11 +17,11 @@ from typing import Any
 import yaml
 
 from rlpipe.algos.registry import RESUMABLE, SPECS, AlgoSpec, get_algo
+from rlpipe.datasets.atomic import confined_path
 from rlpipe.datasets.store import open_dataset
 from rlpipe.envs import env_spaces
 from rlpipe.envs.multiagent import is_multi_agent
 from rlpipe.errors import RlpipeError
-from rlpipe.files import confined_path
 from rlpipe.training.config import RunConfig, typed_value
 from rlpipe.training.offline import dataset_env_id
 from rlpipe.training.run import TrainResult

@@ -31,8 +31,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rlpipe.datasets.atomic import confined_path
 from rlpipe.errors import RlpipeError
-from rlpipe.files import atomic_write_text, confined_path
+from rlpipe.files import atomic_write_text
 from rlpipe.training.config import parse_settings
 
 if TYPE_CHECKING:
