@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 _HASH_CHUNK = 1 << 22
+MAX_JSON_BYTES = 64 << 20  # metadata, checkpoint records and caches are kilobytes to a few MiB
 
 
 def sha256_file(path: str | os.PathLike) -> str:
@@ -36,18 +37,19 @@ def fsync_path(path: str | os.PathLike) -> None:
         os.close(fd)
 
 
-def read_limited(path: str | os.PathLike, limit: int) -> bytes:
-    """The bytes of ``path`` if it is a regular file of at most ``limit`` bytes; an OSError for
-    a symbolic link, a device, a FIFO or a larger file (a planted link to /dev/zero must not
-    hang or exhaust the reader)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+def read_limited(path: str | os.PathLike, limit: int = MAX_JSON_BYTES, follow_links: bool = False) -> bytes:
+    """The bytes of ``path`` if it is a regular file of at most ``limit`` bytes, else an OSError:
+    for a device, a FIFO or a larger file (a planted link to /dev/zero or /proc/self/pagemap
+    must not hang or exhaust the reader) and, unless ``follow_links``, for a symbolic link
+    (DVC may check a dataset's files out as links into its cache)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_links else os.O_NOFOLLOW))
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise OSError(errno.EINVAL, f"{path} is not a regular file")
+            raise OSError(errno.EINVAL, "not a regular file")
         data = os.read(fd, limit + 1)
         if info.st_size > limit or len(data) > limit:
-            raise OSError(errno.EFBIG, f"{path} is larger than {limit} bytes")
+            raise OSError(errno.EFBIG, f"larger than {limit} bytes")
         return data
     finally:
         os.close(fd)

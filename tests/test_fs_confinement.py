@@ -229,13 +229,23 @@ def test_a_cache_that_is_a_link_a_fifo_or_huge_is_missing(store: Path, monkeypat
     assert hashed == []  # control: a good cache spares the hash
     cache = store / VERIFIED_DIR / "data.json"
     if plant == "oversized":
-        monkeypatch.setattr(loader, "MAX_CACHE_BYTES", cache.stat().st_size - 1)
+        monkeypatch.setattr(loader, "MAX_JSON_BYTES", cache.stat().st_size - 1)
     else:
         cache.unlink()
         cache.symlink_to("/dev/zero") if plant == "dev-zero" else os.mkfifo(cache)
     again = load_dataset("data", store)  # no hang, no unbounded read: the shards are hashed again
     assert hashed and np.array_equal(again.reward, first.reward)
     assert cache.is_file() and not cache.is_symlink()  # replaced by a fresh cache, not written through
+
+
+@pytest.mark.timeout(60)
+def test_huge_metadata_and_checkpoint_records_are_one_line(store: Path, tmp_path: Path, cli) -> None:
+    write(store)
+    os.truncate(store / "data" / "metadata.json", 1 << 40)  # sparse: a terabyte that is not on disk
+    one_line_exit_2(cli("datasets", "inspect", "data", "--store", store), "larger than")
+    assert cli(*QUICK, "--out", tmp_path / "run").code == 0
+    os.truncate(tmp_path / "run" / "checkpoint.json", 1 << 40)
+    one_line_exit_2(cli("eval", tmp_path / "run", "--episodes", "1"), "larger than")
 
 
 def test_a_linked_cache_folder_is_neither_read_nor_written(store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -32,7 +32,7 @@ from rlpipe.datasets.schema import (
     step_schema,
 )
 from rlpipe.datasets.store import DatasetInfo, open_dataset
-from rlpipe.files import atomic_write_text, read_limited, sha256_file
+from rlpipe.files import MAX_JSON_BYTES, atomic_write_text, read_limited, sha256_file
 from rlpipe.errors import RlpipeError
 
 
@@ -66,7 +66,6 @@ class TransitionArrays:
 
 
 VERIFIED_DIR = ".verified"
-MAX_CACHE_BYTES = 16 << 20  # about 90k shards' entries; datasets hold a few large shards
 
 
 class ShardVerifier:
@@ -78,7 +77,7 @@ class ShardVerifier:
         self.info = info
         self.cache_path = info.path.parent / VERIFIED_DIR / f"{info.path.name}.json"
         try:  # a cache that is a link, a special file or oversized is missing: the shards are hashed again
-            self.cache = json.loads(read_limited(self.cache_path, MAX_CACHE_BYTES)) if not self.cache_path.parent.is_symlink() else {}
+            self.cache = json.loads(read_limited(self.cache_path, MAX_JSON_BYTES)) if not self.cache_path.parent.is_symlink() else {}
         except (OSError, ValueError, RecursionError):
             self.cache = {}
         if not isinstance(self.cache, dict):

@@ -25,7 +25,7 @@ from minari.serialization import deserialize_space
 from rlpipe.datasets import atomic
 from rlpipe.datasets.schema import FORMAT_NAME, FORMAT_VERSION, step_schema
 from rlpipe.errors import RlpipeError
-from rlpipe.files import sha256_file
+from rlpipe.files import read_limited, sha256_file
 
 METADATA_FILE = "metadata.json"
 STEPS_DIR = "steps"
@@ -135,7 +135,7 @@ def read_metadata(path: Path) -> dict[str, Any]:
     types, the spaces, file paths that stay inside the dataset, and the name."""
     meta_path = path / METADATA_FILE
     try:
-        metadata = json.loads(meta_path.read_text())
+        metadata = json.loads(read_limited(meta_path, follow_links=True))
     except FileNotFoundError:
         raise RlpipeError(f"{path} is not a dataset (no {METADATA_FILE})") from None
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
