@@ -26,8 +26,8 @@ class CliResult:
 
 
 def store_contents(store: Path) -> list[str]:
-    """The store's entries, without the lock and verification-cache folders every store has."""
-    return sorted(p.name for p in store.iterdir() if p.name not in (".locks", ".verified"))
+    """The store's entries, without the root marker, lock and verification-cache folders every store has."""
+    return sorted(p.name for p in store.iterdir() if p.name not in (".rlpipe-root", ".locks", ".verified"))
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

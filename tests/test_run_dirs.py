@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -13,6 +14,7 @@ from pathlib import Path
 import gymnasium as gym
 import pytest
 
+from rlpipe.datasets.atomic import FAULT_ENV, FAULT_EXIT_CODE
 from rlpipe.datasets.writer import write_rows
 from tests.test_dataset_store import BOX, synthetic_rows
 
@@ -51,14 +53,14 @@ def test_killed_rerun_keeps_the_old_run_whole(tmp_path: Path, cli) -> None:
             proc.send_signal(sig)
             code = proc.wait(timeout=30)
         assert snapshot(out) == before  # the old checkpoint, metrics and curve, nothing of the new run
-        leftovers = [p.name for p in out.parent.iterdir() if p.name != ".locks" and p != out]
+        leftovers = [p.name for p in out.parent.iterdir() if p.name not in (".locks", ".rlpipe-root") and p != out]
         if sig == signal.SIGTERM:  # handled like Ctrl-C: the work directory is deleted
             assert code == 128 + signal.SIGTERM and leftovers == []
         else:  # the dead writer's work directory, deleted by the next command that looks
             assert leftovers and all(name.startswith(".tmp-") for name in leftovers)
     evaluated = cli("eval", out, "--episodes", "1")
     assert evaluated.code == 0, evaluated.err
-    assert [p.name for p in out.parent.iterdir() if p.name != ".locks"] == ["ppo"]
+    assert [p.name for p in out.parent.iterdir() if p.name not in (".locks", ".rlpipe-root")] == ["ppo"]
     assert cli(*QUICK, "--seed", "2", "--out", out).code == 0  # a finished rerun replaces the run
     assert snapshot(out) != before
 
@@ -121,16 +123,18 @@ def test_diverged_run_is_one_line_and_publishes_nothing(tmp_path: Path, cli, mon
     monkeypatch.setattr(run_module, "evaluate", lambda *args, **kwargs: nan)  # NaN weights give NaN returns
     result = cli(*QUICK, "--out", tmp_path / "run")
     assert result.code == 2 and "NaN or infinity in eval_return_mean, eval_return_std" in result.err, result.err
-    assert [p.name for p in tmp_path.iterdir()] == [".locks"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".locks", ".rlpipe-root"]
 
 
 def test_eval_rolls_back_a_replace_that_died_midway(trained_run: Path, tmp_path: Path, cli) -> None:
     out = tmp_path / "models" / "run"
-    shutil.copytree(trained_run, out)
-    out.rename(out.with_name(".trash-0123abcd-run"))  # what a run killed between the two renames leaves
+    shutil.copytree(trained_run, out)  # a folder rlpipe did not create: the lock goes beside the run
+    rerun = subprocess.run([RLPIPE, *QUICK, "--out", str(out)], env={**os.environ, FAULT_ENV: "old-moved"}, capture_output=True, timeout=300)
+    assert rerun.returncode == FAULT_EXIT_CODE and not out.exists()  # killed between the two renames
     result = cli("eval", out, "--episodes", "1")
     assert result.code == 0, result.err
-    assert sorted(p.name for p in out.parent.iterdir()) == [".locks", "run"]
+    assert sorted(p.name for p in out.parent.iterdir()) == [".rlpipe-lock-run", "run"]
+    assert snapshot(out) == snapshot(trained_run)
 
 
 def test_final_heldout_evaluation_is_recorded_on_its_own_seeds(tmp_path: Path, cli) -> None:

@@ -414,7 +414,7 @@ def test_export_replace_killed_midway_is_rolled_back(store: Path, tmp_path: Path
     again = cli("datasets", "export", "data", "--id", "cp-v0", "--store", store)  # the next start rolls back
     one_line_exit_2(again, "already exists")
     assert (root / "cp-v0" / "data" / "main_data.hdf5").is_file()
-    assert sorted(p.name for p in root.iterdir()) == [".locks", "cp-v0"]
+    assert sorted(p.name for p in root.iterdir()) == [".locks", ".rlpipe-root", "cp-v0"]
 
 
 def test_import_stays_inside_the_minari_root(store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli) -> None:

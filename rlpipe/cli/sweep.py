@@ -32,8 +32,9 @@ def sweep(
     """Train every setting of a grid with every seed; write sweeps/NAME/summary.json and print mean ± std and a 95% bootstrap interval."""
     from rlpipe.algos import get_algo
     from rlpipe.pipeline.runs import read_settings
-    from rlpipe.pipeline.sweep import SweepSpec, parse_grid, parse_seeds, run_sweep
+    from rlpipe.pipeline.sweep import SweepSpec, parse_grid, parse_seeds, run_sweep, sweep_dir
 
+    out = sweep_dir(root, name, algo, env or dataset)
     config_class = get_algo(algo).config_class
     fixed = read_settings(settings_from, config_class) if settings_from else {}
     axes = parse_grid(grid, config_class)
@@ -42,7 +43,6 @@ def sweep(
     if device is not None:
         fixed["device"] = device
     spec = SweepSpec(algo, env, dataset, None if store is None else str(store), fixed)
-    out = root / (name or f"{algo}-{env or dataset}")
     summary = run_sweep(spec, axes, parse_seeds(seeds), out, backend=backend, workers=workers, batched=batched, retries=retries)
     width = max(len(s) for s in summary["settings"])
     typer.echo(f"{'setting':<{width}}  seeds  return mean ± std    95% bootstrap interval  metric")

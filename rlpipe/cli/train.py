@@ -92,13 +92,13 @@ def eval_(
     """Evaluate a saved policy and print the mean ± std episode return (multi-agent: win rate or
     side returns); optionally record a video."""
     from rlpipe.algos import get_algo, load_policy
-    from rlpipe.datasets.atomic import recover_all
+    from rlpipe.datasets.atomic import recover_name
     from rlpipe.envs.multiagent import is_multi_agent
     from rlpipe.models.checkpoint import read_meta
     from rlpipe.training.evaluation import evaluate
     from rlpipe.training.run import is_run_dir
 
-    recover_all(run_dir.absolute().parent, is_run_dir)  # a replace that crashed midway is rolled back first
+    recover_name(run_dir.absolute().parent, run_dir.name, is_run_dir)  # a replace that crashed midway is rolled back first
     if video is not None:
         from rlpipe.pipeline.video import check_video_path, record_video
 

@@ -4,6 +4,7 @@ Datasets in a store, training run directories and Minari exports are all publish
 same way, by a `StagedDirectory`:
 
 1. hold the name's lock: `fcntl.flock` on `<parent>/.locks/<name, lower case>.lock`
+   when `<parent>` is a root (below), else on `<parent>/.rlpipe-lock-<name, lower case>`
    (a second writer of the same name gets a one-line error, not a lost update);
 2. build the content in `<parent>/.tmp-<id>-<name>/` and fsync every file and directory;
 3. if `<name>` exists, rename it to `<parent>/.trash-<id>-<name>/`;
@@ -14,6 +15,15 @@ Whatever moment a process dies, `<name>` is complete (old or new) or absent with
 `.trash-*` beside it. `recover` (run by the next process that gets the name's lock) renames
 such a trash back and deletes the `.tmp-*`, `.trash-*` and `.rm-*` leftovers of writers that
 are gone: a name whose lock is free has no live writer.
+
+Clean-up stays inside what rlpipe owns. A *root* is a directory rlpipe created or found empty
+when it first published there (it writes `.rlpipe-root` into it), or one holding a `.locks`
+folder of lock files only (a store written without the marker). Leftovers of other
+names are recovered only in a root, and only for names that have a lock file (every rlpipe
+writer creates its lock before its first temporary entry). In any other directory (`train
+--out /tmp/x`) rlpipe touches only its own name's lock and leftovers. Lock files are opened
+without following links and must be small regular files with one name; readers never create
+them.
 """
 
 from __future__ import annotations
@@ -25,6 +35,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import uuid
 from pathlib import Path
 from typing import Any, Callable
@@ -33,6 +44,10 @@ from rlpipe.errors import RlpipeError
 from rlpipe.files import fsync_path
 
 LOCK_DIR = ".locks"
+ROOT_MARKER = ".rlpipe-root"
+ROOT_MARKER_TEXT = "rlpipe publishes here: it may delete its own .tmp-*, .trash-* and .rm-* leftovers in this directory\n"
+LOOSE_LOCK_PREFIX = ".rlpipe-lock-"
+_MAX_LOCK_BYTES = 64  # a lock file holds one pid line; anything larger is not ours to truncate
 TEMP_PREFIX, TRASH_PREFIX, REMOVE_PREFIX = ".tmp-", ".trash-", ".rm-"
 _LEFTOVER_RE = re.compile(r"^\.(tmp|trash|rm)-([0-9a-f]{8})-(.+)$")
 # Test hook: `RLPIPE_FAULT_AT=<step>` kills the process (os._exit) at that step of a publish.
@@ -100,6 +115,15 @@ def _non_finite_keys(value: Any, prefix: str = "") -> list[str]:
     return []
 
 
+def confined_path(root: str | os.PathLike, relative: str, what: str) -> Path:
+    """`root / relative` for a relative path that stays under `root` (no absolute path, no
+    empty, `.` or `..` part), else an RlpipeError naming `what` (sweep and run names)."""
+    parts = relative.split("/")  # an absolute path starts with an empty part
+    if any(part in ("", ".", "..") or "\0" in part for part in parts):
+        raise RlpipeError(f"invalid {what} {relative!r}: it must be a relative path inside {root} without '.' or '..' parts")
+    return Path(root, *parts)
+
+
 def check_output_file(path: Path) -> None:
     """Fail now, before any work, if `path` cannot be written (a directory, no permission)."""
     if path.is_dir():
@@ -113,37 +137,140 @@ def check_output_file(path: Path) -> None:
         raise RlpipeError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
-def _lock_path(parent: Path, name: str) -> Path:
-    return parent / LOCK_DIR / f"{name.lower()}.lock"
+def is_root(parent: Path) -> bool:
+    """Whether `parent` is a directory rlpipe publishes into and may clean up: it holds the
+    `.rlpipe-root` marker, or (a store or runs folder without the marker) a real `.locks`
+    folder that holds nothing but regular `*.lock` files."""
+    if _is_regular(parent / ROOT_MARKER):
+        return True
+    locks = parent / LOCK_DIR
+    try:
+        if not stat.S_ISDIR(os.lstat(locks).st_mode):
+            return False
+        with os.scandir(locks) as entries:
+            return all(entry.name.endswith(".lock") and entry.is_file(follow_symlinks=False) for entry in entries)
+    except OSError:
+        return False
 
 
-def try_lock(parent: Path, name: str) -> int | None:
-    """The file descriptor holding `name`'s lock, or None if another process holds it."""
-    path = _lock_path(parent, name)
-    path.parent.mkdir(exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+def _is_regular(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def claim_root(parent: Path) -> None:
+    """Make an empty `parent` (one rlpipe just created, or an empty folder the user named) a
+    root by writing the marker; a directory that already holds anything is never claimed, so
+    concurrent writers agree (the marker is the first entry of a root)."""
+    if is_root(parent):
+        return
+    try:
+        with os.scandir(parent) as entries:
+            if next(entries, None) is not None:
+                return
+        fd = os.open(parent / ROOT_MARKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError:  # claimed by a concurrent writer first, or read-only: not ours to mark
+        return
+    try:
+        os.write(fd, ROOT_MARKER_TEXT.encode())
+    finally:
+        os.close(fd)
+
+
+def _lock_location(parent: Path, name: str) -> tuple[Path, str]:
+    """The folder and file name of `name`'s lock: `.locks/<name>.lock` in a root, else a
+    single `.rlpipe-lock-<name>` file beside the entry (a foreign folder gets no `.locks`)."""
+    if is_root(parent):
+        return parent / LOCK_DIR, f"{name.lower()}.lock"
+    return parent, f"{LOOSE_LOCK_PREFIX}{name.lower()}"
+
+
+def _open_lock(parent: Path, name: str, create: bool) -> int | None:
+    """An open (not yet locked) descriptor of `name`'s lock file; None if it does not exist and
+    `create` is false. Never follows a link and never opens anything but a small regular file
+    with one name, so a planted link or hard link cannot make a lock write to another file."""
+    folder, file = _lock_location(parent, name)
+    if create and folder != parent:
+        try:
+            os.mkdir(folder)
+        except FileExistsError:
+            pass
+    try:
+        folder_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        if create:
+            raise
+        return None
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise RlpipeError(f"{folder} is a symbolic link or not a directory; refusing to keep locks there (remove it)") from None
+        raise
+    flags = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | (os.O_CREAT if create else 0)
+    try:
+        fd = os.open(file, flags, 0o644, dir_fd=folder_fd)
+    except FileNotFoundError:
+        if create:
+            raise
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _not_a_lock(folder / file) from None
+        raise
+    finally:
+        os.close(folder_fd)
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1 or info.st_size > _MAX_LOCK_BYTES:
+        os.close(fd)
+        raise _not_a_lock(folder / file)
+    return fd
+
+
+def _not_a_lock(path: Path) -> RlpipeError:
+    return RlpipeError(f"{path} is not an rlpipe lock file (a link, a special or a large file); refusing to use or change it (remove it)")
+
+
+def _flock(fd: int) -> bool:
+    """Take the lock on `fd` without waiting; False if another process holds it."""
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:
-        os.close(fd)
         if exc.errno in (errno.EAGAIN, errno.EACCES):
-            return None
+            return False
+        os.close(fd)
         raise
+    return True
+
+
+def _hold(fd: int) -> int:
+    # `_open_lock` checked it is a small regular file with one name: rewriting it touches nothing else.
     os.ftruncate(fd, 0)
-    os.write(fd, f"{os.getpid()}\n".encode())
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     return fd
+
+
+def try_lock(parent: Path, name: str, create: bool = True) -> int | None:
+    """The file descriptor holding `name`'s lock, or None if another process holds it (or,
+    without `create`, if no lock file exists: no rlpipe writer ever wrote `name` there)."""
+    fd = _open_lock(parent, name, create)
+    if fd is None or not _flock(fd):
+        if fd is not None:
+            os.close(fd)
+        return None
+    return _hold(fd)
 
 
 def lock(parent: Path, name: str, what: str) -> int:
     """Take `name`'s lock or raise a one-line error naming the process that holds it."""
-    fd = try_lock(parent, name)
-    if fd is None:
-        try:
-            holder = f" (pid {_lock_path(parent, name).read_text().strip()})"
-        except OSError:
-            holder = ""
-        raise RlpipeError(f"{what} is being written by another process{holder}; try again when it has finished")
-    return fd
+    fd = _open_lock(parent, name, create=True)
+    assert fd is not None  # created when missing
+    if not _flock(fd):
+        holder = os.pread(fd, _MAX_LOCK_BYTES, 0).decode(errors="replace").strip()
+        os.close(fd)
+        raise RlpipeError(f"{what} is being written by another process{f' (pid {holder})' if holder else ''}; "
+                          "try again when it has finished")
+    return _hold(fd)
 
 
 def unlock(fd: int) -> None:
@@ -175,7 +302,7 @@ def recover(parent: Path, name: str, is_complete: Callable[[Path], bool]) -> Non
     mine = [(kind, path) for kind, other, path in _leftovers(parent) if other == name]
     if not os.path.lexists(final):
         for kind, path in mine:
-            if kind == "trash" and is_complete(path):
+            if kind == "trash" and not path.is_symlink() and is_complete(path):
                 os.rename(path, final)
                 fsync_path(parent)
                 break
@@ -186,20 +313,31 @@ def recover(parent: Path, name: str, is_complete: Callable[[Path], bool]) -> Non
             path.unlink()
 
 
+def recover_name(parent: Path, name: str, is_complete: Callable[[Path], bool]) -> None:
+    """What a reader of `parent/name` does first: `recover` it if rlpipe ever wrote it there (its
+    lock file exists) and no writer holds it. Best effort: a read-only directory or a lock
+    entry that is not a plain lock file is left as it is; no lock file is ever created."""
+    if name in ("", ".", ".."):
+        return
+    try:
+        fd = try_lock(parent, name, create=False)
+    except (OSError, RlpipeError):
+        return
+    if fd is None:
+        return
+    try:
+        recover(parent, name, is_complete)
+    finally:
+        unlock(fd)
+
+
 def recover_all(parent: Path, is_complete: Callable[[Path], bool], skip: str | None = None) -> None:
-    """`recover` every name in `parent` with leftovers whose lock is free (best effort:
-    a read-only directory is left as it is)."""
+    """`recover_name` every name with leftovers in `parent`, only if `parent` is a root (see
+    `is_root`): in any other folder, entries named like ours may be another program's."""
+    if not is_root(parent):
+        return
     for name in sorted({other for _, other, _ in _leftovers(parent)} - {skip}):
-        try:
-            fd = try_lock(parent, name)
-        except OSError:
-            return
-        if fd is None:
-            continue
-        try:
-            recover(parent, name, is_complete)
-        finally:
-            unlock(fd)
+        recover_name(parent, name, is_complete)
 
 
 def delete_directory(path: Path) -> None:
@@ -244,11 +382,14 @@ class StagedDirectory:
         is_complete: Callable[[Path], bool],
         check: Callable[[Path], None] | None = None,
     ) -> None:
+        if final.name in ("", ".", ".."):
+            raise RlpipeError(f"refusing to write {what}: {final} names no entry of a directory (a root, '.' or '..')")
         self.final = final
         self._is_complete = is_complete
         parent = final.parent
         try:
             parent.mkdir(parents=True, exist_ok=True)
+            claim_root(parent)
             self._lock: int | None = lock(parent, final.name, what)
         except OSError as exc:
             raise RlpipeError(f"cannot write {what} in {parent}: {exc.strerror or exc}") from None

@@ -19,7 +19,7 @@ import numpy as np
 from rlpipe.datasets.hdf5 import MINARI_METADATA_KEYS
 from rlpipe.datasets.loader import TransitionArrays, load_shards
 from rlpipe.datasets.schema import Columnar, map_columnar
-from rlpipe.datasets.store import DatasetInfo
+from rlpipe.datasets.store import DatasetInfo, check_name
 from rlpipe.datasets.writer import write_rows
 from rlpipe.envs.goals import GOAL_KEYS
 from rlpipe.errors import RlpipeError
@@ -150,6 +150,7 @@ def relabel_dataset(
         raise RlpipeError(f"unknown HER strategy {strategy!r}: choose one of {', '.join(STRATEGIES)}")
     if k < 1:
         raise RlpipeError(f"--k must be at least 1, got {k}")
+    check_name(name)  # before any work
     check_goal_space(info.observation_space, info.name)
     compute_reward, compute_terminated = goal_functions(info.env_id)
     data = load_shards(info)

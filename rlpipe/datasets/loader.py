@@ -32,7 +32,7 @@ from rlpipe.datasets.schema import (
     step_schema,
 )
 from rlpipe.datasets.store import DatasetInfo, open_dataset
-from rlpipe.files import atomic_write_text, sha256_file
+from rlpipe.files import MAX_JSON_BYTES, atomic_write_text, read_limited, sha256_file
 from rlpipe.errors import RlpipeError
 
 
@@ -76,9 +76,9 @@ class ShardVerifier:
     def __init__(self, info: DatasetInfo) -> None:
         self.info = info
         self.cache_path = info.path.parent / VERIFIED_DIR / f"{info.path.name}.json"
-        try:
-            self.cache = json.loads(self.cache_path.read_text())
-        except (OSError, ValueError):
+        try:  # a cache that is a link, a special file or oversized is missing: the shards are hashed again
+            self.cache = json.loads(read_limited(self.cache_path, MAX_JSON_BYTES)) if not self.cache_path.parent.is_symlink() else {}
+        except (OSError, ValueError, RecursionError):
             self.cache = {}
         if not isinstance(self.cache, dict):
             self.cache = {}
@@ -132,6 +132,8 @@ class ShardVerifier:
             return
         try:
             self.cache_path.parent.mkdir(exist_ok=True)
+            if self.cache_path.parent.is_symlink():  # never write through a link out of the store
+                return
             atomic_write_text(self.cache_path, json.dumps(self.cache, sort_keys=True))
         except OSError:
             pass

@@ -24,7 +24,7 @@ from rlpipe.datasets.atomic import StagedDirectory
 from rlpipe.datasets.hdf5 import MINARI_METADATA_KEYS, check_minari_id, default_minari_id, minari_metadata, write_minari_layout
 from rlpipe.datasets.loader import info_space_of
 from rlpipe.datasets.schema import Columnar, concat_columnar, info_value_space, map_columnar
-from rlpipe.datasets.store import MINARI_DIR, MINARI_METADATA_FILE, DatasetInfo
+from rlpipe.datasets.store import MINARI_DIR, MINARI_METADATA_FILE, DatasetInfo, check_name
 from rlpipe.datasets.validate import require_valid
 from rlpipe.datasets.writer import write_rows
 from rlpipe.errors import RlpipeError
@@ -154,6 +154,7 @@ def import_from_minari(dataset_id: str, name: str, *, store: Any = None, fmt: st
     env spec, Minari's optional metadata, episode seeds and the numeric `infos` entries."""
     import minari
 
+    check_name(name)  # before any work
     try:
         source = minari.load_dataset(check_minari_id(dataset_id))
     except (FileNotFoundError, ValueError) as exc:

@@ -25,7 +25,7 @@ from minari.serialization import deserialize_space
 from rlpipe.datasets import atomic
 from rlpipe.datasets.schema import FORMAT_NAME, FORMAT_VERSION, step_schema
 from rlpipe.errors import RlpipeError
-from rlpipe.files import sha256_file
+from rlpipe.files import read_limited, sha256_file
 
 METADATA_FILE = "metadata.json"
 STEPS_DIR = "steps"
@@ -135,7 +135,7 @@ def read_metadata(path: Path) -> dict[str, Any]:
     types, the spaces, file paths that stay inside the dataset, and the name."""
     meta_path = path / METADATA_FILE
     try:
-        metadata = json.loads(meta_path.read_text())
+        metadata = json.loads(read_limited(meta_path, follow_links=True))
     except FileNotFoundError:
         raise RlpipeError(f"{path} is not a dataset (no {METADATA_FILE})") from None
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
@@ -243,11 +243,10 @@ def _dataset_path(root: Path, name: str) -> Path:
 
 def open_dataset(name: str, store: str | os.PathLike | None = None, check_files: bool = True) -> DatasetInfo:
     """Find dataset `name` in the store and check its metadata and (with `check_files`) its
-    file layout, or raise a one-line error. An interrupted replace is rolled back first."""
+    file layout, or raise a one-line error. An interrupted replace of it is rolled back first."""
     root = store_root(store)
     path = _dataset_path(root, name)
-    if root.is_dir():
-        atomic.recover_all(root, is_dataset_dir)
+    atomic.recover_name(root, path.name, is_dataset_dir)
     if not is_dataset_dir(path):
         available = ", ".join(info.name for info in list_datasets(root)) or "none"
         raise RlpipeError(f"dataset {name!r} not found in {root} (available: {available})")

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rlpipe.datasets.atomic import confined_path
 from rlpipe.errors import RlpipeError
 from rlpipe.files import atomic_write_text
 from rlpipe.training.config import parse_settings
@@ -64,6 +65,12 @@ class SweepSpec:
     dataset: str | None = None
     store: str | None = None
     fixed: Mapping[str, Any] = field(default_factory=dict)
+
+
+def sweep_dir(root: str | os.PathLike, name: str | None, algo: str, source: str | None) -> Path:
+    """The directory of sweep ``name`` (default ``ALGO-SOURCE``) under ``root``: a name that
+    would leave ``root`` (absolute, or with a ``..`` part) is an RlpipeError."""
+    return confined_path(root, name or f"{algo}-{source}", "sweep name")
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -279,5 +286,5 @@ def run_sweep(
 
 __all__ = [
     "BACKENDS", "SUMMARY_FILE", "SweepSpec", "Trial", "bootstrap_interval", "parse_grid", "parse_seeds", "plan_trials",
-    "run_sweep", "run_trial", "setting_name", "summarize",
+    "run_sweep", "run_trial", "setting_name", "summarize", "sweep_dir",
 ]
