@@ -5,7 +5,9 @@ trusts it (--trust-env-spec or RLPIPE_TRUST_ENV_SPEC=1) (issue 22)."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,8 @@ from rlpipe.datasets.writer import write_rows
 from rlpipe.envs import TRUST_ENV_SPEC_VAR
 from rlpipe.training.offline import dataset_env_id
 from tests.test_dataset_store import synthetic_rows
-from tests.test_store_safety import one_line_exit_2
+from tests.test_fuzz_readers import trained_run  # noqa: F401  (a fixture: a short PPO run on CartPole-v1)
+from tests.test_store_safety import RLPIPE, one_line_exit_2
 
 OBS, ACT = gym.spaces.Box(-1.0, 1.0, (4,), np.float32), gym.spaces.Discrete(2)  # CartPole's layout
 CARTPOLE = json.loads(gym.spec("CartPole-v1").to_json())
@@ -66,16 +69,6 @@ def edit(path: Path, **fields: Any) -> None:
 def cartpole_dataset(store: Path) -> Path:
     return write_rows("data", [synthetic_rows([20] * 5, OBS, ACT)], OBS, ACT, env_id="CartPole-v1",
                       producer={"algorithm": "test"}, store=store, fmt="arrow")
-
-
-@pytest.fixture(scope="module")
-def trained_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from rlpipe.algos import get_algo
-
-    out = tmp_path_factory.mktemp("trust-run") / "run"
-    ppo = get_algo("ppo")
-    ppo.train(ppo.make_config("CartPole-v1", env_steps=512), out, progress=False)
-    return out
 
 
 def local_env_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
@@ -179,16 +172,23 @@ def test_unregistered_entry_point_is_built_only_when_trusted(store: Path, tmp_pa
         sys.modules.pop(module, None)
 
 
-def test_registered_spec_with_other_settings_needs_no_trust(store: Path, cli) -> None:
-    """kwargs and a time limit (plain JSON) are applied to the registered entry point untrusted."""
+def test_registered_spec_with_other_settings_needs_no_trust(store: Path, tmp_path: Path, cli) -> None:
+    """kwargs and a time limit (plain JSON) are applied to the registered entry point untrusted;
+    a run trained there evaluates in a fresh process (whose registry lacks the dataset's id)."""
     pendulum = json.loads(gym.spec("Pendulum-v1").to_json())
-    box = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
-    write_rows("pendulum", [synthetic_rows([20] * 3, box, gym.spaces.Box(-2.0, 2.0, (1,), np.float32))], box,
-               gym.spaces.Box(-2.0, 2.0, (1,), np.float32), env_id="Pendulum-v1", producer={"algorithm": "test"}, store=store, fmt="arrow")
+    box, act = gym.spaces.Box(-1.0, 1.0, (3,), np.float32), gym.spaces.Box(-2.0, 2.0, (1,), np.float32)
+    write_rows("pendulum", [synthetic_rows([20] * 3, box, act)], box, act, env_id="Pendulum-v1", producer={"algorithm": "test"},
+               store=store, fmt="arrow")
     edit(store / "pendulum", env_spec=json.dumps({**pendulum, "max_episode_steps": 17, "kwargs": {"g": 5.0}}))
     assert cli("datasets", "validate", "pendulum", "--store", store).code == 0
     env = gym.make(dataset_env_id("pendulum", store))
     assert env.spec.max_episode_steps == 17 and env.unwrapped.g == 5.0
+    run = tmp_path / "run"
+    assert cli("train", "bc", "--dataset", "pendulum", "--store", store, "--out", run, *SHORT_BC).code == 0
+    evaluated = subprocess.run([RLPIPE, "eval", str(run), "--episodes", "1", "--json"], capture_output=True, text=True,
+                               env={**os.environ, TRUST_ENV_SPEC_VAR: "0"})
+    assert evaluated.returncode == 0, evaluated.stderr
+    assert json.loads(evaluated.stdout)["return_mean"] > -17 * 16.3  # 17-step episodes (at least -16.3 a step)
 
 
 @pytest.mark.parametrize("change", [{"kwargs": [1]}, {"max_episode_steps": "long"}, {"max_episode_steps": 0}, {"id": "../x"}])
