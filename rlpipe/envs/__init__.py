@@ -150,9 +150,15 @@ def trusted_env_id(env_id: str, source: str) -> str:
 
 def recorded_env_id(env_id: str, spec_json: str | None, source: str) -> str:
     """The registered id under which to build the env that `source` (a dataset or run)
-    recorded: from its spec when it has one (`env_id_for_spec`), else its id, each refused
-    when it would run unregistered code and env specs are not trusted."""
-    return env_id_for_spec(spec_json, source) if spec_json else trusted_env_id(env_id, source)
+    recorded: from its spec when it has one (`env_id_for_spec`; the spec must be of
+    `env_id`), else its id, each refused when it would run unregistered code and env specs
+    are not trusted."""
+    if not spec_json:
+        return trusted_env_id(env_id, source)
+    built = env_id_for_spec(spec_json, source)
+    if base_env_id(built) != base_env_id(env_id):
+        raise RlpipeError(f"{source} names env {env_id!r}, but its env spec is of {base_env_id(built)!r}")
+    return built
 
 
 def _spec_json(spec: EnvSpec) -> str | None:
