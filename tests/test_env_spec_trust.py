@@ -27,31 +27,35 @@ from tests.test_store_safety import RLPIPE, one_line_exit_2
 OBS, ACT = gym.spaces.Box(-1.0, 1.0, (4,), np.float32), gym.spaces.Discrete(2)  # CartPole's layout
 CARTPOLE = json.loads(gym.spec("CartPole-v1").to_json())
 REFUSED = "untrusted env spec"
+LOCAL_MODULE = "rlpipe_test_local_env"
 SHORT_BC = ("--updates", "2", "--set", "eval_every=2", "--set", "eval_episodes=1", "--set", "heldout_eval_episodes=0", "--no-progress")
 
 
 @pytest.fixture(autouse=True)
 def untrusted(monkeypatch: pytest.MonkeyPatch):
-    """Specs untrusted (the default) and the registry restored, whatever a test trusts or registers."""
+    """Specs untrusted (the default); the registry and modules restored, whatever a test trusts,
+    registers or imports."""
     monkeypatch.setenv(TRUST_ENV_SPEC_VAR, "0")
     before = set(gym.registry)
     yield
     for env_id in set(gym.registry) - before:
         del gym.registry[env_id]
+    sys.modules.pop(LOCAL_MODULE, None)
 
 
-def planted_spec(kind: str, marker: Path) -> dict[str, Any]:
-    """CartPole's spec with code of the planter's choice: `subprocess.getoutput(cmd)` would
-    create `marker`."""
+def planted_spec(kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[dict[str, Any], Path]:
+    """CartPole's spec with code of the planter's choice, and the file that code would create:
+    `subprocess.getoutput(cmd)` called as the env, or a module whose import creates it."""
+    marker = tmp_path / "marker"
     touch = {"cmd": f"touch {marker}"}
-    wrapper = {"name": "Planted", "entry_point": "subprocess:getoutput", "kwargs": touch}
-    return {
-        "entry point": {**CARTPOLE, "entry_point": "subprocess:getoutput", "kwargs": touch},
-        "unregistered id": {**CARTPOLE, "id": "Planted-v0", "entry_point": "subprocess:getoutput", "kwargs": touch,
-                            "vector_entry_point": None},
-        "vector entry point": {**CARTPOLE, "vector_entry_point": "subprocess:getoutput", "kwargs": touch},
-        "wrapper": {**CARTPOLE, "additional_wrappers": [wrapper]},
-    }[kind]
+    if kind == "entry point":
+        return {**CARTPOLE, "entry_point": "subprocess:getoutput", "kwargs": touch}, marker
+    if kind == "unregistered id":
+        return {**CARTPOLE, "id": "Planted-v0", "entry_point": "subprocess:getoutput", "kwargs": touch, "vector_entry_point": None}, marker
+    code = f"{local_env_module(tmp_path, monkeypatch)}:LocalCartPole"
+    if kind == "vector entry point":
+        return {**CARTPOLE, "vector_entry_point": code}, tmp_path / "imported"
+    return {**CARTPOLE, "additional_wrappers": [{"name": "Planted", "entry_point": code, "kwargs": {}}]}, tmp_path / "imported"
 
 
 KINDS = ["entry point", "unregistered id", "vector entry point", "wrapper"]
@@ -74,8 +78,7 @@ def cartpole_dataset(store: Path) -> Path:
 def local_env_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     """An importable module, not registered with gymnasium, whose import creates
     `tmp_path/imported` and which defines a CartPole env."""
-    name = "rlpipe_test_local_env"
-    (tmp_path / f"{name}.py").write_text(
+    (tmp_path / f"{LOCAL_MODULE}.py").write_text(
         "from pathlib import Path\n"
         "from gymnasium.envs.classic_control.cartpole import CartPoleEnv\n"
         "Path(__file__).with_name('imported').touch()\n"
@@ -83,26 +86,28 @@ def local_env_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
         "    pass\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    return name
+    return LOCAL_MODULE
 
 
 @pytest.mark.parametrize("key", ["env_spec", "eval_env_spec"])
 @pytest.mark.parametrize("kind", KINDS)
-def test_planted_dataset_spec_is_refused_before_it_runs(store: Path, tmp_path: Path, cli, kind: str, key: str) -> None:
-    marker = tmp_path / "marker"
-    edit(cartpole_dataset(store), **{key: json.dumps(planted_spec(kind, marker))})
-    for command in (["train", "bc", "--dataset", "data", *SHORT_BC], ["datasets", "validate", "data"]):
+def test_planted_dataset_spec_is_refused_before_it_runs(store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli,
+                                                        kind: str, key: str) -> None:
+    spec, marker = planted_spec(kind, tmp_path, monkeypatch)
+    edit(cartpole_dataset(store), **{key: json.dumps(spec)})
+    sweep = ["sweep", "bc", "--dataset", "data", "--seeds", "0", "--set", "updates=2", "--root", tmp_path / "sweeps"]
+    for command in (["train", "bc", "--dataset", "data", *SHORT_BC], ["datasets", "validate", "data"], sweep):
         result = cli(*command, "--store", store)
         one_line_exit_2(result, REFUSED)
         assert "--trust-env-spec" in result.err and "RLPIPE_TRUST_ENV_SPEC=1" in result.err
-    assert not marker.exists()
+    assert not marker.exists() and not (tmp_path / "sweeps").exists()
     assert not any(env_id.startswith("dataset-") or env_id == "Planted-v0" for env_id in gym.registry)
 
 
 def test_planted_spec_does_run_once_trusted(store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The control: the same planted spec, trusted, runs its code (so the marker would show it)."""
-    marker = tmp_path / "marker"
-    edit(cartpole_dataset(store), env_spec=json.dumps(planted_spec("entry point", marker)))
+    spec, marker = planted_spec("entry point", tmp_path, monkeypatch)
+    edit(cartpole_dataset(store), env_spec=json.dumps(spec))
     monkeypatch.setenv(TRUST_ENV_SPEC_VAR, "1")
     with pytest.raises(TypeError, match="must inherit from the gymnasium.Env class"):  # getoutput ran, returned a str
         gym.make(dataset_env_id("data", store))
@@ -119,11 +124,12 @@ def test_planted_env_id_would_import_a_module_and_is_refused(store: Path, tmp_pa
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_planted_run_spec_is_refused_before_it_runs(trained_run: Path, store: Path, tmp_path: Path, cli, kind: str) -> None:
-    marker = tmp_path / "marker"
+def test_planted_run_spec_is_refused_before_it_runs(trained_run: Path, store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    cli, kind: str) -> None:
+    spec, marker = planted_spec(kind, tmp_path, monkeypatch)
     run = tmp_path / "run"
     shutil.copytree(trained_run, run)
-    edit(run, env_spec=json.dumps(planted_spec(kind, marker)))
+    edit(run, env_spec=json.dumps(spec))
     one_line_exit_2(cli("eval", run, "--episodes", "1"), REFUSED)
     collect = ["collect", "--env", "CartPole-v1", "--expert", "ppo", "--expert-run", run, "--episodes", "1", "--store", store]
     one_line_exit_2(cli(*collect), REFUSED)
@@ -150,26 +156,23 @@ def test_unregistered_entry_point_is_built_only_when_trusted(store: Path, tmp_pa
     edit(cartpole_dataset(store), env_spec=json.dumps(local))
     run = tmp_path / "run"
     train = ["train", "bc", "--dataset", "data", "--store", store, "--out", run, *SHORT_BC]
-    try:
-        one_line_exit_2(cli(*train), f"entry point '{module}:LocalCartPole' for 'CartPole-v1' is not the registered")
-        one_line_exit_2(cli("datasets", "validate", "data", "--store", store), REFUSED)
-        assert not (tmp_path / "imported").exists() and module not in sys.modules and not run.exists()
+    one_line_exit_2(cli(*train), f"entry point '{module}:LocalCartPole' for 'CartPole-v1' is not the registered")
+    one_line_exit_2(cli("datasets", "validate", "data", "--store", store), REFUSED)
+    assert not (tmp_path / "imported").exists() and module not in sys.modules and not run.exists()
 
-        assert cli("datasets", "validate", "data", "--store", store, "--trust-env-spec").code == 0
-        trained = cli(*train, "--trust-env-spec")
-        assert trained.code == 0, trained.err
-        assert (tmp_path / "imported").exists() and module in sys.modules
-        recorded = json.loads(json.loads((run / "checkpoint.json").read_text())["env_spec"])
-        assert (recorded["entry_point"], recorded["max_episode_steps"]) == (f"{module}:LocalCartPole", 30)
+    assert cli("datasets", "validate", "data", "--store", store, "--trust-env-spec").code == 0
+    trained = cli(*train, "--trust-env-spec")
+    assert trained.code == 0, trained.err
+    assert (tmp_path / "imported").exists() and module in sys.modules
+    recorded = json.loads(json.loads((run / "checkpoint.json").read_text())["env_spec"])
+    assert (recorded["entry_point"], recorded["max_episode_steps"]) == (f"{module}:LocalCartPole", 30)
 
-        monkeypatch.setenv(TRUST_ENV_SPEC_VAR, "0")
-        one_line_exit_2(cli("eval", run, "--episodes", "1"), REFUSED)
-        monkeypatch.setenv(TRUST_ENV_SPEC_VAR, "1")
-        evaluated = cli("eval", run, "--episodes", "2", "--json")
-        assert evaluated.code == 0, evaluated.err
-        assert json.loads(evaluated.out)["env_id"].endswith("/CartPole-v1")
-    finally:
-        sys.modules.pop(module, None)
+    monkeypatch.setenv(TRUST_ENV_SPEC_VAR, "0")
+    one_line_exit_2(cli("eval", run, "--episodes", "1"), REFUSED)
+    monkeypatch.setenv(TRUST_ENV_SPEC_VAR, "1")
+    evaluated = cli("eval", run, "--episodes", "2", "--json")
+    assert evaluated.code == 0, evaluated.err
+    assert json.loads(evaluated.out)["env_id"].endswith("/CartPole-v1")
 
 
 def test_registered_spec_with_other_settings_needs_no_trust(store: Path, tmp_path: Path, cli) -> None:
