@@ -16,6 +16,7 @@ from minari.data_collector import EpisodeBuffer
 import tests.nested_env  # noqa: F401  (registers NestedDict-v0)
 from rlpipe.datasets.loader import load_dataset
 from rlpipe.datasets.schema import map_columnar
+from rlpipe.errors import RlpipeError
 from tests.test_collector import collect_dataset
 
 
@@ -267,6 +268,8 @@ def test_import_keeps_the_source_env_spec(store: Path, tmp_path: Path, monkeypat
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_import_keeps_the_spec_of_an_env_not_registered_here(store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli) -> None:
+    """The spec of an env unknown here is kept, and built only once it is trusted."""
+    from rlpipe.envs import TRUST_ENV_SPEC_VAR
     from rlpipe.training.offline import dataset_env_id
 
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
@@ -278,6 +281,11 @@ def test_import_keeps_the_spec_of_an_env_not_registered_here(store: Path, tmp_pa
     assert cli("datasets", "import", "test/unlisted-v0", "--name", "unlisted", "--store", store).code == 0
     spec = json.loads(json.loads((store / "unlisted" / "metadata.json").read_text())["env_spec"])
     assert (spec["id"], spec["max_episode_steps"], spec["entry_point"]) == ("Unlisted-v3", 9, "tests.nested_env:NestedDictEnv")
+    monkeypatch.setenv(TRUST_ENV_SPEC_VAR, "0")
+    with pytest.raises(RlpipeError, match="untrusted env spec: 'Unlisted-v3' is not registered here .* --trust-env-spec"):
+        dataset_env_id("unlisted", store)
+    assert "Unlisted-v3" not in gym.registry
+    monkeypatch.setenv(TRUST_ENV_SPEC_VAR, "1")
     try:
         assert dataset_env_id("unlisted", store) == "Unlisted-v3"
         assert gym.spec("Unlisted-v3").max_episode_steps == 9

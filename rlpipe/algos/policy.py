@@ -36,9 +36,10 @@ def load_checkpoint_policy(run_dir: str | Path, device: str = "cpu", determinist
     The result maps a batch of observations ``[B, obs_dim]`` (or a goal env's Dict of
     batches, flattened as in training) to a batch of env actions
     (scaled to the env's bounds / Discrete indices); ``.env_id`` and
-    ``.checkpoint_sha256`` identify it. Nothing is unpickled; the weights' hash is checked.
+    ``.checkpoint_sha256`` identify it. Nothing is unpickled; the weights' hash is checked;
+    an env spec naming code not registered here needs `--trust-env-spec`.
     """
-    from rlpipe.envs import env_id_for_spec
+    from rlpipe.envs import recorded_env_id
     from rlpipe.envs.spaces import require_policy_fits_env
     from rlpipe.models.checkpoint import load_checkpoint
     from rlpipe.models.networks import build_policy
@@ -48,7 +49,8 @@ def load_checkpoint_policy(run_dir: str | Path, device: str = "cpu", determinist
     dev = resolve_device(device)
     ckpt = load_checkpoint(run_dir, dev)
     meta = ckpt.meta
-    require_policy_fits_env(meta, run_dir)
+    env_id = recorded_env_id(meta["env_id"], meta.get("env_spec"), f"the run in {run_dir}")
+    require_policy_fits_env(meta, env_id, run_dir)
     actor = build_policy(meta["policy"]["kind"], meta["policy"]["spec"]).to(dev)
     try:
         actor.load_state_dict(ckpt.state_dict("policy"))
@@ -57,7 +59,6 @@ def load_checkpoint_policy(run_dir: str | Path, device: str = "cpu", determinist
     actor.eval()
     space = space_from_json(meta["action_space"])
     fn = policy_fn(actor, ActionScaler(space), dev, deterministic)
-    env_id = env_id_for_spec(meta["env_spec"]) if meta.get("env_spec") else meta["env_id"]
     return LoadedPolicy(meta["algo"], env_id, ckpt.sha256, Path(run_dir), space, meta.get("config", {}), actor, fn)
 
 

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from rlpipe.cli.app import app
+from rlpipe.cli.app import TRUST_ENV_SPEC_OPTION, app
 from rlpipe.datasets.atomic import check_output_file, json_text
 from rlpipe.errors import RlpipeError
 from rlpipe.files import atomic_write_text
@@ -44,6 +44,7 @@ def collect_command(
     backend: Optional[str] = typer.Option(None, "--backend", help="Split the budget into tasks run by worker processes (local) "
                                           "or Ray tasks (ray; $RAY_ADDRESS joins a cluster): the same bytes for any --workers."),
     workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Tasks run at once (implies --backend local)."),
+    trust_env_spec: bool = TRUST_ENV_SPEC_OPTION,
 ) -> None:
     """Collect trajectories from ENV into a versioned dataset (Arrow shards + metadata, Minari HDF5)."""
     from rlpipe.pipeline.collect import collect_dataset

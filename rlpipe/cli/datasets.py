@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from rlpipe.cli.app import app
+from rlpipe.cli.app import TRUST_ENV_SPEC_OPTION, app
 from rlpipe.datasets.store import DatasetInfo, open_dataset, remove_dataset, store_entries, store_root
 from rlpipe.errors import RlpipeError
 
@@ -70,14 +70,20 @@ def inspect_command(name: str = typer.Argument(..., help="Dataset name."), store
 
 
 @datasets_app.command("validate")
-def validate_command(name: str = typer.Argument(..., help="Dataset name."), store: Optional[Path] = STORE_OPTION) -> None:
-    """Re-check a dataset's files, sizes, content hash, schema and row counts."""
-    from rlpipe.datasets.validate import validate_dataset
+def validate_command(
+    name: str = typer.Argument(..., help="Dataset name."),
+    store: Optional[Path] = STORE_OPTION,
+    trust_env_spec: bool = TRUST_ENV_SPEC_OPTION,
+) -> None:
+    """Re-check a dataset's files, sizes, content hash, schema and row counts, and that its env
+    spec names only code registered here (or is trusted)."""
+    from rlpipe.datasets.validate import require_trusted_env, validate_dataset
 
     info = open_dataset(name, store, check_files=False)
     problems = validate_dataset(info)
     if problems:
         raise RlpipeError(f"dataset {name!r} is corrupted: " + "; ".join(problems))
+    require_trusted_env(info)
     typer.echo(f"{name}: ok ({info.metadata['total_steps']} steps, content hash {info.metadata['content_hash'][:16]})")
 
 

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from rlpipe.cli.app import app
+from rlpipe.cli.app import TRUST_ENV_SPEC_OPTION, app
 from rlpipe.datasets.her import STRATEGIES, relabel_dataset
 from rlpipe.datasets.store import open_dataset
 
@@ -24,6 +24,7 @@ def her_command(
     seed: int = typer.Option(0, "--seed", min=0, help="Seed of the goal sampling."),
     store: Optional[Path] = typer.Option(None, "--store", help="Dataset store (default: $RLPIPE_DATASETS or ./datasets)."),
     force: bool = typer.Option(False, "--force", help="Replace an existing output dataset."),
+    trust_env_spec: bool = TRUST_ENV_SPEC_OPTION,
 ) -> None:
     """Write a new dataset with the source transitions plus k HER-relabelled copies of each."""
     info = open_dataset(dataset, store)

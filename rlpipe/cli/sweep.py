@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from rlpipe.cli.app import app
+from rlpipe.cli.app import TRUST_ENV_SPEC_OPTION, app
 
 
 @app.command()
@@ -28,6 +28,7 @@ def sweep(
     device: Optional[str] = typer.Option(None, "--device", help="auto, cpu or cuda for every trial (default: cpu)."),
     batched: Optional[bool] = typer.Option(None, "--batched/--no-batched",
                                            help="Train each setting's seeds as one batched computation (default: when the algorithm can and the device is CUDA)."),
+    trust_env_spec: bool = TRUST_ENV_SPEC_OPTION,
 ) -> None:
     """Train every setting of a grid with every seed; write sweeps/NAME/summary.json and print mean ± std and a 95% bootstrap interval."""
     from rlpipe.algos import get_algo

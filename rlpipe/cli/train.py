@@ -9,7 +9,7 @@ from typing import Any, Optional
 import typer
 
 from rlpipe.algos.registry import SPECS
-from rlpipe.cli.app import app
+from rlpipe.cli.app import TRUST_ENV_SPEC_OPTION, app
 from rlpipe.errors import RlpipeError
 
 _ALGOS = (f"online, with --env: {', '.join(s.name for s in SPECS if s.online)}; "
@@ -39,6 +39,7 @@ def train(
                                                    "(env steps, or updates offline) so --resume can continue the run."),
     resume: Optional[Path] = typer.Option(None, "--resume", help="Continue the interrupted run in this directory from its last "
                                           "saved state (other options come from that run)."),
+    trust_env_spec: bool = TRUST_ENV_SPEC_OPTION,
 ) -> None:
     """Train ALGO (online on --env, offline on --dataset) and save a safe checkpoint, metrics.json and a DVCLive curve."""
     from rlpipe.algos import get_algo
@@ -88,6 +89,7 @@ def eval_(
     video: Optional[Path] = typer.Option(None, "--video", help="Also record episodes to this .gif or .mp4 (render_mode rgb_array)."),
     video_episodes: int = typer.Option(1, "--video-episodes", min=1, help="Episodes in the video (seeds SEED, SEED+1, ...)."),
     adversary_run: Optional[Path] = typer.Option(None, "--adversary-run", help="MPE runs: play the adversaries of this other run (cross-play)."),
+    trust_env_spec: bool = TRUST_ENV_SPEC_OPTION,
 ) -> None:
     """Evaluate a saved policy and print the mean ± std episode return (multi-agent: win rate or
     side returns); optionally record a video."""

@@ -21,6 +21,7 @@ from rlpipe.datasets.loader import TransitionArrays, load_shards
 from rlpipe.datasets.schema import Columnar, map_columnar
 from rlpipe.datasets.store import DatasetInfo, check_name
 from rlpipe.datasets.writer import write_rows
+from rlpipe.envs import recorded_env_id
 from rlpipe.envs.goals import GOAL_KEYS
 from rlpipe.errors import RlpipeError
 
@@ -143,8 +144,10 @@ def relabel_dataset(
 
     The copies are transition tables, not replayable trajectories (a copy may terminate
     mid-episode and end with neither flag, each row may carry its own goal), so the result
-    is a dataset of kind "transitions": Arrow-only, no episode statistics. It keeps the
-    source's env spec and Minari metadata. Memory is bounded by `episodes_per_chunk`.
+    is a dataset of kind "transitions": Arrow-only, no episode statistics. Rewards come from
+    the env the source's spec describes (`rlpipe.envs.recorded_env_id`: unregistered code
+    needs trust); the result keeps that spec and Minari's metadata. Memory is bounded by
+    `episodes_per_chunk`.
     """
     if strategy not in STRATEGIES:
         raise RlpipeError(f"unknown HER strategy {strategy!r}: choose one of {', '.join(STRATEGIES)}")
@@ -152,7 +155,8 @@ def relabel_dataset(
         raise RlpipeError(f"--k must be at least 1, got {k}")
     check_name(name)  # before any work
     check_goal_space(info.observation_space, info.name)
-    compute_reward, compute_terminated = goal_functions(info.env_id)
+    env_id = recorded_env_id(info.env_id, info.metadata.get("env_spec"), f"dataset {info.name!r}") if info.env_id else None
+    compute_reward, compute_terminated = goal_functions(env_id)
     data = load_shards(info)
     rng = np.random.default_rng(seed)
 

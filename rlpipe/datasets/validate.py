@@ -9,6 +9,7 @@ import pyarrow as pa
 from rlpipe.datasets.loader import info_space_of
 from rlpipe.datasets.schema import step_schema
 from rlpipe.datasets.store import DatasetInfo, hash_files, layout_problems
+from rlpipe.envs import trusted_env_id, trusted_env_spec
 from rlpipe.errors import RlpipeError
 
 
@@ -128,3 +129,14 @@ def require_valid(info: DatasetInfo) -> None:
     problems = validate_dataset(info)
     if problems:
         raise RlpipeError(f"dataset {info.name!r} is corrupted: {problems[0]}" + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""))
+
+
+def require_trusted_env(info: DatasetInfo) -> None:
+    """Raise a one-line error when building the env the dataset records (its env spec,
+    Minari's eval env spec or a `module:Env-v0` id) would run code not registered here,
+    unless env specs are trusted (`rlpipe.envs.trusted_env_spec`). Nothing is imported."""
+    for key in ("env_spec", "eval_env_spec"):
+        if info.metadata.get(key):
+            trusted_env_spec(info.metadata[key], f"dataset {info.name!r} ({key})")
+    if info.env_id:
+        trusted_env_id(info.env_id, f"dataset {info.name!r}")

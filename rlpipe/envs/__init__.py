@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -83,16 +84,84 @@ def env_spaces(env_id: str) -> tuple[spaces.Space, spaces.Space]:
 
 
 SPEC_NAMESPACE = "dataset-"  # ids registered for specs that differ from the local registry's
+TRUST_ENV_SPEC_VAR = "RLPIPE_TRUST_ENV_SPEC"
+TRUST_HINT = ("rlpipe builds envs from datasets and runs only by their registered entry points; if you trust "
+              f"where this came from, pass --trust-env-spec (or set {TRUST_ENV_SPEC_VAR}=1)")
+
+
+def env_specs_trusted() -> bool:
+    """Whether env specs and ids read from datasets and runs may name code that is not
+    registered here (`--trust-env-spec` or RLPIPE_TRUST_ENV_SPEC=1)."""
+    return os.environ.get(TRUST_ENV_SPEC_VAR) == "1"
+
+
+def trust_env_specs() -> None:
+    """Trust recorded env specs in this process and in the worker processes it starts
+    (sweep and collection workers inherit the environment)."""
+    os.environ[TRUST_ENV_SPEC_VAR] = "1"
 
 
 def parse_env_spec(spec_json: str) -> EnvSpec:
-    """An `EnvSpec.to_json()` string (from any gymnasium 1.x, keys it lacks ignored) as an EnvSpec."""
+    """An `EnvSpec.to_json()` string (from any gymnasium 1.x, keys it lacks ignored) as an
+    EnvSpec. Only parses: nothing the spec names is imported."""
     known = {field.name for field in dataclasses.fields(EnvSpec) if field.init}
     try:
         fields = {key: value for key, value in json.loads(spec_json).items() if key in known}
-        return EnvSpec.from_json(json.dumps(fields))
+        spec = EnvSpec.from_json(json.dumps(fields))
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise RlpipeError(f"unreadable environment spec: {exc}") from None
+    steps = spec.max_episode_steps
+    if not isinstance(spec.kwargs, dict) or not (steps is None or (type(steps) is int and steps > 0)):
+        raise RlpipeError(f"unreadable environment spec of {spec.id!r}: kwargs must be an object, max_episode_steps a positive integer or null")
+    return spec
+
+
+def _unregistered_code(spec: EnvSpec) -> str | None:
+    """What in `spec` names code other than the registered env of its id (None: nothing), so
+    that building it would import and run that code. The spec's other fields (kwargs, time
+    limit) are plain JSON values, handed to the registered constructor as `gymnasium.make` would."""
+    registered = gym.registry.get(base_env_id(spec.id))
+    if registered is None:
+        return f"{spec.id!r} is not registered here and its entry point is {spec.entry_point!r}"
+    if spec.entry_point != registered.entry_point:
+        return f"its entry point {spec.entry_point!r} for {spec.id!r} is not the registered {registered.entry_point!r}"
+    if spec.vector_entry_point not in (None, registered.vector_entry_point):
+        return f"its vector entry point {spec.vector_entry_point!r} for {spec.id!r} is not the registered {registered.vector_entry_point!r}"
+    if spec.additional_wrappers not in ((), registered.additional_wrappers):
+        return f"it wraps {spec.id!r} in {', '.join(repr(wrapper.entry_point) for wrapper in spec.additional_wrappers)}"
+    return None
+
+
+def trusted_env_spec(spec_json: str, source: str) -> EnvSpec:
+    """The env spec that `source` (a dataset or run, for the message) recorded, refused with
+    one line when it names code that is not registered here, unless env specs are trusted.
+    Checked before anything is imported: importing a spec's module already runs its code."""
+    spec = parse_env_spec(spec_json)
+    problem = _unregistered_code(spec)
+    if problem is not None and not env_specs_trusted():
+        raise RlpipeError(f"{source} has an untrusted env spec: {problem}; {TRUST_HINT}")
+    return spec
+
+
+def trusted_env_id(env_id: str, source: str) -> str:
+    """`env_id` as `source` recorded it, refused with one line when it names a module to import
+    (gymnasium's `module:Env-v0` form), unless env specs are trusted."""
+    if ":" in env_id and not env_specs_trusted():
+        raise RlpipeError(f"{source} names env {env_id!r}, which would import module {env_id.split(':')[0]!r}; {TRUST_HINT}")
+    return env_id
+
+
+def recorded_env_id(env_id: str, spec_json: str | None, source: str) -> str:
+    """The registered id under which to build the env that `source` (a dataset or run)
+    recorded: from its spec when it has one (`env_id_for_spec`; the spec must be of
+    `env_id`), else its id, each refused when it would run unregistered code and env specs
+    are not trusted."""
+    if not spec_json:
+        return trusted_env_id(env_id, source)
+    built = env_id_for_spec(spec_json, source)
+    if base_env_id(built) != base_env_id(env_id):
+        raise RlpipeError(f"{source} names env {env_id!r}, but its env spec is of {base_env_id(built)!r}")
+    return built
 
 
 def _spec_json(spec: EnvSpec) -> str | None:
@@ -102,15 +171,17 @@ def _spec_json(spec: EnvSpec) -> str | None:
         return None
 
 
-def env_id_for_spec(spec_json: str) -> str:
+def env_id_for_spec(spec_json: str, source: str = "the environment spec") -> str:
     """A registered gymnasium id whose env is exactly the one `spec_json` describes.
 
-    The spec's own id when the local registry holds the same spec (registered here when the
-    id is unknown, e.g. a dataset from an env rlpipe does not ship); otherwise the spec is
+    The spec's own id when the local registry holds the same spec; otherwise the spec is
     registered as `dataset-<sha256[:8]>/<name>-v<N>` (say `max_episode_steps` differs), the
-    same id for the same spec in every process.
+    same id for the same spec in every process. A spec whose code is not the registered
+    env's (an id unknown here, another entry point or wrappers) is refused by
+    `trusted_env_spec` unless env specs are trusted; a trusted one of an unknown id is
+    registered under its own id.
     """
-    spec = parse_env_spec(spec_json)
+    spec = trusted_env_spec(spec_json, source)
     wanted = _spec_json(spec)
     registered = gym.registry.get(spec.id)
     if registered is not None and _spec_json(registered) == wanted:
@@ -123,7 +194,7 @@ def env_id_for_spec(spec_json: str) -> str:
         try:
             if isinstance(spec.entry_point, str):
                 load_env_creator(spec.entry_point)
-        except (ImportError, AttributeError) as exc:
+        except (ImportError, AttributeError, ValueError) as exc:
             raise RlpipeError(f"environment {spec.id!r} cannot be built here ({spec.entry_point}): {exc}") from None
         gym.registry[spec.id] = spec
     return spec.id

@@ -119,13 +119,14 @@ def space_from_json(data: str | dict[str, Any]) -> spaces.Space:
         raise RlpipeError(f"malformed space description {data!r}: {exc!r}") from None
 
 
-def require_policy_fits_env(meta: dict[str, Any], run_dir: Any) -> None:
+def require_policy_fits_env(meta: dict[str, Any], env_id: str, run_dir: Any) -> None:
     """Raise unless a checkpoint's policy takes the observations and gives the actions of
-    the env it names (a checkpoint.json edited to another env fails here, not mid-evaluation)."""
+    the env it names, registered as `env_id` (a checkpoint.json edited to another env fails
+    here, not mid-evaluation)."""
     from rlpipe.envs import env_spaces
     from rlpipe.envs.goals import flat_observation_space
 
-    obs_space, act_space = env_spaces(meta["env_id"])
+    obs_space, act_space = env_spaces(env_id)
     if is_goal_space(obs_space):
         obs_space = flat_observation_space(obs_space)
     saved = space_from_json(meta["action_space"])
@@ -135,6 +136,6 @@ def require_policy_fits_env(meta: dict[str, Any], run_dir: Any) -> None:
     )
     if obs_dim != int(np.prod(obs_space.shape)) or not same_actions:
         raise RlpipeError(
-            f"checkpoint in {run_dir} does not fit {meta['env_id']}: the policy takes {obs_dim} observation values and "
+            f"checkpoint in {run_dir} does not fit {env_id}: the policy takes {obs_dim} observation values and "
             f"acts in {saved}, the env has observations {obs_space.shape} and actions {act_space}"
         )

@@ -19,7 +19,7 @@ import yaml
 from rlpipe.algos.registry import RESUMABLE, SPECS, AlgoSpec, get_algo
 from rlpipe.datasets.atomic import confined_path
 from rlpipe.datasets.store import open_dataset
-from rlpipe.envs import env_spaces
+from rlpipe.envs import env_spaces, trusted_env_id
 from rlpipe.envs.multiagent import is_multi_agent
 from rlpipe.errors import RlpipeError
 from rlpipe.training.config import RunConfig, typed_value
@@ -131,7 +131,8 @@ def prepare_resume(algo: str, run_dir: str | os.PathLike) -> PreparedRun:
     config = dict(info["config"])
     env_id, dataset, store = config.pop("env_id"), config.pop("dataset", None), config.pop("store", None)
     settings = {key: typed_value(get_algo(algo).config_class, key, value) for key, value in config.items()}
-    return prepare_run(algo, env_id=None if dataset else env_id, dataset=dataset, store=store, settings=settings, run_dir=run_dir)
+    env_id = None if dataset else trusted_env_id(env_id, f"the run in {run_dir}")  # a dataset's env comes from the dataset
+    return prepare_run(algo, env_id=env_id, dataset=dataset, store=store, settings=settings, run_dir=run_dir)
 
 
 def train_run(run: PreparedRun, *, progress: bool = True) -> TrainResult:

@@ -22,7 +22,7 @@ from rlpipe.datasets.loader import TransitionArrays, load_shards, shards_digest
 from rlpipe.datasets.schema import map_columnar
 from rlpipe.datasets.mapped import MappedTransitions
 from rlpipe.datasets.store import STEPS_DIR, DatasetInfo, open_dataset
-from rlpipe.envs import env_id_for_spec
+from rlpipe.envs import env_id_for_spec, trusted_env_id
 from rlpipe.envs.combat import CombatRules
 from rlpipe.envs.goals import flat_observation_space, flatten_obs, is_goal_space
 from rlpipe.errors import RlpipeError
@@ -44,7 +44,8 @@ FINETUNE_SEED_OFFSET = 30_000  # the fine-tuning env's seeds: disjoint from ever
 
 def dataset_env_id(name: str, store: str | os.PathLike | None = None) -> str:
     """The env a dataset was collected in (where offline policies are evaluated), built from
-    its recorded spec (time limit, kwargs) when it has one: see `rlpipe.envs.env_id_for_spec`."""
+    its recorded spec (time limit, kwargs) when it has one: see `rlpipe.envs.env_id_for_spec`.
+    A spec or id naming code not registered here needs `--trust-env-spec`."""
     info = open_dataset(name, store)
     if not info.env_id:
         raise RlpipeError(f"dataset {name!r} names no environment, so a policy trained on it cannot be evaluated")
@@ -52,9 +53,9 @@ def dataset_env_id(name: str, store: str | os.PathLike | None = None) -> str:
         return info.env_id  # a PettingZoo env (rlpipe.envs.multiagent), its rules in the producer record
     spec = info.metadata.get("eval_env_spec") or info.metadata.get("env_spec")  # Minari's env meant for evaluation first
     if spec:
-        return env_id_for_spec(spec)
+        return env_id_for_spec(spec, f"dataset {name!r}")
     try:
-        gym.spec(info.env_id)
+        gym.spec(trusted_env_id(info.env_id, f"dataset {name!r}"))
     except gym.error.Error:
         raise RlpipeError(f"dataset {name!r} was collected in {info.env_id!r}, which is not registered here") from None
     return info.env_id
@@ -74,7 +75,7 @@ def require_dataset_fits_env(info: DatasetInfo) -> None:
     if info.metadata.get("multi_agent", False):
         env_obs, env_act = combat_agent_spaces(info)
     else:
-        env_obs, env_act = env_spaces(info.env_id)
+        env_obs, env_act = env_spaces(trusted_env_id(info.env_id, f"dataset {info.name!r}"))
     for what, stored, actual in (("observation", info.observation_space, env_obs), ("action", info.action_space, env_act)):
         if _layout(stored) != _layout(actual):
             raise RlpipeError(f"dataset {info.name!r} has {what}s {stored}, but its env {info.env_id} has {actual}")
