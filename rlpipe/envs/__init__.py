@@ -17,6 +17,7 @@ from gymnasium import spaces
 from gymnasium.envs.registration import EnvSpec, load_env_creator
 
 from rlpipe.errors import RlpipeError
+from rlpipe.files import loads_json
 
 if "GoalWorld-v0" not in gym.registry:
     gym.register(
@@ -86,7 +87,7 @@ def parse_env_spec(spec_json: str) -> EnvSpec:
     """An `EnvSpec.to_json()` string (from any gymnasium 1.x, keys it lacks ignored) as an EnvSpec."""
     known = {field.name for field in dataclasses.fields(EnvSpec) if field.init}
     try:
-        fields = {key: value for key, value in json.loads(spec_json).items() if key in known}
+        fields = {key: value for key, value in loads_json(spec_json).items() if key in known}
         return EnvSpec.from_json(json.dumps(fields))
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise RlpipeError(f"unreadable environment spec: {exc}") from None
