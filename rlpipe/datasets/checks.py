@@ -17,13 +17,17 @@ env clips them again when such a policy is evaluated.
 
 from __future__ import annotations
 
+import hashlib
+import json
+
 import gymnasium as gym
 import numpy as np
 import pyarrow as pa
 
-from rlpipe.datasets.schema import INFO_COLUMNS, Columnar, map_columnar, non_finite_problem
+from rlpipe.datasets.schema import INFO_COLUMNS, Columnar, map_columnar, non_finite_allowed, non_finite_problem
 from rlpipe.datasets.store import DatasetInfo
 
+CHECKS_VERSION = 1  # raise when a check is added: shards the loader remembers as checked are checked again
 # Rows checked at once: the temporaries of one chunk (a few bytes per row and column) stay
 # small even when a shard of another tool holds tens of millions of rows.
 CHUNK_ROWS = 1 << 20
@@ -72,6 +76,7 @@ class RowChecks:
     """
 
     def __init__(self, info: DatasetInfo, chunk_rows: int = CHUNK_ROWS) -> None:
+        self.metadata = info.metadata
         self.kind = info.metadata.get("kind", "episodes")
         self.multi_agent = bool(info.metadata.get("multi_agent", False))
         self.action_space = info.action_space
@@ -82,15 +87,26 @@ class RowChecks:
         self.last_episode = -1
         self._reported: set[str] = set()
 
-    def shard(self, columns: dict[str, Columnar]) -> list[str]:
-        """Check one shard's columns (as `loader.read_shard` returns them)."""
+    @property
+    def fingerprint(self) -> str:
+        """What the per-shard checks depend on besides the shard's bytes (a shard that passed
+        them need not be checked again while this and its sha256 are unchanged)."""
+        meta = self.metadata
+        facts = [CHECKS_VERSION, self.kind, self.multi_agent, meta["observation_space"], meta["action_space"],
+                 meta.get("info_space"), non_finite_allowed()]
+        return hashlib.sha256(json.dumps(facts).encode()).hexdigest()[:16]
+
+    def shard(self, columns: dict[str, Columnar], checked: bool = False) -> list[str]:
+        """Check one shard's columns (as `loader.read_shard` returns them). `checked`: the
+        shard passed these checks before (with this `fingerprint`), so only what depends on
+        the shards before it is checked: where its episode ids start, and the counts."""
         episode_id = columns["episode_id"]
+        if checked:
+            return self._counted(episode_id, self._start_problems(episode_id))
         problems = []
         for first, last in _chunk_bounds(episode_id, self.chunk_rows):
             chunk = {key: map_columnar(value, lambda a: a[first:last]) for key, value in columns.items()}
             problems += self._chunk(chunk)
-        if len(episode_id):
-            self.last_episode = int(episode_id[-1])
         return problems
 
     def totals(self) -> list[str]:
@@ -112,30 +128,49 @@ class RowChecks:
         found["action"] = [action_problem(rows["action"], self.action_space, self.rows)]
         if self.kind == "episodes":
             found["chain"] = [self._chain_problem(rows, *pair) for pair in (("obs", "next_obs"), INFO_COLUMNS) if pair[0] in rows]
-        ids = rows["episode_id"]
-        self.episodes += int(ids[0] != self.last_episode or self.rows == 0) + int(np.count_nonzero(ids[1:] != ids[:-1]))
-        self.rows += len(ids)
-        self.last_episode = int(ids[-1])
         problems = []
         for check, messages in found.items():
             messages = [message for message in messages if message]
             if messages and check not in self._reported:
                 self._reported.add(check)
                 problems += messages[:1] if check != "rows" else messages
+        return self._counted(rows["episode_id"], problems)
+
+    def _start_problems(self, episode_id: np.ndarray) -> list[str]:
+        """Whether a shard's first episode id follows the rows before it."""
+        if len(episode_id) == 0 or "rows" in self._reported:
+            return []
+        if episode_id[0] < self.last_episode:
+            problem = "rows are not sorted by episode_id"
+        elif self.kind == "episodes" and episode_id[0] != self.last_episode + 1:
+            problem = f"episode ids do not run {self.last_episode + 1}, {self.last_episode + 2}, ... without gaps (an episode split or missing)"
+        else:
+            return []
+        self._reported.add("rows")
+        return [problem]
+
+    def _counted(self, ids: np.ndarray, problems: list[str]) -> list[str]:
+        """Add rows `ids` to the counts; returns `problems`."""
+        if len(ids):
+            self.episodes += int(ids[0] != self.last_episode or self.rows == 0) + int(np.count_nonzero(ids[1:] != ids[:-1]))
+            self.rows += len(ids)
+            self.last_episode = int(ids[-1])
         return problems
 
     def _chain_problem(self, rows: dict[str, Columnar], current: str, following: str) -> str | None:
         """Where `following` at row t is not `current` at row t + 1 inside an episode (per agent)."""
         ids = rows["episode_id"]
-        groups = [np.arange(len(ids))] if not self.multi_agent else [np.flatnonzero(rows["agent"] == name) for name in np.unique(rows["agent"])]
+        groups = [slice(None)]  # single-agent rows follow each other; a multi-agent episode's, per agent:
+        if self.multi_agent:
+            groups = [np.flatnonzero(rows["agent"] == name) for name in np.unique(rows["agent"])]
         breaks = []
         for at in groups:
             same = ids[at][1:] == ids[at][:-1]
-            pick = (lambda a: a[at]) if self.multi_agent else (lambda a: a)
-            differ = _rows_differ(map_columnar(rows[following], lambda a: pick(a)[:-1]), map_columnar(rows[current], lambda a: pick(a)[1:]))
-            bad = np.flatnonzero(same & differ)
+            now, after = (map_columnar(rows[name], lambda a: a[at]) for name in (current, following))
+            bad = np.flatnonzero(same & _rows_differ(map_columnar(after, lambda a: a[:-1]), map_columnar(now, lambda a: a[1:])))
             if len(bad):
-                breaks.append((int(at[bad[0]]), int(at[bad[0] + 1])))
+                row = np.arange(len(ids))[at][bad[0] : bad[0] + 2]
+                breaks.append((int(row[0]), int(row[1])))
         if not breaks:
             return None
         row, later = min(breaks)
@@ -147,8 +182,13 @@ def _rows_differ(a: Columnar, b: Columnar) -> np.ndarray:
     """Per row, whether `a` and `b` differ in any bit (NaN equals NaN, -0.0 differs from 0.0)."""
     if isinstance(a, dict):
         return np.logical_or.reduce([_rows_differ(a[key], b[key]) for key in a] or [np.zeros(0, bool)])
-    unsigned = np.dtype(f"u{a.dtype.itemsize}")
-    return (a.reshape(len(a), -1).view(unsigned) != b.reshape(len(b), -1).view(unsigned)).any(axis=1)
+    row_bytes = a.dtype.itemsize * int(np.prod(a.shape[1:], dtype=np.int64))
+    word = next(size for size in (8, 4, 2, 1) if row_bytes % size == 0)  # compare rows as few wide words
+    words = [np.ascontiguousarray(x).reshape(len(x), -1).view(np.dtype(f"u{word}")) for x in (a, b)]
+    differ = words[0] != words[1]
+    if differ.shape[1] > 8:  # wide rows: one reduction per row is fast
+        return differ.any(axis=1)
+    return np.logical_or.reduce([differ[:, column] for column in range(differ.shape[1])] or [np.zeros(len(a), bool)])
 
 
 def action_problem(action: Columnar, space: gym.Space, first_row: int = 0) -> str | None:
@@ -196,25 +236,25 @@ def row_order_problems(
     if len(episode_id) == 0:
         return []
     problems = []
-    if episode_id[0] < last_episode or np.any(np.diff(episode_id) < 0):
+    new = episode_id[1:] != episode_id[:-1]  # row i + 1 starts an episode
+    if episode_id[0] < last_episode or np.any(episode_id[1:] < episode_id[:-1]):
         problems.append("rows are not sorted by episode_id")
     if kind != "episodes" or problems:
         return problems
-    starts = np.flatnonzero(np.r_[True, episode_id[1:] != episode_id[:-1]])
+    starts = np.flatnonzero(np.r_[True, new])
     if not np.array_equal(episode_id[starts], last_episode + 1 + np.arange(len(starts))):
         problems.append(f"episode ids do not run {last_episode + 1}, {last_episode + 2}, ... without gaps (an episode split or missing)")
-    lengths = np.diff(np.r_[starts, len(episode_id)])
-    if not np.array_equal(step, np.arange(len(step)) - np.repeat(starts, lengths)):
+    if np.any(step[starts] != 0) or not np.all((np.diff(step) == 1) | new):
         problems.append("step does not count 0, 1, ... within every episode")
     done = terminated | truncated
-    last = np.zeros(len(done), bool)
-    last[np.r_[starts[1:], len(done)] - 1] = True
-    if np.any(done & ~last):
-        row = int(np.flatnonzero(done & ~last)[0])
-        problems.append(f"episode {int(episode_id[row])} is terminated or truncated before its last row (step {int(step[row])})")
-    if np.any(last & ~done):
-        row = int(np.flatnonzero(last & ~done)[0])
-        problems.append(f"episode {int(episode_id[row])} ends with neither terminated nor truncated")
+    last = np.r_[new, True]
+    if not np.array_equal(done, last):
+        if np.any(done & ~last):
+            row = int(np.flatnonzero(done & ~last)[0])
+            problems.append(f"episode {int(episode_id[row])} is terminated or truncated before its last row (step {int(step[row])})")
+        if np.any(last & ~done):
+            row = int(np.flatnonzero(last & ~done)[0])
+            problems.append(f"episode {int(episode_id[row])} ends with neither terminated nor truncated")
     return problems
 
 

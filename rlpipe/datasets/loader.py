@@ -63,8 +63,9 @@ VERIFIED_DIR = ".verified"
 class ShardVerifier:
     """Checks a dataset's shards against metadata.json, hashing each file only when its
     (inode, size, mtime, ctime) changed since it last matched, and running the row checks
-    (`rlpipe.datasets.checks`) on what `read` returns; `finish()` checks the counts once
-    every shard was read. `digest()` is the sha256 of the shards as read, which provenance
+    (`rlpipe.datasets.checks`) on what `read` returns, in full only for a shard that has not
+    passed them since (the cache remembers the checks' fingerprint beside the hash);
+    `finish()` checks the counts once every shard was read. `digest()` is the sha256 of the shards as read, which provenance
     records."""
 
     def __init__(self, info: DatasetInfo) -> None:
@@ -102,19 +103,24 @@ class ShardVerifier:
     def read(self, rel: str) -> dict[str, Columnar]:
         """One verified shard's columns (see `read_shard`)."""
         self.check_hash(rel)
-        columns, problems = self.check(rel)
+        entry = self.cache[rel]
+        checked = entry.get("checked") == self.checks.fingerprint
+        columns, problems = self.check(rel, checked)
         self._refuse(problems)
+        if not checked:
+            entry["checked"] = self.checks.fingerprint
+            self._changed = True
         return columns
 
-    def check(self, rel: str) -> tuple[dict[str, Columnar], list[str]]:
+    def check(self, rel: str, checked: bool = False) -> tuple[dict[str, Columnar], list[str]]:
         """One shard's columns and the problems the checks find in them (its bytes unhashed;
-        an unreadable file is an RlpipeError)."""
+        an unreadable file is an RlpipeError). `checked`: see `RowChecks.shard`."""
         batch = _read_shard(self.info.path / rel)
         problems = batch_problems(batch, self.schema)
         if problems:
             return {}, [f"{rel} {problem}" for problem in problems]
         columns = _columns(batch, self.info.observation_space, self.info.action_space, self.info_space)
-        return columns, self.checks.shard(columns)
+        return columns, self.checks.shard(columns, checked)
 
     def finish(self) -> None:
         """After the last shard: check the counts and remember the verified hashes."""
