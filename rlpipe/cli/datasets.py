@@ -56,7 +56,8 @@ def show_command(name: str = typer.Argument(..., help="Dataset name."), store: O
 
 @datasets_app.command("inspect")
 def inspect_command(name: str = typer.Argument(..., help="Dataset name."), store: Optional[Path] = STORE_OPTION) -> None:
-    """Summarise a dataset with polars: episodes, steps, return distribution, action statistics."""
+    """Summarise a dataset with polars: episodes, steps, return distribution, action statistics
+    (after the checks loading runs)."""
     import polars as pl
 
     from rlpipe.datasets.summary import summary_tables
@@ -71,7 +72,8 @@ def inspect_command(name: str = typer.Argument(..., help="Dataset name."), store
 
 @datasets_app.command("validate")
 def validate_command(name: str = typer.Argument(..., help="Dataset name."), store: Optional[Path] = STORE_OPTION) -> None:
-    """Re-check a dataset's files, sizes, content hash, schema and row counts."""
+    """Re-check a dataset: files, sizes and content hash, every check loading runs (schema,
+    nulls, counts, NaN/inf, actions in the space, chained rows) and its HDF5 copy."""
     from rlpipe.datasets.validate import validate_dataset
 
     info = open_dataset(name, store, check_files=False)
