@@ -337,7 +337,10 @@ def hdf5_problems(info: DatasetInfo, info_space: gym.spaces.Dict | None) -> list
     except (OSError, ValueError) as exc:
         return [f"{MINARI_DIR}/{MINARI_HDF5_FILE} is not a readable HDF5 file ({exc})"]
     with file:
-        problem = _episodes_problem(file.id, info, info_space)
+        try:
+            problem = _episodes_problem(file.id, info, info_space)
+        except (OSError, RuntimeError, ValueError, KeyError, TypeError) as exc:  # h5py's errors for damaged structures
+            problem = f"damaged ({type(exc).__name__}: {exc})"
     return [f"{MINARI_DIR}/{MINARI_HDF5_FILE}: {problem}"] if problem else []
 
 
