@@ -200,7 +200,7 @@ def test_shards_and_chunks_number_rows_through_the_dataset(store: Path) -> None:
     assert (chunked.rows, chunked.episodes, chunked.last_episode) == (whole.rows, whole.episodes, whole.last_episode) == (400, 60, 59)
 
 
-def test_a_shard_checked_before_is_checked_again_when_metadata_changes(store: Path) -> None:
+def test_a_shard_checked_before_is_checked_again_when_metadata_changes(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Loading remembers a shard that passed the checks (beside its hash), so a repeated load
     does not repeat them; a metadata change they depend on (here the action space, which
     the content hash does not cover) makes them run again."""
@@ -208,6 +208,11 @@ def test_a_shard_checked_before_is_checked_again_when_metadata_changes(store: Pa
     load_dataset("data", store)
     cache = json.loads((store / ".verified" / "data.json").read_text())
     assert cache[SHARD]["checked"]
+    with monkeypatch.context() as patched:
+        patched.setattr(RowChecks, "_chunk", lambda *args: pytest.fail("a remembered shard was checked again"))
+        assert len(load_dataset("data", store)) == 300
+        with pytest.raises(pytest.fail.Exception):  # the control: validate ignores the cache
+            validate_dataset(open_dataset("data", store))
     meta = json.loads((path / "metadata.json").read_text())
     meta["action_space"] = meta["action_space"].replace('"n": 4', '"n": 2')
     (path / "metadata.json").write_text(json.dumps(meta))

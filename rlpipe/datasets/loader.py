@@ -65,8 +65,8 @@ class ShardVerifier:
     (inode, size, mtime, ctime) changed since it last matched, and running the row checks
     (`rlpipe.datasets.checks`) on what `read` returns, in full only for a shard that has not
     passed them since (the cache remembers the checks' fingerprint beside the hash);
-    `finish()` checks the counts once every shard was read. `digest()` is the sha256 of the shards as read, which provenance
-    records."""
+    `finish()` checks the counts once every shard was read. `digest()` is the sha256 of the
+    shards as read, which provenance records."""
 
     def __init__(self, info: DatasetInfo) -> None:
         self.info = info
