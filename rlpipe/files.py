@@ -1,19 +1,22 @@
-"""File helpers every layer shares: one content hash and one atomic write.
+"""File helpers every layer shares: one content hash, one atomic write, one JSON reader.
 
 Beside ``errors.py`` at the bottom of the package, so checkpoints (models), datasets and
-runs (training) hash and replace files the same way.
+runs (training) hash, replace and parse files the same way.
 """
 
 from __future__ import annotations
 
 import errno
 import hashlib
+import json
+import math
 import os
 import stat
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 _HASH_CHUNK = 1 << 22
 MAX_JSON_BYTES = 64 << 20  # metadata, checkpoint records and caches are kilobytes to a few MiB
@@ -26,6 +29,24 @@ def sha256_file(path: str | os.PathLike) -> str:
         while chunk := handle.read(_HASH_CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def loads_json(text: str | bytes) -> Any:
+    """Parse standard JSON. Python's json module also accepts ``NaN``, ``Infinity`` and
+    numbers beyond float range (``1e400`` becomes infinity); here they are a ValueError, like
+    any other malformed JSON, so no metadata or checkpoint value read back is non-finite."""
+    return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+
+
+def _refuse_constant(name: str) -> None:
+    raise ValueError(f"{name} is not standard JSON")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is out of float range")
+    return value
 
 
 def fsync_path(path: str | os.PathLike) -> None:

@@ -89,7 +89,9 @@ def test_dict_observations_are_struct_columns_polars_can_read(store: Path) -> No
 
 def test_multi_agent_column(store: Path) -> None:
     act = gym.spaces.Discrete(3)
-    rows = synthetic_rows([4, 4], BOX, act)
+    red, blue = synthetic_rows([2, 2], BOX, act, seed=0), synthetic_rows([2, 2], BOX, act, seed=1)
+    # one row per agent per step: each agent's rows are whole episodes, interleaved
+    rows = {key: np.stack([red[key], blue[key]], axis=1).reshape(-1, *red[key].shape[1:]) for key in red}
     rows["agent"] = np.array(["red_0", "blue_0"] * 4)
     write_rows("marl", [rows], BOX, act, env_id=None, producer={"algorithm": "test"}, store=store, fmt="arrow", multi_agent=True)
     data = load_dataset("marl", store)

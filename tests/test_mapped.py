@@ -76,7 +76,8 @@ def test_next_obs_is_gathered_from_obs_only_where_rows_chain(store: Path) -> Non
     data = load_shards(info)
     shuffled = {name: getattr(data, name) for name in ("obs", "action", "reward", "terminated", "truncated", "episode_id", "step")}
     shuffled["next_obs"] = np.random.default_rng(0).permutation(data.next_obs)
-    write_rows("unchained", [shuffled], info.observation_space, info.action_space, env_id="Pendulum-v1", producer={}, store=store, fmt="arrow")
+    write_rows("unchained", [shuffled], info.observation_space, info.action_space, env_id="Pendulum-v1", producer={}, store=store,
+               fmt="arrow", kind="transitions")  # rows of an episodes dataset must chain
     control = MappedTransitions(open_dataset("unchained", store))
     assert control._following is None and "next_obs" in control.resident
     rows = np.arange(len(data))

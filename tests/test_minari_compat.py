@@ -98,20 +98,22 @@ def test_arrow_only_dataset_exports_the_same_minari_dataset(store: Path, tmp_pat
 
 
 def make_minari_dataset(
-    dataset_id: str, env_id: str, data_format: str, episodes: int, make_kwargs: dict | None = None, with_infos: bool = False, **metadata
+    dataset_id: str, env_id: str, data_format: str, episodes: int, make_kwargs: dict | None = None, with_infos: bool = False,
+    seeds: list[int] | None = None, **metadata
 ) -> None:
-    """Write a real Minari dataset of random episodes, seeded 0, 1, 2, ... (`make_kwargs` go to
-    `gym.make`, `metadata` to `minari.create_dataset_from_buffers`). With `with_infos`, the
-    episodes keep the env's infos as DataCollector does (the reset info, then one per step)
-    plus a nested `debug.t` entry.
+    """Write a real Minari dataset of random episodes, seeded 0, 1, 2, ... (or `seeds`, which
+    Minari records as given; `make_kwargs` go to `gym.make`, `metadata` to
+    `minari.create_dataset_from_buffers`). With `with_infos`, the episodes keep the env's
+    infos as DataCollector does (the reset info, then one per step) plus a nested `debug.t` entry.
 
     `minari.DataCollector` needs jax (the `minari[create]` extra); buffers built from arrays do not.
     """
     env = gym.make(env_id, **(make_kwargs or {}))
     env.action_space.seed(0)
     buffers = []
+    seeds = seeds or list(range(episodes))
     for episode in range(episodes):
-        obs, info = env.reset(seed=episode)
+        obs, info = env.reset(seed=seeds[episode])
         observations, actions, rewards, terminations, truncations, infos = [obs], [], [], [], [], [info]
         while True:
             action = env.action_space.sample()
@@ -127,7 +129,7 @@ def make_minari_dataset(
         buffers.append(
             EpisodeBuffer(
                 id=episode,
-                seed=episode,
+                seed=seeds[episode],
                 observations=stack(observations),
                 actions=np.stack(actions),
                 rewards=rewards,
@@ -152,6 +154,32 @@ def test_import_minari_dataset(store: Path, tmp_path: Path, monkeypatch: pytest.
     assert len(ours.episode_starts()) == 3
     missing = cli("datasets", "import", "test/nothing-v0", "--store", store)
     assert missing.code == 2 and "cannot open Minari dataset" in missing.err
+
+
+# What Minari's DataCollector draws for an episode reset without a seed (secrets.randbits(64)).
+UNSIGNED_SEED = 15198835472784071208
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("data_format", ["hdf5", "arrow"])
+def test_unsigned_64_bit_seeds_round_trip_exactly(store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli, data_format: str) -> None:
+    """Seeds of 2**63 and above (DataCollector's automatic seeds) import, validate and export
+    exactly; the HDF5 attribute is uint64 for them and int64 for the others, as h5py stores
+    Minari's own."""
+    import h5py
+
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
+    seeds = [3, UNSIGNED_SEED, 2**64 - 1]
+    make_minari_dataset("test/seeds-v0", "CartPole-v1", data_format, episodes=3, seeds=seeds)
+    result = cli("datasets", "import", "test/seeds-v0", "--name", "seeded", "--store", store)
+    assert result.code == 0, result.err
+    assert json.loads((store / "seeded" / "metadata.json").read_text())["episode_seeds"] == {str(i): seed for i, seed in enumerate(seeds)}
+    assert cli("datasets", "validate", "seeded", "--store", store).code == 0
+    assert cli("datasets", "export", "seeded", "--id", "test/seeds-back-v0", "--store", store).code == 0
+    back = minari.load_dataset("test/seeds-back-v0")
+    assert [episode["seed"] for episode in back.storage.get_episode_metadata(range(3))] == seeds
+    with h5py.File(store / "seeded" / "data" / "main_data.hdf5") as ours:
+        assert [ours[f"episode_{i}"].attrs["seed"].dtype for i in range(3)] == [np.int64, np.uint64, np.uint64]
 
 
 def minari_cli(*args: str):
@@ -477,7 +505,7 @@ def test_hdf5_copy_holds_exactly_minari_episode_objects(store: Path) -> None:
     info_space = gym.spaces.Dict({"is_success": gym.spaces.Box(0, 1, (), bool)})
     lengths = [1, 9, 17, 9, 130, 4, *rng.integers(1, 300, 24).tolist()]  # equal lengths reduce together
     batches = [random_episodes(rng, 0, lengths[:3]), random_episodes(rng, 3, lengths[3:5]), random_episodes(rng, 5, lengths[5:])]
-    seeds = {"1": 11, "4": 44}
+    seeds = {"1": 11, "4": 15198835472784071208, "6": -5}  # int64, uint64 (DataCollector's own draws) and negative attributes
     write_rows("mixed", batches, obs_space, gym.spaces.Box(-1, 1, (3,)), env_id=None, producer={"algorithm": "test"},
                extra={"episode_seeds": seeds}, store=store, fmt="both", info_space=info_space, shard_bytes=1)
     assert len(list((store / "mixed" / "steps").iterdir())) == 3

@@ -290,7 +290,8 @@ def test_every_combat_episode_starts_at_step_0_and_validates(cli, store: Path) -
     import polars as pl
 
     from rlpipe.datasets.store import list_datasets
-    from rlpipe.datasets.validate import multi_agent_row_problems, validate_dataset
+    from rlpipe.datasets.checks import multi_agent_row_problems
+    from rlpipe.datasets.validate import validate_dataset
 
     assert cli("collect", "--env", "Combat-v0", "--policy", "random", "--episodes", "4", "--num-envs", "1",
                "--store", store, "--quiet").code == 0

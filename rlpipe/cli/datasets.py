@@ -56,7 +56,8 @@ def show_command(name: str = typer.Argument(..., help="Dataset name."), store: O
 
 @datasets_app.command("inspect")
 def inspect_command(name: str = typer.Argument(..., help="Dataset name."), store: Optional[Path] = STORE_OPTION) -> None:
-    """Summarise a dataset with polars: episodes, steps, return distribution, action statistics."""
+    """Summarise a dataset with polars: episodes, steps, return distribution, action statistics
+    (after the checks loading runs)."""
     import polars as pl
 
     from rlpipe.datasets.summary import summary_tables
@@ -75,8 +76,9 @@ def validate_command(
     store: Optional[Path] = STORE_OPTION,
     trust_env_spec: bool = TRUST_ENV_SPEC_OPTION,
 ) -> None:
-    """Re-check a dataset's files, sizes, content hash, schema and row counts, and that its env
-    spec names only code registered here (or is trusted)."""
+    """Re-check a dataset: files, sizes and content hash, every check loading runs (schema,
+    nulls, counts, NaN/inf, actions in the space, chained rows), its HDF5 copy, and that its
+    env spec names only code registered here (or is trusted)."""
     from rlpipe.datasets.validate import require_trusted_env, validate_dataset
 
     info = open_dataset(name, store, check_files=False)

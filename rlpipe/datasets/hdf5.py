@@ -22,9 +22,10 @@ import numpy as np
 from minari.serialization import deserialize_space
 
 from rlpipe.datasets.loader import read_shard
-from rlpipe.datasets.schema import Columnar
-from rlpipe.datasets.store import MINARI_DIR, MINARI_HDF5_FILE, MINARI_METADATA_FILE
+from rlpipe.datasets.schema import Columnar, map_columnar
+from rlpipe.datasets.store import MINARI_DIR, MINARI_HDF5_FILE, MINARI_METADATA_FILE, DatasetInfo
 from rlpipe.errors import RlpipeError
+from rlpipe.files import loads_json
 
 # Minari's optional dataset metadata, kept under the same names in our metadata.json and
 # copied both ways by import and export (Minari's meanings: see minari.create_dataset_from_buffers).
@@ -229,6 +230,12 @@ def _write_rows(calls: _HDF5Calls, parent: int, name: bytes, leaves: Any, first_
     calls.dataset(parent, name, leaves.type_id, (rows,) + leaves.row_shape, leaves.address + first_row * leaves.row_bytes)
 
 
+def _fits_64_bits(seed: int | None) -> bool:
+    """Whether an episode seed has an HDF5 attribute form: int64, or uint64 (Minari's
+    DataCollector draws 64-bit seeds when an episode is reset without one)."""
+    return isinstance(seed, int) and -(2**63) <= seed < 2**64
+
+
 def _episode_statistics(rewards: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> dict[str, np.ndarray]:
     """Per episode, what Minari's default `EpisodeMetadataCallback` records on every episode group.
 
@@ -290,17 +297,23 @@ def write_minari_layout(
             lengths = np.diff(np.r_[starts, count])
             numbers = np.arange(len(starts), dtype=np.int64) + total_episodes
             attributes = {"id": numbers, "total_steps": lengths.astype(np.int64), **_episode_statistics(rows["reward"], starts, lengths)}
-            has_seed = np.array([str(number) in seeds for number in numbers])
-            if has_seed.any():
-                attributes["seed"] = np.array([seeds.get(str(number), 0) for number in numbers], dtype=np.int64)
+            seed_values = [seeds.get(str(number)) for number in numbers.tolist()]
+            has_seed = np.array([_fits_64_bits(seed) for seed in seed_values], dtype=bool)
+            if has_seed.any():  # two's complement: the same 8 bytes read as int64, or as uint64 for seeds from 2**63
+                attributes["seed"] = np.array([seed % 2**64 if fits else 0 for seed, fits in zip(seed_values, has_seed)], dtype=np.uint64)
+                signed_seed = np.array([fits and seed < 2**63 for seed, fits in zip(seed_values, has_seed)], dtype=bool)
+                int64_type = calls.type_id(np.dtype(np.int64))
             # Minari reads attributes by name; a fixed order keeps the bytes fixed
             attribute_leaves = [(key.encode(), _leaves(calls, attributes[key]), key == "seed") for key in sorted(attributes)]
             for index, (begin, steps) in enumerate(zip(starts.tolist(), lengths.tolist())):
                 group = calls.group(file_id, f"episode_{total_episodes + index}".encode())
                 try:
-                    for name, leaf, only_if_seeded in attribute_leaves:
-                        if not only_if_seeded or has_seed[index]:
-                            calls.attribute(group, name, leaf.type_id, leaf.address + index * leaf.row_bytes)
+                    for name, leaf, is_seed in attribute_leaves:
+                        if is_seed and not has_seed[index]:
+                            continue
+                        # seeds as h5py stores Minari's: int64, or uint64 when they do not fit it
+                        type_id = int64_type if is_seed and signed_seed[index] else leaf.type_id
+                        calls.attribute(group, name, type_id, leaf.address + index * leaf.row_bytes)
                     for name, leaves, with_final in columns:
                         _write_rows(calls, group, name, leaves, begin + index if with_final else begin, steps + with_final)
                 finally:
@@ -321,3 +334,114 @@ def write_minari_layout(
         metadata.pop("env_spec", None)
     (dataset_dir / MINARI_METADATA_FILE).write_text(json.dumps(metadata, sort_keys=True))
     return [f"{MINARI_DIR}/{MINARI_HDF5_FILE}", MINARI_METADATA_FILE]
+
+
+def hdf5_problems(info: DatasetInfo, info_space: gym.spaces.Dict | None) -> list[str]:
+    """Where the Minari copy under `data/` differs from the Arrow shards (the first difference):
+    Minari's metadata.json (standard JSON; counts and spaces), and in main_data.hdf5 exactly
+    the groups `episode_0 ..`, each with the shapes, dtypes and values `write_minari_layout`
+    writes from the shards and the attributes `id` and `total_steps`. Reads everything once."""
+    import h5py
+
+    problem = _minari_metadata_problem(info)
+    if problem:
+        return [f"{MINARI_METADATA_FILE}: {problem}"]
+    try:
+        file = h5py.File(info.path / MINARI_DIR / MINARI_HDF5_FILE, "r")
+    except (OSError, ValueError) as exc:
+        return [f"{MINARI_DIR}/{MINARI_HDF5_FILE} is not a readable HDF5 file ({exc})"]
+    with file:
+        try:
+            problem = _episodes_problem(file.id, info, info_space)
+        except (OSError, RuntimeError, ValueError, KeyError, TypeError) as exc:  # h5py's errors for damaged structures
+            problem = f"damaged ({type(exc).__name__}: {exc})"
+    return [f"{MINARI_DIR}/{MINARI_HDF5_FILE}: {problem}"] if problem else []
+
+
+def _minari_metadata_problem(info: DatasetInfo) -> str | None:
+    try:
+        minari_metadata = loads_json((info.path / MINARI_METADATA_FILE).read_text())
+    except (OSError, ValueError, RecursionError) as exc:
+        return f"unreadable ({exc})"
+    if not isinstance(minari_metadata, dict):
+        return "not a JSON object"
+    for key in ("total_episodes", "total_steps", "observation_space", "action_space"):
+        if minari_metadata.get(key) != info.metadata[key]:
+            return f"{key} is {minari_metadata.get(key)!r}, the dataset's metadata says {info.metadata[key]!r}"
+    return None
+
+
+def _episodes_problem(file_id: Any, info: DatasetInfo, info_space: gym.spaces.Dict | None) -> str | None:
+    """The first episode group that differs from the rows `write_minari_layout` would write
+    (read with h5py's low-level API: half the cost per object of its high-level one)."""
+    import h5py
+
+    if file_id.get_num_objs() != info.metadata["total_episodes"]:
+        return f"holds {file_id.get_num_objs()} objects, the dataset has {info.metadata['total_episodes']} episodes"
+    for rel in info.shard_rels:
+        rows = read_shard(info.path / rel, info.observation_space, info.action_space, info_space)
+        episode_id, count = rows["episode_id"], len(rows["reward"])
+        starts = np.flatnonzero(np.r_[True, episode_id[1:] != episode_id[:-1]])
+        columns = {
+            b"observations": (_with_final_observations(rows["obs"], rows["next_obs"], starts, count), True),
+            b"actions": (rows["action"], False),
+            b"rewards": (rows["reward"], False),
+            b"terminations": (rows["terminated"], False),
+            b"truncations": (rows["truncated"], False),
+            b"infos": ({} if info_space is None else _with_final_observations(rows["info"], rows["next_info"], starts, count), True),
+        }
+        for index, (begin, steps) in enumerate(zip(starts.tolist(), np.diff(np.r_[starts, count]).tolist())):
+            number = int(episode_id[begin])
+            name = f"episode_{number}"
+            try:
+                group = h5py.h5g.open(file_id, name.encode())
+            except (KeyError, ValueError):
+                return f"{name} is missing"
+            for attribute, expected in ((b"id", number), (b"total_steps", steps)):
+                found = _scalar_attribute(group, attribute)
+                if found != expected:
+                    return f"{name} has {attribute.decode()} {found}, the Arrow data gives {expected}"
+            for column, (values, with_final) in columns.items():
+                first = begin + index if with_final else begin
+                expected_rows = map_columnar(values, lambda a: a[first : first + steps + with_final])
+                problem = _leaf_difference(group, column, expected_rows, f"{name}/{column.decode()}")
+                if problem:
+                    return problem
+    return None
+
+
+def _scalar_attribute(group: Any, name: bytes) -> int | None:
+    import h5py
+
+    try:
+        attribute = h5py.h5a.open(group, name)
+        value = np.empty((), attribute.dtype)
+        attribute.read(value)
+        return int(value)
+    except (KeyError, ValueError, TypeError):
+        return None
+
+
+def _leaf_difference(group: Any, name: bytes, expected: Columnar, path: str) -> str | None:
+    """How dataset (or, for Dict values, group) `name` differs from `expected`, or None."""
+    import h5py
+
+    if isinstance(expected, dict):
+        try:
+            sub = h5py.h5g.open(group, name)
+        except (KeyError, ValueError):
+            return f"{path} is missing or not a group"
+        if sub.get_num_objs() != len(expected):
+            return f"{path} holds {sub.get_num_objs()} objects, the Arrow data {len(expected)}"
+        return next(filter(None, (_leaf_difference(sub, key.encode(), value, f"{path}/{key}") for key, value in expected.items())), None)
+    try:
+        dataset = h5py.h5d.open(group, name)
+    except (KeyError, ValueError):
+        return f"{path} is missing or not a dataset"
+    if dataset.shape != expected.shape or dataset.dtype != expected.dtype:
+        return f"{path} is {dataset.dtype}{list(dataset.shape)}, the Arrow data gives {expected.dtype}{list(expected.shape)}"
+    found = np.empty(expected.shape, expected.dtype)
+    dataset.read(h5py.h5s.ALL, h5py.h5s.ALL, found)
+    if found.tobytes() != np.ascontiguousarray(expected).tobytes():
+        return f"{path} differs from the Arrow data"
+    return None

@@ -3,8 +3,9 @@ Torch-free; the torch sampler over these arrays is `rlpipe.training.sampler.Tran
 
 Loading verifies what it reads: each shard's sha256 against metadata.json (computed once
 and cached in `<store>/.verified/<name>.json` by inode, size, mtime and ctime, so a changed
-file is hashed again), its Arrow schema against the one the spaces imply, no nulls, the row
-count, and finite floats unless the user opts in (`RLPIPE_ALLOW_NONFINITE=1`).
+file is hashed again), then the checks of `rlpipe.datasets.checks` (schema, nulls, the rows'
+invariant, finite floats unless the user opts in, actions in the space, chained next_obs,
+the counts of metadata), the same code `datasets validate` runs.
 """
 
 from __future__ import annotations
@@ -20,17 +21,8 @@ import numpy as np
 import pyarrow as pa
 from minari.serialization import deserialize_space
 
-from rlpipe.datasets.schema import (
-    INFO_COLUMNS,
-    Columnar,
-    check_finite,
-    concat_columnar,
-    from_arrow,
-    map_columnar,
-    non_finite_allowed,
-    scalar_from_arrow,
-    step_schema,
-)
+from rlpipe.datasets.checks import RowChecks, batch_problems
+from rlpipe.datasets.schema import INFO_COLUMNS, Columnar, concat_columnar, from_arrow, scalar_from_arrow, step_schema
 from rlpipe.datasets.store import DatasetInfo, open_dataset
 from rlpipe.files import MAX_JSON_BYTES, atomic_write_text, read_limited, sha256_file
 from rlpipe.errors import RlpipeError
@@ -70,8 +62,11 @@ VERIFIED_DIR = ".verified"
 
 class ShardVerifier:
     """Checks a dataset's shards against metadata.json, hashing each file only when its
-    (inode, size, mtime, ctime) changed since it last matched; `digest()` is the sha256 of
-    the shards as read, which provenance records."""
+    (inode, size, mtime, ctime) changed since it last matched, and running the row checks
+    (`rlpipe.datasets.checks`) on what `read` returns, in full only for a shard that has not
+    passed them since (the cache remembers the checks' fingerprint beside the hash);
+    `finish()` checks the counts once every shard was read. `digest()` is the sha256 of the
+    shards as read, which provenance records."""
 
     def __init__(self, info: DatasetInfo) -> None:
         self.info = info
@@ -85,6 +80,7 @@ class ShardVerifier:
         self._changed = False
         self.info_space = info_space_of(info)
         self.schema = step_schema(info.observation_space, info.action_space, info.metadata["multi_agent"], self.info_space)
+        self.checks = RowChecks(info)
 
     def _key(self, rel: str) -> list[int | str]:
         stat = (self.info.path / rel).stat()
@@ -101,25 +97,41 @@ class ShardVerifier:
             return
         if sha256_file(path) != self.info.metadata["files"][rel]["sha256"]:
             raise RlpipeError(f"corrupted shard {path}: its sha256 differs from metadata (modified or damaged; run `rlpipe datasets validate`)")
-        self.cache[rel] = {"key": key, "finite": False}
-        self._changed = True
-
-    def check_finite_once(self, rel: str, columns: dict[str, Columnar]) -> None:
-        """Refuse NaN/infinite floats (unless opted in); a shard that passed is remembered."""
-        if non_finite_allowed() or self.cache[rel].get("finite"):
-            return
-        check_finite(columns, f"shard {self.info.path / rel}")
-        self.cache[rel]["finite"] = True
+        self.cache[rel] = {"key": key}
         self._changed = True
 
     def read(self, rel: str) -> dict[str, Columnar]:
         """One verified shard's columns (see `read_shard`)."""
         self.check_hash(rel)
-        batch = _read_shard(self.info.path / rel)
-        _check_batch(batch, self.schema, self.info.path / rel)
-        columns = _columns(batch, self.info.observation_space, self.info.action_space, self.info_space)
-        self.check_finite_once(rel, columns)
+        entry = self.cache[rel]
+        checked = entry.get("checked") == self.checks.fingerprint
+        columns, problems = self.check(rel, checked)
+        self._refuse(problems)
+        if not checked:
+            entry["checked"] = self.checks.fingerprint
+            self._changed = True
         return columns
+
+    def check(self, rel: str, checked: bool = False) -> tuple[dict[str, Columnar], list[str]]:
+        """One shard's columns and the problems the checks find in them (its bytes unhashed;
+        an unreadable file is an RlpipeError). `checked`: see `RowChecks.shard`."""
+        batch = _read_shard(self.info.path / rel)
+        problems = batch_problems(batch, self.schema)
+        if problems:
+            return {}, [f"{rel} {problem}" for problem in problems]
+        columns = _columns(batch, self.info.observation_space, self.info.action_space, self.info_space)
+        return columns, self.checks.shard(columns, checked)
+
+    def finish(self) -> None:
+        """After the last shard: check the counts and remember the verified hashes."""
+        if not self.info.shard_rels:
+            raise RlpipeError(f"dataset {self.info.name!r} has no step shards")
+        self._refuse(self.checks.totals())
+        self.save()
+
+    def _refuse(self, problems: list[str]) -> None:
+        if problems:
+            raise RlpipeError(f"dataset {self.info.name!r} is corrupted: {problems[0]} (run `rlpipe datasets validate`)")
 
     def digest(self) -> str:
         """sha256 over `"<path>:<sha256>\n"` of the shards, as verified."""
@@ -137,35 +149,6 @@ class ShardVerifier:
             atomic_write_text(self.cache_path, json.dumps(self.cache, sort_keys=True))
         except OSError:
             pass
-
-
-def _check_schema(schema: pa.Schema, expected: pa.Schema, path: Path) -> None:
-    """Refuse a shard whose schema is not the dataset's (another dataset's shard, float64
-    observations, nullable columns)."""
-    if not schema.equals(expected):
-        raise RlpipeError(f"shard {path} does not match the dataset's schema: {_schema_difference(schema, expected)}")
-
-
-def _schema_difference(schema: pa.Schema, expected: pa.Schema) -> str:
-    try:
-        actual = {field.name: field for field in schema}
-        wrong = next((f for f in expected if not f.equals(actual.get(f.name, pa.field(f.name, pa.null())))), None)
-    except Exception:  # noqa: BLE001 - a damaged schema may not even decode; that it differs is enough
-        return "unreadable schema"
-    if wrong is None:
-        return f"extra columns {sorted(set(actual) - set(expected.names))}"
-    found = actual.get(wrong.name)
-    if found is None:
-        return f"column {wrong.name!r} is missing"
-    return f"column {wrong.name!r} is {found.type}{' (nullable)' if found.nullable else ''}, the dataset's spaces need {wrong.type}"
-
-
-def _check_batch(batch: pa.RecordBatch, expected: pa.Schema, path: Path) -> None:
-    """Refuse a shard of another schema (`_check_schema`) or one that holds nulls."""
-    _check_schema(batch.schema, expected, path)
-    nulls = [name for name, column in zip(batch.schema.names, batch.columns) if column.null_count]
-    if nulls:
-        raise RlpipeError(f"shard {path} holds nulls in {', '.join(nulls)}")
 
 
 def _read_shard(path: Path) -> pa.RecordBatch:
@@ -215,16 +198,12 @@ def read_shard(
 
 
 def verified_shard_paths(info: DatasetInfo) -> list[Path]:
-    """The shards of `info` after checking their hashes and schemas (for polars scans)."""
+    """The shards of `info` after every check loading runs (for polars scans and mapped
+    reading): one shard in memory at a time."""
     verifier = ShardVerifier(info)
     for rel in info.shard_rels:
-        verifier.check_hash(rel)
-        try:
-            schema = pa.ipc.open_file(pa.memory_map(str(info.path / rel), "r")).schema
-        except (pa.ArrowInvalid, OSError) as exc:
-            raise RlpipeError(f"corrupted shard {info.path / rel}: {exc}") from None
-        _check_schema(schema, verifier.schema, info.path / rel)
-    verifier.save()
+        verifier.read(rel)
+    verifier.finish()
     return info.shard_paths
 
 
@@ -244,12 +223,7 @@ def load_shards(info: DatasetInfo) -> TransitionArrays:
     """
     verifier = ShardVerifier(info)
     parts = [verifier.read(rel) for rel in info.shard_rels]
-    if not parts:
-        raise RlpipeError(f"dataset {info.name!r} has no step shards")
-    rows = sum(len(part["reward"]) for part in parts)
-    if rows != info.metadata["total_steps"]:
-        raise RlpipeError(f"dataset {info.name!r} is corrupted: its shards hold {rows} rows, metadata says {info.metadata['total_steps']}")
-    verifier.save()
+    verifier.finish()
     merged = {key: concat_columnar([part[key] for part in parts]) for key in parts[0]}
     return TransitionArrays(**merged)
 

@@ -105,9 +105,7 @@ class FollowingRows:
 
 def _column(batch: pa.RecordBatch, name: str, space) -> Columnar | PackedBits:
     column = batch.column(name)
-    if pa.types.is_boolean(column.type):
-        if column.null_count:
-            raise RlpipeError(f"column {name} has missing values")
+    if pa.types.is_boolean(column.type):  # without nulls: `verified_shard_paths` checked
         return PackedBits(np.frombuffer(column.buffers()[1], np.uint8), column.offset, len(column))
     return scalar_from_arrow(column) if space is None else from_arrow(column, space)  # zero-copy views of the map
 
@@ -126,7 +124,7 @@ class MappedTransitions:
         self._files: list[int] = []
         self._shards: list[dict[str, Columnar | PackedBits]] = []
         sizes = []
-        for path in verified_shard_paths(info):  # sha256 (cached) and schema, as load_shards checks
+        for path in verified_shard_paths(info):  # every check load_shards runs, one shard in memory at a time
             batch = self._map(path)
             self._shards.append({name: _column(batch, name, spaces.get(name)) for name in columns})
             sizes.append(batch.num_rows)

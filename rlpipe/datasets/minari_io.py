@@ -28,6 +28,7 @@ from rlpipe.datasets.store import MINARI_DIR, MINARI_METADATA_FILE, DatasetInfo,
 from rlpipe.datasets.validate import require_valid
 from rlpipe.datasets.writer import write_rows
 from rlpipe.errors import RlpipeError
+from rlpipe.files import loads_json
 
 
 def minari_root() -> Path:
@@ -75,7 +76,12 @@ def export_to_minari(info: DatasetInfo, dataset_id: str | None = None, force: bo
 
 
 def _set_minari_id(metadata_path: Path, dataset_id: str) -> None:
-    metadata = json.loads(metadata_path.read_text())
+    try:
+        metadata = loads_json(metadata_path.read_text())
+    except (OSError, ValueError, RecursionError) as exc:
+        raise RlpipeError(f"cannot read {metadata_path.name} of the exported copy: {exc}") from None
+    if not isinstance(metadata, dict):
+        raise RlpipeError(f"{metadata_path.name} of the exported copy is not a JSON object")
     metadata["dataset_id"] = dataset_id
     metadata_path.write_text(json.dumps(metadata, sort_keys=True))
 

@@ -152,15 +152,23 @@ def non_finite_allowed() -> bool:
     return os.environ.get(ALLOW_NONFINITE_ENV, "") not in ("", "0")
 
 
-def check_finite(rows: dict[str, Columnar], where: str) -> None:
-    """Raise if a float column (obs, action, reward, next_obs) holds NaN or infinity, unless
-    the user opted in."""
+def non_finite_problem(rows: dict[str, Columnar], first_row: int = 0) -> str | None:
+    """Where a float column (obs, action, reward, next_obs) first holds NaN or infinity (rows
+    numbered from `first_row`), or None; None as well when the user opted in."""
     if non_finite_allowed():
-        return
+        return None
     for key in ("obs", "action", "reward", "next_obs"):
         leaves: list[np.ndarray] = []
         map_columnar(rows[key], lambda a: leaves.append(np.asarray(a)))
-        if any(leaf.dtype.kind == "f" and not np.isfinite(leaf).all() for leaf in leaves):
-            raise RlpipeError(
-                f"{where}: column {key!r} holds NaN or infinite values (set {ALLOW_NONFINITE_ENV}=1 to accept them)"
-            )
+        bad = [leaf for leaf in leaves if leaf.dtype.kind == "f" and not np.isfinite(leaf).all()]
+        if bad:
+            row = min(int(np.flatnonzero(~np.isfinite(leaf).reshape(len(leaf), -1).all(axis=1))[0]) for leaf in bad)
+            return f"column {key!r} holds NaN or infinite values at row {first_row + row} (set {ALLOW_NONFINITE_ENV}=1 to accept them)"
+    return None
+
+
+def check_finite(rows: dict[str, Columnar], where: str) -> None:
+    """Raise if a float column holds NaN or infinity (see `non_finite_problem`)."""
+    problem = non_finite_problem(rows)
+    if problem:
+        raise RlpipeError(f"{where}: {problem}")

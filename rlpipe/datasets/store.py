@@ -12,7 +12,6 @@ bytes it reads against the recorded sha256 (`rlpipe.datasets.loader`).
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ from minari.serialization import deserialize_space
 from rlpipe.datasets import atomic
 from rlpipe.datasets.schema import FORMAT_NAME, FORMAT_VERSION, step_schema
 from rlpipe.errors import RlpipeError
-from rlpipe.files import read_limited, sha256_file
+from rlpipe.files import loads_json, read_limited, sha256_file
 
 METADATA_FILE = "metadata.json"
 STEPS_DIR = "steps"
@@ -135,10 +134,10 @@ def read_metadata(path: Path) -> dict[str, Any]:
     types, the spaces, file paths that stay inside the dataset, and the name."""
     meta_path = path / METADATA_FILE
     try:
-        metadata = json.loads(read_limited(meta_path, follow_links=True))
+        metadata = loads_json(read_limited(meta_path, follow_links=True))
     except FileNotFoundError:
         raise RlpipeError(f"{path} is not a dataset (no {METADATA_FILE})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+    except (ValueError, RecursionError) as exc:  # malformed JSON, NaN or Infinity, bad UTF-8
         raise RlpipeError(f"corrupted {meta_path}: {exc}") from None
     except OSError as exc:
         raise RlpipeError(f"cannot read {meta_path}: {exc.strerror or exc}") from None
@@ -156,7 +155,8 @@ def read_metadata(path: Path) -> dict[str, Any]:
 
 
 def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    """An integer that fits int64, as every count and version in metadata does (JSON has no limit)."""
+    return isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63
 
 
 def _is_number(value: Any) -> bool:
@@ -183,7 +183,7 @@ def _metadata_problem(metadata: dict[str, Any], dir_name: str) -> str | None:
         value = metadata.get(key)
         ok = _is_int(value) and value >= 0 if kind is int else isinstance(value, kind)
         if not ok:
-            return f"{key!r} is missing or not a {'non-negative integer' if kind is int else kind.__name__}"
+            return f"{key!r} is missing or not a {'non-negative integer below 2**63' if kind is int else kind.__name__}"
     if metadata["name"] != dir_name:
         return f"it names dataset {metadata['name']!r}, but its directory is {dir_name!r}"
     if not isinstance(metadata.get("env_id"), (str, type(None))):

@@ -19,6 +19,7 @@ from gymnasium.envs.registration import EnvSpec, load_env_creator
 
 from rlpipe.envs.extras import missing_dependency_message, register_optional
 from rlpipe.errors import RlpipeError
+from rlpipe.files import loads_json
 
 if "GoalWorld-v0" not in gym.registry:
     gym.register(
@@ -106,7 +107,7 @@ def parse_env_spec(spec_json: str) -> EnvSpec:
     EnvSpec. Only parses: nothing the spec names is imported."""
     known = {field.name for field in dataclasses.fields(EnvSpec) if field.init}
     try:
-        fields = {key: value for key, value in json.loads(spec_json).items() if key in known}
+        fields = {key: value for key, value in loads_json(spec_json).items() if key in known}
         spec = EnvSpec.from_json(json.dumps(fields))
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise RlpipeError(f"unreadable environment spec: {exc}") from None

@@ -20,7 +20,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from rlpipe.errors import RlpipeError
-from rlpipe.files import atomic_output, atomic_write_text, read_limited, sha256_file
+from rlpipe.files import atomic_output, atomic_write_text, loads_json, read_limited, sha256_file
 from rlpipe.models.dynamics import GaussianEnsemble
 from rlpipe.models.networks import POLICY_CLASSES
 
@@ -79,8 +79,8 @@ def read_meta(run_dir: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise RlpipeError(f"no checkpoint in {run_dir} (missing {META_FILE})")
     try:
-        meta = json.loads(read_limited(path, follow_links=True))
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        meta = loads_json(read_limited(path, follow_links=True))
+    except (ValueError, RecursionError) as exc:  # malformed JSON, NaN or Infinity, bad UTF-8
         raise RlpipeError(f"corrupted checkpoint metadata {path}: {exc}") from None
     except OSError as exc:
         raise RlpipeError(f"cannot read {path}: {exc.strerror or exc}") from None

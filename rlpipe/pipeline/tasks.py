@@ -14,7 +14,6 @@ leaves only the hidden directory: no dataset that looks complete.
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import shutil
 from collections.abc import Sequence
@@ -30,6 +29,7 @@ from rlpipe.datasets.collector import RandomPolicy, collect, split_evenly
 from rlpipe.datasets.store import METADATA_FILE, STEPS_DIR
 from rlpipe.datasets.writer import DatasetWriter
 from rlpipe.errors import RlpipeError
+from rlpipe.files import loads_json
 
 BACKENDS = ("local", "ray")
 TASK_EPISODES = 50  # episodes per task (an episodes budget)
@@ -130,7 +130,7 @@ def collect_tasks(writer: DatasetWriter, env_id: str, policy: TaskPolicy, *, epi
     task_dirs = _run_ray(tasks, workers, args) if backend == "ray" else _run_local(tasks, workers, args)
     episodes_and_returns = []
     for task_dir in task_dirs:
-        meta = json.loads((Path(task_dir) / METADATA_FILE).read_text())
+        meta = loads_json((Path(task_dir) / METADATA_FILE).read_text())
         episodes_and_returns.append((meta["total_episodes"], meta["episode_return"]["mean"]))
         for shard in sorted((Path(task_dir) / STEPS_DIR).glob("*.arrow")):
             writer.adopt_shard(shard)
