@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every GPU measurement and check of issue 14 in one go, all output appended to one file.
+# Every GPU measurement and check in one go, all output appended to one file.
 #
 #   bench/gpu_all.sh [--device cuda|cpu] [--tiny] [--only LIST] [--out FILE]
 #

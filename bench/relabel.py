@@ -1,6 +1,6 @@
 """HER relabelling speed: `rlpipe relabel her` (future, k=4) on a 1M-transition GoalWorld dataset.
 
-Goal (issue 5): seconds, not minutes. The peer for the online loop (SB3's HerReplayBuffer)
+Goal: seconds, not minutes. The peer for the online loop (SB3's HerReplayBuffer)
 is measured in bench/her_online.py; this one times the dataset transform alone.
 
     .venv/bin/python bench/relabel.py [--steps 1000000] [--k 4]
