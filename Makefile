@@ -7,7 +7,7 @@ BROWSER_STAMP := $(VENV)/.browser
 # d3rlpy pins gymnasium 1.0.0, so the offline peer gets a virtualenv of its own.
 D3RLPY_VENV := .bench-venvs/d3rlpy
 
-.PHONY: install repro test bench clean
+.PHONY: install repro test docs results bench clean
 
 # Re-install only when the project's dependency files change.
 $(STAMP): pyproject.toml constraints.txt
@@ -32,6 +32,14 @@ $(BROWSER_STAMP): $(STAMP)
 # a resource (a Ray session) declare an xdist_group, which loadgroup keeps in one process.
 test: $(STAMP) $(BROWSER_STAMP)
 	$(PY) -m pytest -q -n auto --dist loadgroup
+
+# The documentation site (mkdocs) into site/; broken links fail the build.
+docs: $(STAMP)
+	$(VENV)/bin/mkdocs build --strict
+
+# docs/results.md from the pipeline's metrics (after make repro).
+results: $(STAMP)
+	$(VENV)/bin/rlpipe report 'models/*' --out report --datasets datasets --markdown docs/results.md
 
 # Peers for the side-by-side benchmarks (Minari's DataCollector needs jax, SB3, d3rlpy).
 $(BENCH_STAMP): $(STAMP)

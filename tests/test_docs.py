@@ -29,6 +29,15 @@ def test_docs_site_builds_strictly(tmp_path: Path) -> None:
     assert (tmp_path / "site" / "index.html").is_file()
 
 
+def test_results_page_is_generated_from_the_committed_metrics(tmp_path: Path) -> None:
+    from rlpipe.pipeline.report import write_report
+
+    if not list((REPO / "models").glob("*/metrics.json")):
+        pytest.skip("no pipeline metrics are committed: run make repro, then make results")
+    write_report([str(REPO / "models" / "*")], tmp_path / "report", markdown=tmp_path / "results.md")
+    assert (REPO / "docs" / "results.md").read_text() == (tmp_path / "results.md").read_text(), "run: make results"
+
+
 def test_readme_is_a_front_door() -> None:
     readme = (REPO / "README.md").read_text()
     assert len(readme.splitlines()) <= 250
