@@ -75,9 +75,14 @@ def run_dir(saved: Path, tmp_path: Path) -> Path:
     return tmp_path / "run"
 
 
+def _bookkeeping(name: str) -> bool:
+    """A lock or root marker that a run directory's parent may hold (rlpipe.datasets.atomic)."""
+    return name in (".locks", ".rlpipe-root") or name.startswith(".rlpipe-lock-")
+
+
 def _snapshot(parent: Path) -> dict[str, bytes]:
-    """Every file under ``parent`` but the lock folder every run directory's parent has."""
-    files = (p for p in sorted(parent.rglob("*")) if p.is_file() and p.relative_to(parent).parts[0] != ".locks")
+    """Every file under ``parent`` but the locks and markers every run directory's parent has."""
+    files = (p for p in sorted(parent.rglob("*")) if p.is_file() and not _bookkeeping(p.relative_to(parent).parts[0]))
     return {str(p.relative_to(parent)): p.read_bytes() for p in files}
 
 
@@ -88,7 +93,7 @@ def _refused(cli, args: list[str], parent: Path) -> str:
     assert res.code == 2, res.err[-2000:]
     assert len(res.err.strip().splitlines()) == 1 and res.err.startswith("error: "), res.err
     assert _snapshot(parent) == before
-    assert {p.name for p in parent.iterdir()} - {".locks"} == {name.split("/")[0] for name in before}, "a stray entry"
+    assert {p.name for p in parent.iterdir() if not _bookkeeping(p.name)} == {name.split("/")[0] for name in before}, "a stray entry"
     return res.err
 
 
