@@ -3,8 +3,8 @@ with it, so that an edit reruns only the stages that run the edited module.
 
 A stage's code is the import closure of what ``rlpipe COMMAND ...`` executes: the modules
 the console script loads at start-up (every command module's top level), everything the
-stage's own command module reaches (imports inside functions included; ``TYPE_CHECKING``
-imports excluded, they never run) and, for a stage that runs an algorithm, the modules its
+stage's own command module reaches (imports inside functions and ``"rlpipe.x:NAME"`` strings
+such as gymnasium entry points included; ``TYPE_CHECKING`` imports excluded, they never run) and, for a stage that runs an algorithm, the modules its
 registry entry names (``"rlpipe.algos.cql"``, its policy loader). The registry resolves
 those by name, so the other algorithms' modules are not part of the closure.
 
