@@ -47,7 +47,7 @@ def test_dvc_yaml_is_written_from_the_template_and_the_code() -> None:
 
 def test_every_stage_item_is_in_params_and_runs_rlpipe() -> None:
     stages = stage_items()
-    for group, entries in PARAMS.items():
+    for entries in PARAMS.values():
         for key in entries:
             assert sum(name.endswith(f"@{key}") for name in stages) == 1, key
     for stage in yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"].values():
@@ -78,6 +78,9 @@ def test_a_stage_that_runs_no_algorithm_depends_on_no_algorithm_module() -> None
     plain = {name: deps for name, (item, deps, _) in stage_items().items() if not any(f in item for f in ALGO_FIELDS)}
     assert {name.split("@")[0] for name in plain} == {"collect_random", "relabel_her", "report"}
     assert all(not modules & set(deps) for deps in plain.values())
+    # the console script imports every command module but runs only the stage's command
+    collect = set(plain["collect_random@cartpole-random"])
+    assert "rlpipe/cli/train.py" in collect and "rlpipe/pipeline/runs.py" not in collect
 
 
 def test_scan_sorts_imports_by_when_they_run(tmp_path: Path) -> None:
