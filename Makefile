@@ -1,13 +1,17 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
-PIP_FLAGS := -c constraints.txt $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
+FIND_LINKS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
+PIP_FLAGS := -c constraints.txt $(FIND_LINKS)
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 BROWSER_STAMP := $(VENV)/.browser
-# d3rlpy pins gymnasium 1.0.0, so the offline peer gets a virtualenv of its own.
+# d3rlpy pins gymnasium 1.0.0, so the offline peer gets a virtualenv of its own, pinned
+# by constraints.txt's torch line only (the full pins hold gymnasium 1.4).
 D3RLPY_VENV := .bench-venvs/d3rlpy
+TORCH_PIN = $(shell grep '^torch==' constraints.txt)
+LOCK_VENV := .lock-venv
 
-.PHONY: install repro test docs results bench clean
+.PHONY: install deps lock repro test docs results bench clean
 
 # Re-install only when the project's dependency files change.
 $(STAMP): pyproject.toml constraints.txt
@@ -18,8 +22,22 @@ $(STAMP): pyproject.toml constraints.txt
 
 install: $(STAMP)
 
+# constraints.txt pins every dependency; this re-resolves them in a fresh virtualenv with
+# only the torch line held (change that line by hand to move torch).
+lock:
+	rm -rf $(LOCK_VENV) && python3 -m venv $(LOCK_VENV)
+	$(LOCK_VENV)/bin/pip install -q --upgrade pip
+	$(LOCK_VENV)/bin/pip install -q $(FIND_LINKS) '$(TORCH_PIN)' -e '.[dev,ray]'
+	{ sed -n '1,/^torch==/p' constraints.txt; $(LOCK_VENV)/bin/pip freeze --exclude-editable | grep -v '^torch=='; } > $(LOCK_VENV)/constraints.txt
+	mv $(LOCK_VENV)/constraints.txt constraints.txt && rm -rf $(LOCK_VENV)
+
+# dvc.yaml from dvc.template.yaml: each stage depends on the rlpipe files its command imports.
+deps: $(STAMP)
+	$(PY) -m rlpipe.pipeline.stage_deps --write
+
 # Stage commands call `rlpipe`, so the venv's bin goes first on PATH.
 repro: $(STAMP)
+	$(PY) -m rlpipe.pipeline.stage_deps  # a stale dvc.yaml would skip stages an edit touched
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/dvc repro
 
 # The report's browser test opens report pages in Debian's chromium, installed here where apt-get can.
@@ -45,7 +63,7 @@ results: $(STAMP)
 $(BENCH_STAMP): $(STAMP)
 	$(PY) -m pip install -q $(PIP_FLAGS) -e '.[dev,bench]'
 	test -x $(D3RLPY_VENV)/bin/python || python3 -m venv $(D3RLPY_VENV)
-	$(D3RLPY_VENV)/bin/pip install -q $(PIP_FLAGS) d3rlpy==2.8.1
+	$(D3RLPY_VENV)/bin/pip install -q $(FIND_LINKS) d3rlpy==2.8.1 '$(TORCH_PIN)'
 	touch $(BENCH_STAMP)
 
 # Every benchmark in bench/; figures go to docs/benchmarks.md by hand, with the command.
@@ -53,4 +71,4 @@ bench: $(BENCH_STAMP)
 	for script in bench/*.py; do case $$script in */_*) continue;; esac; echo "== $$script"; $(PY) $$script || exit 1; done
 
 clean:
-	rm -rf $(VENV) .bench-venvs .pytest_cache
+	rm -rf $(VENV) .bench-venvs $(LOCK_VENV) .pytest_cache

@@ -10,7 +10,8 @@ rlpipe's update is the one `rlpipe train` runs: `train` builds the networks and 
 update function to the shared offline loop, where this script catches it instead of
 starting the loop. d3rlpy pins gymnasium 1.0.0, so it runs in its own virtualenv
 (`.bench-venvs/d3rlpy`, created on first use with
-`python3 -m venv .bench-venvs/d3rlpy && .bench-venvs/d3rlpy/bin/pip install -c constraints.txt d3rlpy==2.8.1`)
+`python3 -m venv .bench-venvs/d3rlpy && .bench-venvs/d3rlpy/bin/pip install d3rlpy==2.8.1 "$(grep '^torch==' constraints.txt)"`:
+only constraints.txt's torch pin, as its other pins hold gymnasium 1.4)
 through `bench/peers/d3rlpy_offline.py`, which prints one JSON line. Both are pinned to
 the least busy core; rlpipe and d3rlpy alternate, median of the repeats. Rates are given
 per wall second and per second of the timing process's CPU time (less disturbed when
@@ -66,8 +67,8 @@ def ensure_peer_venv() -> None:
         return
     print(f"creating {PEER_VENV} (d3rlpy 2.8.1) ...", flush=True)
     subprocess.run(["python3", "-m", "venv", str(PEER_VENV)], check=True)
-    subprocess.run([str(PEER_VENV / "bin" / "pip"), "install", "-q", "-c", str(ROOT / "constraints.txt"), "d3rlpy==2.8.1"],
-                   check=True, cwd=ROOT)
+    torch_pin = next(line for line in (ROOT / "constraints.txt").read_text().splitlines() if line.startswith("torch=="))
+    subprocess.run([str(PEER_VENV / "bin" / "pip"), "install", "-q", "d3rlpy==2.8.1", torch_pin], check=True, cwd=ROOT)
 
 
 def build_dataset(store: Path, steps: int) -> Path:

@@ -3,12 +3,12 @@ and the data layer, the algorithm registry and the CLI's start-up run without to
 
 from __future__ import annotations
 
-import ast
 import subprocess
 import sys
 from pathlib import Path
 
 import rlpipe
+from rlpipe.pipeline.stage_deps import module_paths, scan_imports
 
 PACKAGE = Path(rlpipe.__file__).parent
 # Lower rank = lower layer. Peers (same rank, different package) must not import each other.
@@ -16,24 +16,13 @@ RANKS = {"errors": 0, "files": 0, "envs": 1, "models": 1, "datasets": 2, "traini
 
 
 def module_names() -> dict[str, Path]:
-    names = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
-        parts = ("rlpipe",) + path.relative_to(PACKAGE).with_suffix("").parts
-        names[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-    return names
+    return module_paths(PACKAGE)
 
 
 def imports_of(path: Path, known: dict[str, Path]) -> set[str]:
     """Every rlpipe module `path` imports, at any depth (function bodies and TYPE_CHECKING too)."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            found |= {alias.name for alias in node.names if alias.name.startswith("rlpipe")}
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and node.module.startswith("rlpipe"):
-            for alias in node.names:  # `from rlpipe.cli import collect` imports the submodule
-                sub = f"{node.module}.{alias.name}"
-                found.add(sub if sub in known else node.module)
-    return found
+    scan = scan_imports(path, known)
+    return set(scan.at_import | scan.deferred | scan.typing)
 
 
 def layer(module: str) -> str | None:
