@@ -3,6 +3,8 @@ PY := $(VENV)/bin/python
 FIND_LINKS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 PIP_FLAGS := -c constraints.txt $(FIND_LINKS)
 STAMP := $(VENV)/.installed
+# The extras make install, make test and make lock use.
+EXTRAS := dev,ray,deploy
 BENCH_STAMP := $(VENV)/.installed-bench
 BROWSER_STAMP := $(VENV)/.browser
 # d3rlpy pins gymnasium 1.0.0, so the offline peer gets a virtualenv of its own, pinned
@@ -17,7 +19,7 @@ LOCK_VENV := .lock-venv
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q $(PIP_FLAGS) -e '.[dev,ray,deploy]'
+	$(PY) -m pip install -q $(PIP_FLAGS) -e '.[$(EXTRAS)]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -27,7 +29,7 @@ install: $(STAMP)
 lock:
 	rm -rf $(LOCK_VENV) && python3 -m venv $(LOCK_VENV)
 	$(LOCK_VENV)/bin/pip install -q --upgrade pip
-	$(LOCK_VENV)/bin/pip install -q $(FIND_LINKS) '$(TORCH_PIN)' -e '.[dev,ray]'
+	$(LOCK_VENV)/bin/pip install -q $(FIND_LINKS) '$(TORCH_PIN)' -e '.[$(EXTRAS)]'
 	{ sed -n '1,/^torch==/p' constraints.txt; $(LOCK_VENV)/bin/pip freeze --exclude-editable | grep -v '^torch=='; } > $(LOCK_VENV)/constraints.txt
 	mv $(LOCK_VENV)/constraints.txt constraints.txt && rm -rf $(LOCK_VENV)
 
