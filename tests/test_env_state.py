@@ -86,7 +86,7 @@ def test_checkpoint_every_refuses_such_an_env_before_training(tmp_path: Path, cl
     finally:
         del gym.registry["rlpipe-test/LockedPendulum-v0"]
     assert res.code == 2 and len(res.err.strip().splitlines()) == 1 and "lock is a lock" in res.err, res.err
-    assert {p.name for p in tmp_path.iterdir()} <= {".locks"}
+    assert {p.name for p in tmp_path.iterdir()} <= {".locks", ".rlpipe-root"}  # a run root's bookkeeping, no run
 
 
 def test_a_record_that_does_not_fit_is_refused() -> None:
