@@ -13,7 +13,7 @@ D3RLPY_VENV := .bench-venvs/d3rlpy
 TORCH_PIN = $(shell grep '^torch==' constraints.txt)
 LOCK_VENV := .lock-venv
 
-.PHONY: install deps lock repro test docs results bench clean
+.PHONY: install deps lock repro test check docs results bench clean
 
 # Re-install only when the project's dependency files change.
 $(STAMP): pyproject.toml constraints.txt
@@ -52,6 +52,12 @@ $(BROWSER_STAMP): $(STAMP)
 # a resource (a Ray session) declare an xdist_group, which loadgroup keeps in one process.
 test: $(STAMP) $(BROWSER_STAMP)
 	$(PY) -m pytest -q -n auto --dist loadgroup
+
+# Lint, format and type checks (.ci/run runs them beside the tests).
+check: $(STAMP)
+	$(VENV)/bin/ruff check rlpipe tests bench
+	$(VENV)/bin/ruff format --check rlpipe tests bench
+	$(VENV)/bin/mypy rlpipe
 
 # The documentation site (mkdocs) into site/; broken links fail the build.
 docs: $(STAMP)
