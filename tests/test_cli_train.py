@@ -52,7 +52,7 @@ PENDULUM = ["train", "sac", "--env", "Pendulum-v1"]
         ([*PENDULUM, "--set", "eval_episodes=0"], "setting eval_episodes=0: expected a positive number"),
         ([*PENDULUM, "--set", "torch_threads=0"], "setting torch_threads=0: expected a positive number"),
         ([*PENDULUM, "--env-steps", "0"], "setting env_steps=0: expected a positive number"),
-        ([*PENDULUM, "--seed", "-1"], "setting seed=-1: expected an integer >= 0"),
+        ([*PENDULUM, "--set", "seed=-1"], "setting seed=-1: expected an integer from 0 to 4294967295"),
         # A field that is also an option: merged when equal, an error when not; the env is an option only.
         ([*PENDULUM, "--seed", "2", "--set", "seed=3"], "seed is given twice: as an option (2) and as a setting (3)"),
         ([*PENDULUM, "--env-steps", "100", "--set", "env_steps=200"], "env_steps is given twice"),

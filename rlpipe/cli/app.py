@@ -3,7 +3,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
+
+from rlpipe.limits import MAX_SEED
 
 app = typer.Typer(
     name="rlpipe",
@@ -12,3 +16,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+
+
+def seed_option(default: int | None, help: str) -> Any:
+    """The `--seed` option of every command: the same range everywhere (rlpipe.limits)."""
+    return typer.Option(default, "--seed", min=0, max=MAX_SEED, help=f"{help} From 0 to 2**32 - 1.")

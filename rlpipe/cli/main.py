@@ -24,6 +24,9 @@ def main() -> None:
     except typer.TyperException as exc:  # usage errors: typer vendors click's exceptions
         typer.echo(f"error: {exc.format_message()} (see rlpipe --help)", err=True)
         sys.exit(exc.exit_code)
+    except MemoryError as exc:  # a size setting beyond this machine (the counts users give most are bounded up front)
+        typer.echo(f"error: out of memory: {exc or 'an allocation failed'}; lower the sizes given", err=True)
+        sys.exit(2)
     except (KeyboardInterrupt, typer.Abort):
         code = 130
     # typer turns KeyboardInterrupt into a silent return of 130; a signal that C code

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from rlpipe.cli.app import app
+from rlpipe.cli.app import app, seed_option
 from rlpipe.datasets.her import STRATEGIES, relabel_dataset
 from rlpipe.datasets.store import open_dataset
 
@@ -21,7 +21,7 @@ def her_command(
     strategy: str = typer.Option("future", "--strategy", help=f"Goal choice: {', '.join(STRATEGIES)}."),
     k: int = typer.Option(4, "--k", help="Relabelled copies per transition (final makes one)."),
     name: Optional[str] = typer.Option(None, "--name", help="Output dataset (default: <dataset>-her-<strategy>)."),
-    seed: int = typer.Option(0, "--seed", min=0, help="Seed of the goal sampling."),
+    seed: int = seed_option(0, "Seed of the goal sampling."),
     store: Optional[Path] = typer.Option(None, "--store", help="Dataset store (default: $RLPIPE_DATASETS or ./datasets)."),
     force: bool = typer.Option(False, "--force", help="Replace an existing output dataset."),
 ) -> None:

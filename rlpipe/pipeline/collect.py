@@ -18,6 +18,7 @@ from rlpipe.datasets.writer import DatasetWriter
 from rlpipe.envs import env_slug, env_spaces, has_native_vector_env
 from rlpipe.envs.multiagent import is_multi_agent
 from rlpipe.errors import RlpipeError
+from rlpipe.limits import check_num_envs, check_seed
 
 POLICIES = ("random",)  # behaviour policies that need no expert
 INFO_KEYS = ("is_success",)  # env info keys stored as info/next_info columns by default
@@ -125,6 +126,9 @@ def collect_dataset(
     `workers` processes or Ray tasks (`rlpipe.pipeline.tasks`): the same bytes for any
     number of workers and either backend (but not the bytes of a single-process collection).
     """
+    check_seed(seed)
+    if num_envs is not None:
+        check_num_envs(num_envs)
     if is_multi_agent(env_id):
         return collect_multi_agent(env_id, policy=policy, expert=expert, expert_run=expert_run, stochastic=stochastic,
                                    episodes=episodes, steps=steps, seed=seed, num_envs=num_envs or 8, name=name,
