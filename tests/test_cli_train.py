@@ -68,6 +68,27 @@ def test_bad_settings_are_one_line_and_exit_2(cli, tmp_path: Path, args: list[st
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("a: [1, 2\n", "while parsing a flow sequence: expected ',' or ']', but got '<stream end>' at line 2, column 1"),
+        ("a:\n\tb: 1\n", "found character '\\t' that cannot start any token at line 2, column 1"),
+        ("a: !!python/object/apply:os.system [echo hi]\n", "could not determine a constructor for the tag"),
+        ("a: *undefined\n", "found undefined alias 'undefined'"),
+        (b"\xff\xfe garbage", "'utf-8' codec can't decode byte 0xff"),
+        ("a: " + "[" * 100_000, "cannot read settings from"),  # deeper than the parser's recursion
+        ("a: '" + "x" * (17 << 20) + "'\n", "larger than 16 MiB"),
+    ],
+)
+def test_a_broken_settings_file_is_one_line(cli, tmp_path: Path, content: str | bytes, message: str) -> None:
+    params = tmp_path / "params.yaml"
+    params.write_bytes(content if isinstance(content, bytes) else content.encode())
+    result = cli(*PENDULUM, "--set-from", f"{params}:a", "--out", tmp_path / "run", "--no-progress")
+    assert result.code == 2 and result.err.count("\n") == 1, result.err  # PyYAML's own text took five lines
+    assert result.err.startswith(f"error: cannot read settings from {params}: ") and message in result.err, result.err
+    assert not (tmp_path / "run").exists()
+
+
 def test_settings_from_a_params_file_equal_the_same_set_options(cli, tmp_path: Path) -> None:
     params = tmp_path / "params.yaml"
     params.write_text("stage:\n  run:\n    set: {env_steps: 512, eval_every: 512, hidden: [16], anneal: false}\n")
