@@ -76,6 +76,7 @@ def command(args: list[str], world: Path, out: Path) -> list[str]:
         (["collect", *CARTPOLE, "--episodes", "0"], "--episodes/--steps must be at least 1"),
         (["collect", *CARTPOLE, "--episodes", "-1"], "--episodes/--steps must be at least 1"),
         (["collect", *CARTPOLE, "--steps", "-5"], "--episodes/--steps must be at least 1"),
+        (["collect", *CARTPOLE, "--episodes", BIG, "--num-envs", "4"], "--episodes/--steps must be below 2**63"),  # was an OverflowError
         (["collect", *CARTPOLE], "give exactly one of --episodes and --steps"),
         (["collect", *CARTPOLE, "--episodes", "2", "--workers", "0"], "Invalid value for '--workers'"),
         (["collect", *CARTPOLE, "--expert", "ppo", "--expert-steps", "-1", "--episodes", "2"], "--expert-steps must be at least 1, got -1"),
@@ -115,3 +116,17 @@ def test_the_edges_of_the_ranges_are_accepted(cli, world: Path, tmp_path: Path) 
     relabelled = cli("relabel", "her", "--dataset", "goals", "--seed", MAX_SEED, "--k", "2", "--name", "edge", "--store", world / "store")
     assert relabelled.code == 0, relabelled.err
     assert store_contents(tmp_path / "store") == ["cartpole-random"]
+
+
+def test_an_allocation_beyond_the_machine_is_one_line(cli, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The sizes users give most are bounded up front; any other allocation that fails (a
+    size setting beyond this machine) still ends in one line and exit 2, not a traceback."""
+    import rlpipe.pipeline.collect
+
+    def collect_dataset(*args, **kwargs):
+        raise MemoryError("Unable to allocate 373. GiB for an array with shape (99999999999,) and data type int32")
+
+    monkeypatch.setattr(rlpipe.pipeline.collect, "collect_dataset", collect_dataset)
+    result = cli("collect", *CARTPOLE, "--episodes", "2", "--store", tmp_path / "store")
+    assert result.code == 2 and result.err.count("\n") == 1, result.err
+    assert result.err.startswith("error: out of memory: Unable to allocate 373. GiB"), result.err

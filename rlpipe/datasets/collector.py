@@ -268,11 +268,15 @@ class CollectStats:
 
 
 def check_budget(episodes: int | None, steps: int | None) -> None:
-    """An RlpipeError unless exactly one of `episodes` and `steps` is given, and positive."""
+    """An RlpipeError unless exactly one of `episodes` and `steps` is given, from 1 to
+    2**63 - 1 (the per-env quotas and counters are int64)."""
     if (episodes is None) == (steps is None):
         raise RlpipeError("give exactly one of --episodes and --steps")
-    if (episodes if episodes is not None else steps) < 1:
+    budget = episodes if episodes is not None else steps
+    if budget < 1:
         raise RlpipeError("--episodes/--steps must be at least 1")
+    if budget >= 2**63:
+        raise RlpipeError(f"--episodes/--steps must be below 2**63, got {budget}")
 
 
 def collect(
