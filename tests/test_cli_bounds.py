@@ -118,15 +118,35 @@ def test_the_edges_of_the_ranges_are_accepted(cli, world: Path, tmp_path: Path) 
     assert store_contents(tmp_path / "store") == ["cartpole-random"]
 
 
-def test_an_allocation_beyond_the_machine_is_one_line(cli, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "failure",
+    [
+        MemoryError("Unable to allocate 373. GiB for an array with shape (99999999999,) and data type int32"),  # numpy
+        RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: "
+                     "you tried to allocate 3200000000000 bytes. Error code 12 (Cannot allocate memory)"),  # torch, --set hidden=[10**11]
+    ],
+)
+def test_an_allocation_beyond_the_machine_is_one_line(cli, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, failure: Exception) -> None:
     """The sizes users give most are bounded up front; any other allocation that fails (a
     size setting beyond this machine) still ends in one line and exit 2, not a traceback."""
     import rlpipe.pipeline.collect
 
     def collect_dataset(*args, **kwargs):
-        raise MemoryError("Unable to allocate 373. GiB for an array with shape (99999999999,) and data type int32")
+        raise failure
 
     monkeypatch.setattr(rlpipe.pipeline.collect, "collect_dataset", collect_dataset)
     result = cli("collect", *CARTPOLE, "--episodes", "2", "--store", tmp_path / "store")
     assert result.code == 2 and result.err.count("\n") == 1, result.err
-    assert result.err.startswith("error: out of memory: Unable to allocate 373. GiB"), result.err
+    assert result.err == f"error: out of memory: {failure}; lower the sizes given\n"
+
+
+def test_another_runtime_error_is_not_called_out_of_memory(cli, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Control: a bug stays a traceback (the one-line form is for allocation failures only)."""
+    import rlpipe.pipeline.collect
+
+    def collect_dataset(*args, **kwargs):
+        raise RuntimeError("shape mismatch")
+
+    monkeypatch.setattr(rlpipe.pipeline.collect, "collect_dataset", collect_dataset)
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        cli("collect", *CARTPOLE, "--episodes", "2", "--store", tmp_path / "store")
