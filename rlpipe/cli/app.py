@@ -19,5 +19,6 @@ app = typer.Typer(
 
 
 def seed_option(default: int | None, help: str) -> Any:
-    """The `--seed` option of every command: the same range everywhere (rlpipe.limits)."""
-    return typer.Option(default, "--seed", min=0, max=MAX_SEED, help=f"{help} From 0 to 2**32 - 1.")
+    """The `--seed` option of every command: the same range everywhere (rlpipe.limits),
+    which the help shows as [0<=x<=4294967295]."""
+    return typer.Option(default, "--seed", min=0, max=MAX_SEED, help=help)

@@ -64,7 +64,7 @@ def collect_command(
 
 
 def _num_envs(value: str) -> int | None:
-    """`--num-envs`: a positive integer, or auto (None)."""
+    """`--num-envs`: an integer from 1 to MAX_NUM_ENVS, or auto (None)."""
     if value == "auto":
         return None
     number = int(value) if value.isdecimal() and len(value) < 10 else 0  # '²' is a digit but not an int(); 10 digits are out of range

@@ -19,7 +19,8 @@ app.add_typer(relabel_app, name="relabel")
 def her_command(
     dataset: str = typer.Option(..., "--dataset", help="Goal-conditioned source dataset (Dict observations)."),
     strategy: str = typer.Option("future", "--strategy", help=f"Goal choice: {', '.join(STRATEGIES)}."),
-    k: int = typer.Option(4, "--k", help="Relabelled copies per transition (final makes one)."),
+    k: int = typer.Option(4, "--k", help="Relabelled copies per transition (final makes one); "
+                          "at most 2**32 relabelled rows in all."),
     name: Optional[str] = typer.Option(None, "--name", help="Output dataset (default: <dataset>-her-<strategy>)."),
     seed: int = seed_option(0, "Seed of the goal sampling."),
     store: Optional[Path] = typer.Option(None, "--store", help="Dataset store (default: $RLPIPE_DATASETS or ./datasets)."),

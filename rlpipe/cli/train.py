@@ -26,7 +26,7 @@ def train(
     max_samples: Optional[int] = typer.Option(None, "--max-samples", help="Offline: train on this many transitions of the dataset."),
     seed: Optional[int] = seed_option(None, "Random seed (default 0); the same seed gives the same metrics on CPU."),
     out: Optional[Path] = typer.Option(None, "--out", help="Run directory for checkpoint, metrics.json and dvclive/ (default: runs/ALGO-ENV or runs/ALGO-DATASET)."),
-    num_envs: Optional[int] = typer.Option(None, "--num-envs", help="Parallel (vectorised) envs (default: tuned per env)."),
+    num_envs: Optional[int] = typer.Option(None, "--num-envs", help="Parallel (vectorised) envs, 1 to 4096 (default: tuned per env)."),
     device: Optional[str] = typer.Option(None, "--device", help="auto, cpu or cuda (default: auto)."),
     store: Optional[Path] = typer.Option(None, "--store", help="Dataset store (default: $RLPIPE_DATASETS or ./datasets)."),
     overrides: list[str] = typer.Option([], "--set", help="Override a config field, KEY=VALUE (repeatable, checked against the field's type), e.g. --set learning_rate=3e-4."),
