@@ -52,7 +52,7 @@ PENDULUM = ["train", "sac", "--env", "Pendulum-v1"]
         ([*PENDULUM, "--set", "eval_episodes=0"], "setting eval_episodes=0: expected a positive number"),
         ([*PENDULUM, "--set", "torch_threads=0"], "setting torch_threads=0: expected a positive number"),
         ([*PENDULUM, "--env-steps", "0"], "setting env_steps=0: expected a positive number"),
-        ([*PENDULUM, "--seed", "-1"], "setting seed=-1: expected an integer >= 0"),
+        ([*PENDULUM, "--set", "seed=-1"], "setting seed=-1: expected an integer from 0 to 4294967295"),
         # A field that is also an option: merged when equal, an error when not; the env is an option only.
         ([*PENDULUM, "--seed", "2", "--set", "seed=3"], "seed is given twice: as an option (2) and as a setting (3)"),
         ([*PENDULUM, "--env-steps", "100", "--set", "env_steps=200"], "env_steps is given twice"),
@@ -65,6 +65,27 @@ def test_bad_settings_are_one_line_and_exit_2(cli, tmp_path: Path, args: list[st
     result = cli(*args, "--out", tmp_path / "run", "--no-progress")
     assert result.code == 2, result.err
     assert result.err.strip().count("\n") == 0 and result.err.startswith("error: ") and message in result.err, result.err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("a: [1, 2\n", "while parsing a flow sequence: expected ',' or ']', but got '<stream end>' at line 2, column 1"),
+        ("a:\n\tb: 1\n", "found character '\\t' that cannot start any token at line 2, column 1"),
+        ("a: !!python/object/apply:os.system [echo hi]\n", "could not determine a constructor for the tag"),
+        ("a: *undefined\n", "found undefined alias 'undefined'"),
+        (b"\xff\xfe garbage", "'utf-8' codec can't decode byte 0xff"),
+        ("a: " + "[" * 100_000, "cannot read settings from"),  # deeper than the parser's recursion
+        ("a: '" + "x" * (17 << 20) + "'\n", "larger than 16 MiB"),
+    ],
+)
+def test_a_broken_settings_file_is_one_line(cli, tmp_path: Path, content: str | bytes, message: str) -> None:
+    params = tmp_path / "params.yaml"
+    params.write_bytes(content if isinstance(content, bytes) else content.encode())
+    result = cli(*PENDULUM, "--set-from", f"{params}:a", "--out", tmp_path / "run", "--no-progress")
+    assert result.code == 2 and result.err.count("\n") == 1, result.err  # PyYAML's own text took five lines
+    assert result.err.startswith(f"error: cannot read settings from {params}: ") and message in result.err, result.err
     assert not (tmp_path / "run").exists()
 
 

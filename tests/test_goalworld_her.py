@@ -99,6 +99,28 @@ def test_relabel_is_seeded(store: Path) -> None:
     assert open_dataset("a", store).metadata["content_hash"] == open_dataset("b", store).metadata["content_hash"]
 
 
+@pytest.mark.parametrize("strategy", ["future", "final", "episode", "random"])
+def test_relabelling_in_row_chunks_bounds_memory_and_writes_the_same_rows(store: Path, strategy: str,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chunks of at most `rows_per_chunk` rows (an episode longer than that: one copy of it)
+    whatever k, and the same dataset as one chunk: memory no longer grows with k."""
+    from rlpipe.datasets.writer import DatasetWriter
+
+    collect_dataset(store, "GoalWorld-v0", "goals", fmt="arrow", episodes=6, num_envs=2)
+    info = open_dataset("goals", store)
+    longest = int(np.diff(np.r_[load_dataset("goals", store).episode_starts(), info.metadata["total_steps"]]).max())
+    whole = relabel_dataset(info, "whole", strategy=strategy, k=40, seed=1, store=store)
+    batches: list[int] = []
+    write = DatasetWriter.write
+    monkeypatch.setattr(DatasetWriter, "write", lambda self, rows: (batches.append(len(rows["reward"])), write(self, rows))[1])
+    for rows_per_chunk in (7, 200):
+        batches.clear()
+        chunked = relabel_dataset(info, f"chunked-{rows_per_chunk}", strategy=strategy, k=40, seed=1, store=store,
+                                  rows_per_chunk=rows_per_chunk)
+        assert max(batches) <= max(rows_per_chunk, longest) and len(batches) > 2
+        assert open_dataset(chunked.name, store).metadata["content_hash"] == open_dataset(whole.name, store).metadata["content_hash"]
+
+
 def test_relabel_cli_and_bad_input(store: Path, cli) -> None:
     collect_dataset(store, "GoalWorld-v0", "goals", fmt="arrow", episodes=5, num_envs=1)
     collect_dataset(store, "CartPole-v1", "flat", fmt="arrow", episodes=2, num_envs=1)
@@ -108,6 +130,7 @@ def test_relabel_cli_and_bad_input(store: Path, cli) -> None:
         (["--dataset", "flat"], "no goal-conditioned observations"),
         (["--dataset", "goals", "--strategy", "past"], "unknown HER strategy 'past'"),
         (["--dataset", "goals", "--k", "0"], "--k must be at least 1"),
+        (["--dataset", "goals", "--k", "100000000"], "at most 4294967296 (2**32) are written, so k <= "),
         (["--dataset", "missing"], "dataset 'missing' not found"),
     ]:
         result = cli("relabel", "her", *args, "--name", "out", "--store", store)

@@ -84,6 +84,19 @@ def test_report_of_a_real_training_run(tmp_path: Path, cli) -> None:
     assert len(load_run(tmp_path / "ppo").steps) >= 2  # the DVCLive curve, not only the final point
 
 
+@pytest.mark.parametrize("how", ["glob", "named", "parent"])
+def test_an_unfinished_run_is_skipped_with_one_line_and_the_others_reported(tmp_path: Path, cli, how: str) -> None:
+    runs = tmp_path / "models"
+    fake_run(runs, "sac-s0", 0, [(1000, -900.0), (2000, -300.0)])
+    fake_run(runs, "sac-s1", 1, [(1000, -700.0), (2000, -100.0)])
+    (fake_run(runs, "sac-s2", 2, [(1000, -500.0)]) / "metrics.json").unlink()  # killed before its end: dvclive/ holds DVCLive's own metrics.json
+    named = {"glob": [str(runs / "*")], "named": [runs / "sac-s0", runs / "sac-s1", runs / "sac-s2"], "parent": [runs]}[how]
+    res = cli("report", *named, "--out", tmp_path / "report")
+    assert res.code == 0, res.err
+    assert res.err.strip().splitlines() == [f"skipped {runs / 'sac-s2'}: no metrics.json (not a finished run)"]
+    assert "2 runs in 1 groups" in res.out and "-200.0 ± 100.0 (over seeds)" in (tmp_path / "report" / "index.html").read_text()
+
+
 @pytest.mark.parametrize(
     ("make", "message"),
     [
@@ -91,10 +104,12 @@ def test_report_of_a_real_training_run(tmp_path: Path, cli) -> None:
         (lambda root: [str(root / "nothing-*")], "no run directories match"),
         (lambda root: [str(root / "empty")], "has no metrics.json"),
         (lambda root: [str(root / "empty" / "*")], "no finished runs"),
+        (lambda root: [str(root / "unfinished")], "no finished runs"),
     ],
 )
 def test_report_bad_input_is_one_line(tmp_path: Path, cli, make, message: str) -> None:
     (tmp_path / "empty" / "sub").mkdir(parents=True)
+    (fake_run(tmp_path, "unfinished", 0, [(1000, -900.0)]) / "metrics.json").unlink()
     res = cli("report", *make(tmp_path), "--out", tmp_path / "report")
     assert res.code == 2 and message in res.err and len(res.err.strip().splitlines()) == 1
     assert not (tmp_path / "report").exists()

@@ -3,7 +3,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
+
+from rlpipe.limits import MAX_SEED
 
 app = typer.Typer(
     name="rlpipe",
@@ -29,3 +33,9 @@ TRUST_ENV_SPEC_OPTION = typer.Option(
     help="Build envs from the env specs of datasets and runs even when they name code that is not registered here "
          "(importing it runs it: only for data you trust). Same as RLPIPE_TRUST_ENV_SPEC=1.",
 )
+
+
+def seed_option(default: int | None, help: str) -> Any:
+    """The `--seed` option of every command: the same range everywhere (rlpipe.limits),
+    which the help shows as [0<=x<=4294967295]."""
+    return typer.Option(default, "--seed", min=0, max=MAX_SEED, help=help)

@@ -7,10 +7,11 @@ from typing import Optional
 
 import typer
 
-from rlpipe.cli.app import TRUST_ENV_SPEC_OPTION, app
+from rlpipe.cli.app import TRUST_ENV_SPEC_OPTION, app, seed_option
 from rlpipe.datasets.atomic import check_output_file, json_text
 from rlpipe.errors import RlpipeError
 from rlpipe.files import atomic_write_text
+from rlpipe.limits import MAX_NUM_ENVS
 
 
 @app.command("collect")
@@ -31,8 +32,8 @@ def collect_command(
     episodes: Optional[int] = typer.Option(None, "--episodes", help="Number of whole episodes to store (an even quota per env)."),
     steps: Optional[int] = typer.Option(None, "--steps", help="Store at least this many transitions in whole episodes (each env "
                                         "keeps whole episodes until its even share is reached)."),
-    seed: int = typer.Option(0, "--seed", min=0, help="Seed for the envs and the policy; same seed, same bytes."),
-    num_envs: str = typer.Option("auto", "--num-envs", help="Parallel environments (gymnasium vector env), or auto: up to 256 for "
+    seed: int = seed_option(0, "Seed for the envs and the policy; same seed, same bytes."),
+    num_envs: str = typer.Option("auto", "--num-envs", help="Parallel environments (gymnasium vector env), 1 to 4096, or auto: up to 256 for "
                                  "envs with a numpy-batched vector env (CartPole), else 1 (8 with --expert)."),
     fmt: Optional[str] = typer.Option(None, "--format", help="arrow (default), hdf5 (Minari layout, plus Arrow) or both; the HDF5 copy costs ~1 ms per episode, far more than collecting; multi-agent envs: arrow only."),
     store: Optional[Path] = typer.Option(None, "--store", help="Dataset store (default: $RLPIPE_DATASETS or ./datasets)."),
@@ -64,9 +65,10 @@ def collect_command(
 
 
 def _num_envs(value: str) -> int | None:
-    """`--num-envs`: a positive integer, or auto (None)."""
+    """`--num-envs`: an integer from 1 to MAX_NUM_ENVS, or auto (None)."""
     if value == "auto":
         return None
-    if not value.isdigit() or int(value) < 1:
-        raise RlpipeError(f"--num-envs must be a positive integer or auto, got {value!r}")
-    return int(value)
+    number = int(value) if value.isdecimal() and len(value) < 10 else 0  # '²' is a digit but not an int(); 10 digits are out of range
+    if not 1 <= number <= MAX_NUM_ENVS:
+        raise RlpipeError(f"--num-envs must be auto or an integer from 1 to {MAX_NUM_ENVS}, got {value!r}")
+    return number

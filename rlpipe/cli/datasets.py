@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from rlpipe.cli.app import TRUST_ENV_SPEC_OPTION, app
+from rlpipe.cli.app import TRUST_ENV_SPEC_OPTION, app, seed_option
 from rlpipe.datasets.store import DatasetInfo, open_dataset, remove_dataset, store_entries, store_root
 from rlpipe.errors import RlpipeError
 
@@ -131,7 +131,7 @@ def export_command(
 
 FORMAT_OPTION = typer.Option("arrow", "--format", help="arrow, hdf5 or both (hdf5: Minari's layout beside the Arrow shards).")
 FORCE_OPTION = typer.Option(False, "--force", help="Replace an existing dataset of the same name.")
-SEED_OPTION = typer.Option(0, "--seed", min=0, max=2**32 - 1, help="Seed of the random choice of episodes.")
+SEED_OPTION = seed_option(0, "Seed of the random choice of episodes.")
 
 
 def _print_written(path: Path) -> None:

@@ -24,6 +24,11 @@ def main() -> None:
     except typer.TyperException as exc:  # usage errors: typer vendors click's exceptions
         typer.echo(f"error: {exc.format_message()} (see rlpipe --help)", err=True)
         sys.exit(exc.exit_code)
+    except (MemoryError, RuntimeError) as exc:  # a size setting beyond this machine (the counts users give most are bounded up front)
+        if not _out_of_memory(exc):
+            raise
+        typer.echo(f"error: out of memory: {str(exc).strip() or 'an allocation failed'}; lower the sizes given", err=True)
+        sys.exit(2)
     except (KeyboardInterrupt, typer.Abort):
         code = 130
     # typer turns KeyboardInterrupt into a silent return of 130; a signal that C code
@@ -32,6 +37,12 @@ def main() -> None:
         typer.echo("error: interrupted", err=True)
         sys.exit(128 + (interrupt_signal() or signal.SIGINT))
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _out_of_memory(exc: BaseException) -> bool:
+    """An allocation failure: numpy's MemoryError, or torch's (without importing torch): the
+    CPU allocator's RuntimeError and CUDA's OutOfMemoryError."""
+    return isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError" or "can't allocate memory" in str(exc)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from rlpipe.cli.app import app
+from rlpipe.cli.app import app, seed_option
 
 ope_app = typer.Typer(help="Off-policy evaluation: score a policy from data, without the env.", no_args_is_help=True)
 app.add_typer(ope_app, name="ope")
@@ -21,7 +21,7 @@ def fqe_command(
     store: Optional[Path] = typer.Option(None, "--store", help="Dataset store (default: $RLPIPE_DATASETS or ./datasets)."),
     updates: int = typer.Option(20_000, "--updates", min=1, help="Gradient updates of the Q-network."),
     gamma: float = typer.Option(0.99, "--gamma", help="Discount of the estimated return."),
-    seed: int = typer.Option(0, "--seed", min=0, max=2**32 - 1, help="Seed of the Q-network and the minibatches."),
+    seed: int = seed_option(0, "Seed of the Q-network and the minibatches."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Fitted Q Evaluation: the policy's discounted return from the dataset's initial states."""

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from rlpipe.cli.app import TRUST_ENV_SPEC_OPTION, app
+from rlpipe.cli.app import TRUST_ENV_SPEC_OPTION, app, seed_option
 from rlpipe.datasets.her import STRATEGIES, relabel_dataset
 from rlpipe.datasets.store import open_dataset
 
@@ -19,9 +19,10 @@ app.add_typer(relabel_app, name="relabel")
 def her_command(
     dataset: str = typer.Option(..., "--dataset", help="Goal-conditioned source dataset (Dict observations)."),
     strategy: str = typer.Option("future", "--strategy", help=f"Goal choice: {', '.join(STRATEGIES)}."),
-    k: int = typer.Option(4, "--k", help="Relabelled copies per transition (final makes one)."),
+    k: int = typer.Option(4, "--k", help="Relabelled copies per transition (final makes one); "
+                          "at most 2**32 relabelled rows in all."),
     name: Optional[str] = typer.Option(None, "--name", help="Output dataset (default: <dataset>-her-<strategy>)."),
-    seed: int = typer.Option(0, "--seed", min=0, help="Seed of the goal sampling."),
+    seed: int = seed_option(0, "Seed of the goal sampling."),
     store: Optional[Path] = typer.Option(None, "--store", help="Dataset store (default: $RLPIPE_DATASETS or ./datasets)."),
     force: bool = typer.Option(False, "--force", help="Replace an existing output dataset."),
     trust_env_spec: bool = TRUST_ENV_SPEC_OPTION,

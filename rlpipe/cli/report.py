@@ -23,6 +23,6 @@ def report_command(
 
     report = write_report(list(runs or []), out, datasets, markdown)
     for path in report.skipped:
-        typer.echo(f"skipped {path}: no metrics.json", err=True)
+        typer.echo(f"skipped {path}: no metrics.json (not a finished run)", err=True)
     n_runs = sum(len(group.runs) for group in report.groups)
     typer.echo(f"wrote {report.index}: {n_runs} runs in {len(report.groups)} groups, {len(report.figures)} figures")

@@ -16,7 +16,8 @@ def sweep(
     env: Optional[str] = typer.Option(None, "--env", help="Gymnasium env id for online algorithms."),
     dataset: Optional[str] = typer.Option(None, "--dataset", help="Dataset name for offline algorithms."),
     store: Optional[Path] = typer.Option(None, "--store", help="Dataset store (default: $RLPIPE_DATASETS or ./datasets)."),
-    seeds: str = typer.Option("0-4", "--seeds", help="Seeds of every setting: a range 0-4 or a list 0,1,2."),
+    seeds: str = typer.Option("0-4", "--seeds", help="Seeds of every setting: a range 0-4 or a list 0,1,2 "
+                              "(at most 1000, each from 0 to 2**32 - 1)."),
     grid: list[str] = typer.Option([], "--set", help="A grid axis KEY=V1,V2,... (repeatable; one value: a fixed setting)."),
     settings_from: Optional[str] = typer.Option(None, "--set-from", help="Fixed settings from a YAML mapping, FILE:DOTTED.KEY."),
     backend: str = typer.Option("local", "--backend", help="local (worker processes) or ray (Tune trials; $RAY_ADDRESS joins a cluster)."),

@@ -9,7 +9,7 @@ from typing import Any, Optional
 import typer
 
 from rlpipe.algos.registry import SPECS
-from rlpipe.cli.app import TRUST_ENV_SPEC_OPTION, app
+from rlpipe.cli.app import TRUST_ENV_SPEC_OPTION, app, seed_option
 from rlpipe.errors import RlpipeError
 
 _ALGOS = (f"online, with --env: {', '.join(s.name for s in SPECS if s.online)}; "
@@ -26,9 +26,9 @@ def train(
     max_samples: Optional[int] = typer.Option(None, "--max-samples", help="Offline: train on this many transitions of the dataset."),
     finetune_env_steps: Optional[int] = typer.Option(None, "--finetune-env-steps", help="IQL, CQL: after the offline updates, go on "
                                                      "training online in the dataset's env for N steps (offline-to-online)."),
-    seed: Optional[int] = typer.Option(None, "--seed", help="Random seed (default 0); the same seed gives the same metrics on CPU."),
+    seed: Optional[int] = seed_option(None, "Random seed (default 0); the same seed gives the same metrics on CPU."),
     out: Optional[Path] = typer.Option(None, "--out", help="Run directory for checkpoint, metrics.json and dvclive/ (default: runs/ALGO-ENV or runs/ALGO-DATASET)."),
-    num_envs: Optional[int] = typer.Option(None, "--num-envs", help="Parallel (vectorised) envs (default: tuned per env)."),
+    num_envs: Optional[int] = typer.Option(None, "--num-envs", help="Parallel (vectorised) envs, 1 to 4096 (default: tuned per env)."),
     device: Optional[str] = typer.Option(None, "--device", help="auto, cpu or cuda (default: auto)."),
     store: Optional[Path] = typer.Option(None, "--store", help="Dataset store (default: $RLPIPE_DATASETS or ./datasets)."),
     overrides: list[str] = typer.Option([], "--set", help="Override a config field, KEY=VALUE (repeatable, checked against the field's type), e.g. --set learning_rate=3e-4."),
@@ -81,8 +81,8 @@ def train(
 def eval_(
     run_dir: Path = typer.Argument(..., help="A run directory written by `rlpipe train`."),
     episodes: int = typer.Option(10, "--episodes", min=1, help="Episodes to run."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the evaluation: episode k resets its env with seed + k, so a second, "
-                             "independent sample needs a seed at least --episodes away (--seed 1 and --seed 2 share all but one episode)."),
+    seed: int = seed_option(0, "Seed of the evaluation: episode k resets its env with seed + k, so a second, independent "
+                            "sample needs a seed at least --episodes away (--seed 1 and --seed 2 share all but one episode)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     stochastic: bool = typer.Option(False, "--stochastic", help="Sample actions instead of acting deterministically."),
     device: str = typer.Option("cpu", "--device", help="auto, cpu or cuda."),

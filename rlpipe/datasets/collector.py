@@ -267,6 +267,18 @@ class CollectStats:
     mean_return: float  # over every stored episode
 
 
+def check_budget(episodes: int | None, steps: int | None) -> None:
+    """An RlpipeError unless exactly one of `episodes` and `steps` is given, from 1 to
+    2**63 - 1 (the per-env quotas and counters are int64)."""
+    if (episodes is None) == (steps is None):
+        raise RlpipeError("give exactly one of --episodes and --steps")
+    budget = episodes if episodes is not None else steps
+    if budget < 1:
+        raise RlpipeError("--episodes/--steps must be at least 1")
+    if budget >= 2**63:
+        raise RlpipeError(f"--episodes/--steps must be below 2**63, got {budget}")
+
+
 def collect(
     env_id: str,
     make_policy: Callable[[gym.Space, int], Policy],
@@ -295,10 +307,7 @@ def collect(
     (a 1-env vector env costs several times a CartPole step) and gives the same rows as a
     1-env SyncVectorEnv would.
     """
-    if (episodes is None) == (steps is None):
-        raise RlpipeError("give exactly one of --episodes and --steps")
-    if (episodes if episodes is not None else steps) < 1:
-        raise RlpipeError("--episodes/--steps must be at least 1")
+    check_budget(episodes, steps)
     if num_envs == 1:
         return OneEnvRollout(env_id, make_policy, sink, episodes, steps, info_space).run(seed, show_progress)
     envs = make_vec_env(env_id, num_envs)

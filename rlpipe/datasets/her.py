@@ -24,8 +24,14 @@ from rlpipe.datasets.writer import write_rows
 from rlpipe.envs import recorded_env_id
 from rlpipe.envs.goals import GOAL_KEYS
 from rlpipe.errors import RlpipeError
+from rlpipe.limits import check_seed
 
 STRATEGIES = ("future", "final", "episode", "random")
+# Relabelled rows built at once: about 100 MB of arrays for GoalWorld's rows, whatever k.
+ROWS_PER_CHUNK = 1 << 20
+# Rows a relabelling may write (k copies of each transition): beyond this, k is a typo
+# (2**32 GoalWorld rows take about 300 GB), and episode ids stay far inside int64.
+MAX_RELABELLED_ROWS = 2**32
 
 
 def goal_rows(
@@ -80,28 +86,26 @@ def goal_functions(env_id: str | None) -> tuple[Callable[..., np.ndarray], Calla
 def _relabelled_rows(
     data: TransitionArrays,
     episode_bounds: np.ndarray,
-    episodes: slice,
+    blocks: range,
+    copies: int,
     strategy: str,
-    k: int,
     rng: np.random.Generator,
     compute_reward: Callable[..., np.ndarray],
     compute_terminated: Callable[..., np.ndarray],
 ) -> dict[str, Columnar]:
-    """k relabelled copies of each transition of `episodes`, each copy an episode of its own.
+    """The relabelled copies numbered `blocks`, each copy an episode of its own: block
+    e*copies + j is copy j of episode e, with id E + e*copies + j (E episodes in `data`).
 
-    `episode_bounds` holds every episode's first row and, last, the row count. Copy j of
-    episode e gets id E + e*k + j (E episodes in `data`).
+    `episode_bounds` holds every episode's first row and, last, the row count.
     """
-    starts = episode_bounds[:-1][episodes]
-    ends = episode_bounds[1:][episodes] - 1
-    lengths = ends - starts + 1
-    copies = 1 if strategy == "final" else k
+    block = np.arange(blocks.start, blocks.stop)
+    episode = block // copies
+    starts = episode_bounds[episode]
+    lengths = episode_bounds[episode + 1] - starts
     # Output order: episode, copy, step — so each (episode, copy) is a contiguous episode.
-    episode_index = np.repeat(np.arange(len(starts)), lengths * copies)
-    offset_in_block = np.arange(len(episode_index)) - np.repeat(np.cumsum(np.r_[0, lengths * copies])[:-1], lengths * copies)
-    copy_index = offset_in_block // lengths[episode_index]
-    rows = starts[episode_index] + offset_in_block % lengths[episode_index]
-    targets = goal_rows(strategy, rows, starts[episode_index], ends[episode_index], rng, len(data))
+    block_of_row = np.repeat(np.arange(len(block)), lengths)
+    rows = starts[block_of_row] + np.arange(len(block_of_row)) - np.repeat(np.cumsum(np.r_[0, lengths])[:-1], lengths)
+    targets = goal_rows(strategy, rows, starts[block_of_row], starts[block_of_row] + lengths[block_of_row] - 1, rng, len(data))
     goal = data.next_obs["achieved_goal"][targets]
     achieved = data.next_obs["achieved_goal"][rows]
     terminated = compute_terminated(achieved, goal, None).astype(bool)
@@ -112,7 +116,7 @@ def _relabelled_rows(
         return out
 
     return {
-        "episode_id": len(episode_bounds) - 1 + (episodes.start + episode_index) * copies + copy_index,
+        "episode_id": len(episode_bounds) - 1 + block[block_of_row],
         "step": data.step[rows],
         "obs": with_goal(data.obs),
         "action": map_columnar(data.action, lambda a: a[rows]),
@@ -123,9 +127,31 @@ def _relabelled_rows(
     }
 
 
-def _chunks(num_episodes: int, per_chunk: int) -> Iterator[slice]:
-    for begin in range(0, num_episodes, per_chunk):
-        yield slice(begin, min(begin + per_chunk, num_episodes))
+def _block_chunks(lengths: np.ndarray, copies: int, max_rows: int) -> Iterator[range]:
+    """Consecutive ranges of blocks (block e*copies + j: copy j of episode e, `lengths[e]`
+    rows) that together cover every block, each of at most `max_rows` rows: whole episodes
+    with all their copies where they fit, else one episode's copies split into groups (a
+    single copy longer than `max_rows` is a chunk of its own)."""
+    ends = np.cumsum(lengths * copies)
+    episode = 0
+    while episode < len(lengths):
+        done = int(ends[episode - 1]) if episode else 0
+        last = int(np.searchsorted(ends, done + max_rows, side="right"))  # episodes [episode, last) fit whole
+        if last > episode:
+            yield range(episode * copies, last * copies)
+            episode = last
+            continue
+        per_chunk = max(1, max_rows // int(lengths[episode]))
+        for j in range(0, copies, per_chunk):
+            yield range(episode * copies + j, episode * copies + min(j + per_chunk, copies))
+        episode += 1
+
+
+def _check_output_size(rows: int, copies: int) -> None:
+    """Refuse a k whose output would exceed MAX_RELABELLED_ROWS, before anything is written."""
+    if rows * copies > MAX_RELABELLED_ROWS:
+        raise RlpipeError(f"--k {copies} would write {rows * copies} relabelled rows; at most {MAX_RELABELLED_ROWS} "
+                          f"(2**32) are written, so k <= {MAX_RELABELLED_ROWS // max(rows, 1)} for this dataset of {rows} transitions")
 
 
 def relabel_dataset(
@@ -137,7 +163,7 @@ def relabel_dataset(
     seed: int = 0,
     store: str | os.PathLike | None = None,
     force: bool = False,
-    episodes_per_chunk: int = 20_000,
+    rows_per_chunk: int = ROWS_PER_CHUNK,
 ) -> Path:
     """Write dataset `name`: the transitions of `info` (episode ids 0..E-1) followed by k
     relabelled copies of every transition (episode id E + e*k + j for copy j of episode e).
@@ -146,25 +172,30 @@ def relabel_dataset(
     mid-episode and end with neither flag, each row may carry its own goal), so the result
     is a dataset of kind "transitions": Arrow-only, no episode statistics. Rewards come from
     the env the source's spec describes (`rlpipe.envs.recorded_env_id`: unregistered code
-    needs trust); the result keeps that spec and Minari's metadata. Memory is bounded by
-    `episodes_per_chunk`.
+    needs trust); the result keeps that spec and Minari's metadata. Beyond the source's
+    arrays, memory is bounded by `rows_per_chunk` rows (or one episode, if longer) whatever
+    `k`; a `k` whose output would exceed MAX_RELABELLED_ROWS rows is refused.
     """
     if strategy not in STRATEGIES:
         raise RlpipeError(f"unknown HER strategy {strategy!r}: choose one of {', '.join(STRATEGIES)}")
     if k < 1:
         raise RlpipeError(f"--k must be at least 1, got {k}")
     check_name(name)  # before any work
+    check_seed(seed, "--seed")
+    copies = 1 if strategy == "final" else k
     check_goal_space(info.observation_space, info.name)
     env_id = recorded_env_id(info.env_id, info.metadata.get("env_spec"), f"dataset {info.name!r}") if info.env_id else None
     compute_reward, compute_terminated = goal_functions(env_id)
     data = load_shards(info)
+    _check_output_size(len(data), copies)
     rng = np.random.default_rng(seed)
 
     bounds = np.r_[data.episode_starts(), len(data)]
     num_episodes = len(bounds) - 1
+    lengths = np.diff(bounds)
 
     def batches() -> Iterator[dict[str, Columnar]]:
-        for chunk in _chunks(num_episodes, episodes_per_chunk):
+        for chunk in _block_chunks(lengths, 1, rows_per_chunk):
             rows = slice(int(bounds[chunk.start]), int(bounds[chunk.stop]))
             yield {
                 "episode_id": data.episode_id[rows],
@@ -176,15 +207,15 @@ def relabel_dataset(
                 "terminated": data.terminated[rows],
                 "truncated": data.truncated[rows],
             }
-        for chunk in _chunks(num_episodes, episodes_per_chunk):
-            yield _relabelled_rows(data, bounds, chunk, strategy, k, rng, compute_reward, compute_terminated)
+        for chunk in _block_chunks(lengths, copies, rows_per_chunk):
+            yield _relabelled_rows(data, bounds, chunk, copies, strategy, rng, compute_reward, compute_terminated)
 
     provenance = {
         "transform": "her",
         "source_dataset": info.name,
         "source_content_hash": info.metadata["content_hash"],
         "strategy": strategy,
-        "k": 1 if strategy == "final" else k,
+        "k": copies,
         "seed": seed,
         "original_episodes": num_episodes,
     }

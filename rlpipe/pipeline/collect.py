@@ -12,12 +12,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from rlpipe.datasets.collector import RandomPolicy, collect, probe_info_space
+from rlpipe.datasets.collector import RandomPolicy, check_budget, collect, probe_info_space
 from rlpipe.datasets.scores import reference_scores
 from rlpipe.datasets.writer import DatasetWriter
 from rlpipe.envs import env_slug, env_spaces, has_native_vector_env
 from rlpipe.envs.multiagent import is_multi_agent
 from rlpipe.errors import RlpipeError
+from rlpipe.limits import check_num_envs, check_seed
 
 POLICIES = ("random",)  # behaviour policies that need no expert
 INFO_KEYS = ("is_success",)  # env info keys stored as info/next_info columns by default
@@ -125,12 +126,15 @@ def collect_dataset(
     `workers` processes or Ray tasks (`rlpipe.pipeline.tasks`): the same bytes for any
     number of workers and either backend (but not the bytes of a single-process collection).
     """
+    check_seed(seed)
+    if num_envs is not None:
+        check_num_envs(num_envs)
     if is_multi_agent(env_id):
         return collect_multi_agent(env_id, policy=policy, expert=expert, expert_run=expert_run, stochastic=stochastic,
                                    episodes=episodes, steps=steps, seed=seed, num_envs=num_envs or 8, name=name,
                                    fmt=fmt or "arrow", store=store, force=force)
     fmt = fmt or "arrow"
-    _check_choice(policy, expert, from_training, episodes, steps)
+    _check_choice(policy, expert, from_training, episodes, steps, expert_steps)
     if from_training and (backend is not None or workers is not None):
         raise RlpipeError("--from-training is one training run: it cannot be split over --workers/--backend")
     if num_envs is None:
@@ -179,14 +183,20 @@ def auto_num_envs(env_id: str, episodes: int | None, steps: int | None, batched_
     return int(min(AUTO_MAX_ENVS, max(1, share)))
 
 
-def _check_choice(policy: str, expert: str | None, from_training: bool, episodes: int | None, steps: int | None) -> None:
-    """One-line errors for a policy/expert/budget combination that makes no dataset."""
+def _check_choice(policy: str, expert: str | None, from_training: bool, episodes: int | None, steps: int | None,
+                  expert_steps: int | None) -> None:
+    """One-line errors for a policy/expert/budget combination that makes no dataset (before
+    the store is touched)."""
     if expert is None and policy not in POLICIES:
         raise RlpipeError(f"unknown policy {policy!r}: use --policy random, or --expert ppo|sac")
     if from_training and expert is None:
         raise RlpipeError("--from-training needs --expert (the algorithm to train)")
     if from_training and (episodes is not None or steps is not None):
         raise RlpipeError("--from-training stores the whole training run: use --expert-steps, not --episodes/--steps")
+    if not from_training:
+        check_budget(episodes, steps)
+    if expert_steps is not None and expert_steps < 1:
+        raise RlpipeError(f"--expert-steps must be at least 1, got {expert_steps}")
     if expert is not None:
         from rlpipe.pipeline import experts  # torch: only collections with an expert import it
 
@@ -279,6 +289,7 @@ def collect_multi_agent(
         raise RlpipeError(f"--format {fmt}: multi-agent datasets are Arrow-only (Minari's HDF5 has no multi-agent layout); use --format arrow")
     if steps is not None or episodes is None:
         raise RlpipeError("multi-agent collection counts whole episodes: give --episodes N")
+    check_budget(episodes, steps)
     if expert is not None and (expert != "ippo" or expert_run is None):
         raise RlpipeError("multi-agent experts: --expert ippo --expert-run RUN_DIR (a trained `rlpipe train ippo` run)")
     if expert is None and policy not in POLICIES:

@@ -89,10 +89,13 @@ class Report:
 def find_runs(patterns: list[str]) -> tuple[list[Path], list[Path]]:
     """(run directories, skipped directories) named by ``patterns`` (paths or globs).
 
-    A directory with ``metrics.json`` is a run; one without it whose subdirectories hold
-    runs (e.g. ``models``) stands for those. A directory a glob matched that is neither is
-    skipped (globs sweep up unfinished runs and unrelated folders); one named explicitly
-    is an error, as is a pattern that matches no directory and a list that holds no run.
+    A directory that `rlpipe train` wrote (``metrics.json``, ``checkpoint.json`` or
+    ``dvclive/``) is a run, finished when it has ``metrics.json``; a directory that is not a
+    run but holds runs (e.g. ``models``) stands for those. Unfinished runs are skipped (a
+    killed or still-running training leaves one), as is a directory a glob matched that
+    holds no run (globs sweep up unrelated folders); a directory named explicitly that holds
+    no run is an error, as is a pattern that matches no directory and a list that holds no
+    finished run.
     """
     if not patterns:
         raise RlpipeError("no runs given: name run directories or globs, e.g. rlpipe report 'models/*'")
@@ -103,19 +106,30 @@ def find_runs(patterns: list[str]) -> tuple[list[Path], list[Path]]:
         if not matches:
             raise RlpipeError(f"no run directories match {pattern!r}")
         for match in matches:
-            if (match / METRICS_FILE).is_file():
-                runs.add(match)
-                continue
-            children = [child for child in match.iterdir() if (child / METRICS_FILE).is_file()]
-            if children:
-                runs.update(children)
-            elif glob.has_magic(pattern):
-                skipped.append(match)
-            else:
+            found = [match] if _is_run_dir(match) else _run_children(match)
+            if not found and not glob.has_magic(pattern):
                 raise RlpipeError(f"{match} has no {METRICS_FILE}: not a finished training run")
+            for run in found or [match]:
+                if (run / METRICS_FILE).is_file():
+                    runs.add(run)
+                else:
+                    skipped.append(run)
     if not runs:
         raise RlpipeError(f"no finished runs (directories with {METRICS_FILE}) match {' '.join(patterns)}")
     return sorted(runs), skipped
+
+
+def _is_run_dir(path: Path) -> bool:
+    """Whether ``path`` is a training run's directory, finished or not (a run's own DVCLive
+    folder also holds a ``metrics.json``, so a run is never searched for runs inside it)."""
+    return any((path / name).exists() for name in (METRICS_FILE, META_FILE, CURVE_FILE.parts[0]))
+
+
+def _run_children(path: Path) -> list[Path]:
+    try:
+        return sorted(child for child in path.iterdir() if _is_run_dir(child))
+    except OSError as exc:
+        raise RlpipeError(f"cannot list {path}: {exc}") from None
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -26,6 +26,8 @@ from rlpipe.training.config import RunConfig, typed_value
 from rlpipe.training.offline import dataset_env_id
 from rlpipe.training.run import TrainResult
 
+MAX_SETTINGS_BYTES = 16 << 20  # a --set-from file (params.yaml is a few kB)
+
 
 @dataclass(frozen=True)
 class PreparedRun:
@@ -47,14 +49,29 @@ def merge_settings(options: Mapping[str, Any], settings: Mapping[str, Any]) -> d
     return {**given, **settings}
 
 
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """A YAML error as one line: the problem and where (PyYAML's own text spans several lines
+    and quotes the offending source)."""
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        where = f"line {exc.problem_mark.line + 1}, column {exc.problem_mark.column + 1}"
+        return f"{exc.context + ': ' if exc.context else ''}{exc.problem} at {where}"
+    return " ".join(str(exc).split())
+
+
 def read_settings(source: str, config_class: type) -> dict[str, Any]:
     """Typed settings from ``FILE:DOTTED.KEY`` (a YAML mapping at that key of the file), e.g.
     ``params.yaml:train_offline.bc-cartpole.set``: how DVC stages pass their ``set:`` mapping."""
     path, _, key = source.partition(":")
     try:
-        tree: Any = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as exc:
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_SETTINGS_BYTES + 1)  # bounded: the path may name /dev/zero or a huge file
+        if len(raw) > MAX_SETTINGS_BYTES:
+            raise RlpipeError(f"cannot read settings from {path}: larger than {MAX_SETTINGS_BYTES >> 20} MiB")
+        tree: Any = yaml.safe_load(raw.decode())
+    except (OSError, UnicodeDecodeError, RecursionError) as exc:
         raise RlpipeError(f"cannot read settings from {path}: {exc}") from None
+    except yaml.YAMLError as exc:
+        raise RlpipeError(f"cannot read settings from {path}: {_yaml_problem(exc)}") from None
     for part in filter(None, key.split(".")):
         if not isinstance(tree, dict) or part not in tree:
             raise RlpipeError(f"{path} has no key {key!r}")

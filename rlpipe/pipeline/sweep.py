@@ -34,6 +34,7 @@ import numpy as np
 from rlpipe.datasets.atomic import confined_path
 from rlpipe.errors import RlpipeError
 from rlpipe.files import atomic_write_text
+from rlpipe.limits import check_seed
 from rlpipe.training.config import parse_settings
 
 if TYPE_CHECKING:
@@ -43,6 +44,7 @@ BACKENDS = ("local", "ray")
 SUMMARY_FILE = "summary.json"
 RUNS_DIR = "runs"
 BOOTSTRAP_SAMPLES = 10_000
+MAX_SEEDS = 1_000  # seeds per setting: each is a training run; a longer list is a typo (0-99999999)
 DEFAULT_SETTING = "default"
 
 
@@ -74,16 +76,22 @@ def sweep_dir(root: str | os.PathLike, name: str | None, algo: str, source: str 
 
 
 def parse_seeds(text: str) -> list[int]:
-    """``0-4`` -> [0, 1, 2, 3, 4]; ``0,3,7`` and mixes such as ``0-2,9`` also work."""
-    seeds: list[int] = []
+    """``0-4`` -> [0, 1, 2, 3, 4]; ``0,3,7`` and mixes such as ``0-2,9`` also work. Seeds
+    lie in rlpipe.limits' range; at most MAX_SEEDS of them (checked before a range is listed)."""
+    parts: list[range] = []
     try:
         for part in filter(None, text.split(",")):
             low, sep, high = part.partition("-")
-            seeds += range(int(low), int(high) + 1) if sep else [int(low)]
+            parts.append(range(int(low), int(high) + 1) if sep else range(int(low), int(low) + 1))
     except ValueError:
         raise RlpipeError(f"--seeds expects e.g. 0-4 or 0,1,2; got {text!r}") from None
-    if not seeds or min(seeds) < 0 or len(set(seeds)) != len(seeds):
-        raise RlpipeError(f"--seeds {text!r}: expected distinct seeds >= 0")
+    if sum(len(part) for part in parts) > MAX_SEEDS:
+        raise RlpipeError(f"--seeds {text!r}: at most {MAX_SEEDS} seeds per setting")
+    seeds = [seed for part in parts for seed in part]
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise RlpipeError(f"--seeds {text!r}: expected distinct seeds")
+    for seed in (min(seeds), max(seeds)):
+        check_seed(seed, "--seeds")
     return seeds
 
 

@@ -17,6 +17,7 @@ import yaml
 
 from rlpipe.envs import base_env_id
 from rlpipe.errors import RlpipeError
+from rlpipe.limits import check_num_envs, check_seed
 
 C = TypeVar("C")
 
@@ -185,11 +186,11 @@ def parse_settings(pairs: list[str], cls: type) -> dict[str, Any]:
 
 def check_values(config: Any) -> None:
     """Raise an RlpipeError naming the first field out of range: the ``POSITIVE_FIELDS`` must
-    be > 0 (each element, for layer sizes), floats finite, ``seed`` and ``heldout_eval_episodes`` >= 0, and a Literal
-    field one of its choices."""
-    for name in ("seed", "heldout_eval_episodes"):
-        if getattr(config, name) < 0:
-            raise RlpipeError(f"setting {name}={getattr(config, name)!r}: expected an integer >= 0")
+    be > 0 (each element, for layer sizes), floats finite, ``heldout_eval_episodes`` >= 0,
+    ``seed`` and ``num_envs`` within rlpipe.limits, and a Literal field one of its choices."""
+    check_seed(config.seed, "setting seed")
+    if config.heldout_eval_episodes < 0:
+        raise RlpipeError(f"setting heldout_eval_episodes={config.heldout_eval_episodes!r}: expected an integer >= 0")
     for name, tp in field_types(type(config)).items():
         value = getattr(config, name)
         if get_origin(tp) is Literal and value not in get_args(tp):
@@ -200,6 +201,8 @@ def check_values(config: Any) -> None:
                 raise RlpipeError(f"setting {name}={value!r}: expected a finite number")
             if name in POSITIVE_FIELDS and isinstance(item, (int, float)) and not isinstance(item, bool) and item <= 0:
                 raise RlpipeError(f"setting {name}={value!r}: expected a positive number")
+    if hasattr(config, "num_envs"):
+        check_num_envs(config.num_envs, "setting num_envs")
 
 
 def config_for_env(cls: type[C], tuned: dict[str, dict[str, Any]], env_id: str, **overrides: Any) -> C:

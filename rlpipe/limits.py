@@ -1,0 +1,34 @@
+"""The valid ranges of the seeds and env counts users give, shared by every command and config.
+
+Just above ``errors.py`` at the bottom of the package, so collect, train, eval, relabel
+and sweep (and the run configs they build) refuse the same values with the same words,
+before anything is allocated or written.
+"""
+
+from __future__ import annotations
+
+from rlpipe.errors import RlpipeError
+
+# 0 <= seed < 2**32: NumPy's global seed (np.random.seed) takes no more, and the offsets added
+# to a seed (per env, per episode, evaluation and held-out episodes) stay far inside the 64-bit
+# range that torch.manual_seed and the int64 seed columns of datasets hold.
+MAX_SEED = 2**32 - 1
+# Envs stepped at once. Each env holds its own state and a row in every batched buffer (a
+# random policy pre-draws 1024 actions per env): collecting with 4096 envs takes about 10 MB
+# more than with one (CartPole; Pendulum, stepped one by one, about 100 MB), while 10^11 envs
+# asked for 373 GiB before the first step. `--num-envs auto` picks at most 256.
+MAX_NUM_ENVS = 4096
+
+
+def check_seed(seed: int, name: str = "seed") -> int:
+    """``seed`` if 0 <= seed <= MAX_SEED, else an RlpipeError naming ``name`` and the range."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise RlpipeError(f"{name}={seed!r}: expected an integer from 0 to {MAX_SEED} (2**32 - 1)")
+    return seed
+
+
+def check_num_envs(num_envs: int, name: str = "num_envs") -> int:
+    """``num_envs`` if 1 <= num_envs <= MAX_NUM_ENVS, else an RlpipeError naming the limit."""
+    if isinstance(num_envs, bool) or not isinstance(num_envs, int) or not 1 <= num_envs <= MAX_NUM_ENVS:
+        raise RlpipeError(f"{name}={num_envs!r}: expected an integer from 1 to {MAX_NUM_ENVS}")
+    return num_envs

@@ -1,0 +1,152 @@
+"""The seeds and counts the commands take: every command accepts the same seed range
+(rlpipe.limits), refuses an out-of-range seed, env count, budget or count with one line and
+exit 2 before anything is allocated or written, and accepts the range's edges."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rlpipe.limits import MAX_NUM_ENVS, MAX_SEED
+from tests.conftest import store_contents
+from tests.test_collector import collect_dataset
+
+BIG = str(2**70)  # overflowed torch.manual_seed in train; collect accepted it
+SEED_RANGE = "less than or equal to 4294967295"  # typer's words for an option's range
+CARTPOLE = ["--env", "CartPole-v1"]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A store with a CartPole and a GoalWorld dataset, and a trained PPO run beside it."""
+    from rlpipe.algos import get_algo
+
+    root = tmp_path_factory.mktemp("bounds")
+    collect_dataset(root / "store", "CartPole-v1", "cartpole", fmt="arrow", episodes=4, num_envs=2)
+    collect_dataset(root / "store", "GoalWorld-v0", "goals", fmt="arrow", episodes=4, num_envs=2)
+    ppo = get_algo("ppo")
+    ppo.train(ppo.make_config("CartPole-v1", env_steps=256, eval_every=256, eval_episodes=1, heldout_eval_episodes=0),
+              root / "run", progress=False)
+    return root
+
+
+def tree(path: Path) -> list[tuple[str, int]]:
+    """Every file under ``path`` with its size, but the locks and the verification cache that
+    reading a dataset keeps: what a refused command must leave as it was."""
+    files = [p.relative_to(path) for p in path.rglob("*") if p.is_file()]
+    return sorted((str(p), (path / p).stat().st_size) for p in files if not {".locks", ".verified"} & set(p.parts))
+
+
+def command(args: list[str], world: Path, out: Path) -> list[str]:
+    """``args`` with the paths each command needs: the world's store and run, a fresh output."""
+    args = [str(world / "run") if a == "RUN" else a for a in args]
+    where = {"collect": ["--store", out], "train": ["--store", world / "store", "--out", out, "--no-progress"],
+             "relabel": ["--store", world / "store", "--name", "out"], "sweep": ["--root", out, "--name", "s"]}
+    return [*args, *where.get(args[0], [])]
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        # One seed range, 0 to 2**32 - 1, on every command that takes a seed.
+        (["collect", *CARTPOLE, "--episodes", "2", "--seed", BIG], SEED_RANGE),
+        (["collect", *CARTPOLE, "--episodes", "2", "--seed", "-1"], "greater than or equal to 0"),
+        (["train", "ppo", *CARTPOLE, "--seed", BIG], SEED_RANGE),
+        (["train", "ppo", *CARTPOLE, "--seed", "-1"], "greater than or equal to 0"),
+        (["train", "ppo", *CARTPOLE, "--set", f"seed={2**32}"], "setting seed=4294967296: expected an integer from 0 to 4294967295"),
+        (["train", "bc", "--dataset", "cartpole", "--seed", BIG], SEED_RANGE),
+        (["eval", "RUN", "--seed", "-5"], "greater than or equal to 0"),
+        (["eval", "RUN", "--seed", BIG], SEED_RANGE),
+        (["relabel", "her", "--dataset", "goals", "--seed", BIG], SEED_RANGE),
+        (["sweep", "ppo", *CARTPOLE, "--seeds", BIG], "--seeds=1180591620717411303424: expected an integer from 0 to 4294967295"),
+        (["sweep", "ppo", *CARTPOLE, "--seeds", f"0,{2**32}"], "expected an integer from 0 to 4294967295"),
+        (["sweep", "ppo", *CARTPOLE, "--seeds", "0-99999999999999"], "at most 1000 seeds per setting"),  # was a MemoryError
+        (["sweep", "ppo", *CARTPOLE, "--seeds", "3-1"], "expected distinct seeds"),
+        # Env counts: at least 1, at most MAX_NUM_ENVS (10^11 asked for 373 GiB before the first step).
+        (["collect", *CARTPOLE, "--episodes", "2", "--num-envs", "99999999999"], "--num-envs must be auto or an integer from 1 to 4096"),
+        (["collect", *CARTPOLE, "--episodes", "2", "--num-envs", "4097"], "from 1 to 4096, got '4097'"),
+        (["collect", *CARTPOLE, "--episodes", "2", "--num-envs", "0"], "from 1 to 4096, got '0'"),
+        (["collect", *CARTPOLE, "--episodes", "2", "--num-envs", "-3"], "from 1 to 4096, got '-3'"),
+        (["collect", *CARTPOLE, "--episodes", "2", "--num-envs", "²"], "from 1 to 4096, got '²'"),
+        (["train", "ppo", *CARTPOLE, "--num-envs", "99999999999"], "setting num_envs=99999999999: expected an integer from 1 to 4096"),
+        (["train", "ppo", *CARTPOLE, "--num-envs", "0"], "setting num_envs=0: expected a positive number"),
+        (["sweep", "ppo", *CARTPOLE, "--seeds", "0", "--set", "num_envs=99999999999"], "setting num_envs=99999999999"),
+        # Budgets and counts.
+        (["collect", *CARTPOLE, "--episodes", "0"], "--episodes/--steps must be at least 1"),
+        (["collect", *CARTPOLE, "--episodes", "-1"], "--episodes/--steps must be at least 1"),
+        (["collect", *CARTPOLE, "--steps", "-5"], "--episodes/--steps must be at least 1"),
+        (["collect", *CARTPOLE, "--episodes", BIG, "--num-envs", "4"], "--episodes/--steps must be below 2**63"),  # was an OverflowError
+        (["collect", *CARTPOLE], "give exactly one of --episodes and --steps"),
+        (["collect", *CARTPOLE, "--episodes", "2", "--workers", "0"], "Invalid value for '--workers'"),
+        (["collect", *CARTPOLE, "--expert", "ppo", "--expert-steps", "-1", "--episodes", "2"], "--expert-steps must be at least 1, got -1"),
+        (["collect", "--env", "Combat-v0", "--episodes", "0"], "--episodes/--steps must be at least 1"),
+        (["train", "ppo", *CARTPOLE, "--env-steps", "-5"], "setting env_steps=-5: expected a positive number"),
+        (["train", "ppo", *CARTPOLE, "--checkpoint-every", "0"], "setting checkpoint_every=0: expected a positive number"),
+        (["train", "bc", "--dataset", "cartpole", "--updates", "-1"], "setting updates=-1: expected a positive number"),
+        (["train", "bc", "--dataset", "cartpole", "--max-samples", "0"], "setting max_samples=0: expected a positive number"),
+        (["train", "ppo", *CARTPOLE, "--set", "heldout_eval_episodes=-1"], "setting heldout_eval_episodes=-1: expected an integer >= 0"),
+        (["eval", "RUN", "--episodes", "0"], "Invalid value for '--episodes'"),
+        (["eval", "RUN", "--video-episodes", "-1"], "Invalid value for '--video-episodes'"),
+        (["relabel", "her", "--dataset", "goals", "--k", "0"], "--k must be at least 1"),
+        (["relabel", "her", "--dataset", "goals", "--k", BIG], "at most 4294967296 (2**32) are written, so k <= "),
+        (["sweep", "ppo", *CARTPOLE, "--seeds", "0", "--retries", "-1"], "Invalid value for '--retries'"),
+        (["sweep", "ppo", *CARTPOLE, "--seeds", "0", "--workers", "0"], "Invalid value for '--workers'"),
+    ],
+)
+def test_out_of_range_is_one_line_exit_2_and_writes_nothing(cli, world: Path, tmp_path: Path, args: list[str], message: str) -> None:
+    before = tree(world)
+    result = cli(*command(args, world, tmp_path / "out"))
+    assert result.code == 2, result.err
+    assert result.err.startswith("error: ") and result.err.strip().count("\n") == 0 and message in result.err, result.err
+    assert tree(world) == before and not (tmp_path / "out").exists()
+
+
+def test_the_edges_of_the_ranges_are_accepted(cli, world: Path, tmp_path: Path) -> None:
+    """Control: the largest seed and env count work on the commands that refuse one more."""
+    collected = cli("collect", *CARTPOLE, "--episodes", "2", "--seed", MAX_SEED, "--num-envs", MAX_NUM_ENVS,
+                    "--store", tmp_path / "store", "--quiet")
+    assert collected.code == 0 and "2 episodes" in collected.out, collected.err
+    evaluated = cli("eval", world / "run", "--episodes", "1", "--seed", MAX_SEED)
+    assert evaluated.code == 0, evaluated.err
+    trained = cli("train", "ppo", *CARTPOLE, "--seed", MAX_SEED, "--env-steps", "64", "--set", "eval_every=64",
+                  "--set", "eval_episodes=1", "--set", "heldout_eval_episodes=1", "--out", tmp_path / "run", "--no-progress",
+                  "--device", "cpu")
+    assert trained.code == 0, trained.err
+    relabelled = cli("relabel", "her", "--dataset", "goals", "--seed", MAX_SEED, "--k", "2", "--name", "edge", "--store", world / "store")
+    assert relabelled.code == 0, relabelled.err
+    assert store_contents(tmp_path / "store") == ["cartpole-random"]
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        MemoryError("Unable to allocate 373. GiB for an array with shape (99999999999,) and data type int32"),  # numpy
+        RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: "
+                     "you tried to allocate 3200000000000 bytes. Error code 12 (Cannot allocate memory)"),  # torch, --set hidden=[10**11]
+    ],
+)
+def test_an_allocation_beyond_the_machine_is_one_line(cli, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, failure: Exception) -> None:
+    """The sizes users give most are bounded up front; any other allocation that fails (a
+    size setting beyond this machine) still ends in one line and exit 2, not a traceback."""
+    import rlpipe.pipeline.collect
+
+    def collect_dataset(*args, **kwargs):
+        raise failure
+
+    monkeypatch.setattr(rlpipe.pipeline.collect, "collect_dataset", collect_dataset)
+    result = cli("collect", *CARTPOLE, "--episodes", "2", "--store", tmp_path / "store")
+    assert result.code == 2 and result.err.count("\n") == 1, result.err
+    assert result.err == f"error: out of memory: {failure}; lower the sizes given\n"
+
+
+def test_another_runtime_error_is_not_called_out_of_memory(cli, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Control: a bug stays a traceback (the one-line form is for allocation failures only)."""
+    import rlpipe.pipeline.collect
+
+    def collect_dataset(*args, **kwargs):
+        raise RuntimeError("shape mismatch")
+
+    monkeypatch.setattr(rlpipe.pipeline.collect, "collect_dataset", collect_dataset)
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        cli("collect", *CARTPOLE, "--episodes", "2", "--store", tmp_path / "store")
