@@ -25,7 +25,7 @@ TORQUE_SHARES = (1.0, 0.8, 0.65, 0.5, 0.4, 0.3, 0.15, 0.0)
 
 
 @pytest.mark.slow
-def test_fqe_ranks_eight_pendulum_policies_like_their_true_returns(offline_store: Path, record_property) -> None:
+def test_fqe_ranks_eight_pendulum_policies_like_their_true_returns(offline_store: Path, learning_seed: int, record_property) -> None:
     """The offline store's SAC run (10k steps) with its torque scaled down: true returns from
     50 held-out episodes each, FQE estimates from pendulum-mixed (that run's replay)."""
     expert = load_policy(offline_store.parent / "models" / "sac-mixed")
@@ -33,8 +33,7 @@ def test_fqe_ranks_eight_pendulum_policies_like_their_true_returns(offline_store
     policies = [dataclasses.replace(expert, _fn=lambda obs, share=share: (share * expert(obs)).astype(np.float32))
                 for share in TORQUE_SHARES]
     true = [evaluate(policy, "Pendulum-v1", episodes=50, seed=10_000).mean for policy in policies]
-    config = FQEConfig(updates=4000, hidden=(64, 64), learning_rate=1e-3)
-    estimates = [fitted_q_evaluation(policy, data, config).estimate for policy in policies]
+    estimates = [result.estimate for result in fitted_q_evaluation(policies, data, FQEConfig(seed=learning_seed))]
     correlation = spearman(true, estimates)
     record_property("true_returns", [round(r, 1) for r in true])
     record_property("fqe_estimates", [round(e, 1) for e in estimates])
@@ -51,7 +50,7 @@ def test_fqe_command_prints_an_estimate_and_refuses_another_env(cli, tmp_path: P
                "--no-progress", "--device", "cpu", "--set", "eval_episodes=1").code == 0
     result = cli("ope", "fqe", run, "--dataset", "pendulum-random", "--store", store, "--updates", "50", "--json")
     assert result.code == 0, result.err
-    report = json.loads(result.out)
+    (report,) = json.loads(result.out)
     assert report["initial_states"] == 4 and np.isfinite(report["estimate"]) and report["config"]["updates"] == 50
     wrong = cli("ope", "fqe", run, "--dataset", "cartpole-random", "--store", store)
     assert wrong.code == 2 and "CartPole-v1" in wrong.err and len(wrong.err.strip().splitlines()) == 1
