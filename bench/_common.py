@@ -17,8 +17,8 @@ import datetime as _dt
 import platform
 import statistics
 import time
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 
 def limit_threads() -> None:
@@ -82,7 +82,7 @@ class pinned:
         self.cores = None if cores is None else set(cores)
         self.saved: set[int] | None = None
 
-    def __enter__(self) -> "pinned":
+    def __enter__(self) -> pinned:
         if self.cores is not None:
             self.saved = os.sched_getaffinity(0)
             os.sched_setaffinity(0, self.cores)
@@ -144,8 +144,10 @@ def pinned_setup(core: int, *packages: str) -> str:
     """Lines describing a side-by-side run: machine, package versions, the core both
     contenders are pinned to (one torch thread each) and what else loads the cores."""
     loads = ", ".join(f"{c}: {load:.0%}" for c, load in core_loads().items())
-    return (f"machine: {machine_description()}\nversions: {versions(*packages)}\n"
-            f"torch threads: 1 for both, pinned to core {core}; core loads before start: {loads}")
+    return (
+        f"machine: {machine_description()}\nversions: {versions(*packages)}\n"
+        f"torch threads: 1 for both, pinned to core {core}; core loads before start: {loads}"
+    )
 
 
 def random_dataset(store: Path, env_id: str, name: str, steps: int) -> None:

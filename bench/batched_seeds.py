@@ -27,8 +27,6 @@ the CPU seconds of each side.
 
 from __future__ import annotations
 
-import _common  # noqa: F401  (sets thread limits before numpy/torch are imported)
-
 import argparse
 import json
 import tempfile
@@ -38,6 +36,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import _common  # noqa: F401  (sets thread limits before numpy/torch are imported)
 from _common import core_loads, limit_threads, machine_description, median, random_dataset, table, today, versions
 from offline import ENV_ID, NAME, RLPIPE_CONFIGS, time_rlpipe
 
@@ -89,15 +88,19 @@ def time_sac(seeds: int | None, updates: int, device: str, hidden: int, batch_si
     from rlpipe.training.seedstack import sample_seeds
 
     spec = get_algo("sac")
-    configs = [spec.make_config(ENV_ID, device=device, seed=s, hidden=(hidden, hidden), batch_size=batch_size)
-               for s in range(seeds or 1)]
+    configs = [spec.make_config(ENV_ID, device=device, seed=s, hidden=(hidden, hidden), batch_size=batch_size) for s in range(seeds or 1)]
     env = SimpleNamespace(obs_dim=3, act_dim=1, device=torch.device(device))
     buffers = []
     for config in configs:
         rng = np.random.default_rng(config.seed)
         buffer = ReplayBuffer(steps, env.obs_dim, env.act_dim, device, seed=config.seed)
-        buffer.add(rng.normal(size=(steps, 3)), rng.uniform(-1, 1, (steps, 1)), rng.normal(size=steps), rng.normal(size=(steps, 3)),
-                   np.zeros(steps))
+        buffer.add(
+            rng.normal(size=(steps, 3)),
+            rng.uniform(-1, 1, (steps, 1)),
+            rng.normal(size=steps),
+            rng.normal(size=(steps, 3)),
+            np.zeros(steps),
+        )
         buffers.append(buffer)
     if seeds is None:
         update = make_agent(configs[0], env).update
@@ -126,8 +129,7 @@ def compare_returns(seeds: list[int], env_steps: int) -> None:
     end = time.process_time()
     keys = ("eval_return_mean", "heldout_return_mean")
     rows = [[seed, *(f"{r.metrics[key]:.1f}" for r in (b, a) for key in keys)] for seed, b, a in zip(seeds, together, apart)]
-    rows.append(["mean", *(f"{sum(r.metrics[key] for r in results) / len(results):.1f}" for results in (together, apart)
-                           for key in keys)])
+    rows.append(["mean", *(f"{sum(r.metrics[key] for r in results) / len(results):.1f}" for results in (together, apart) for key in keys)])
     print(table(["seed", "batched final", "batched held-out", "separate final", "separate held-out"], rows))
     print(f"\nCPU seconds: batched {middle - start:.1f}, separate {end - middle:.1f} ({len(seeds)} seeds, {env_steps} env steps each)")
 
@@ -167,9 +169,12 @@ def main() -> None:
         store = Path(tmp)
         random_dataset(store, ENV_ID, NAME, args.steps)
         print(f"date: {today()}; machine: {machine_description()}; {versions('torch', 'rlpipe')}")
-        print(f"device: {args.device}; {args.hidden}x{args.hidden} networks, batch {args.batch_size}, CQL "
-              f"{overrides['num_sampled_actions']} sampled actions per proposal; torch threads 1; {args.updates} timed updates; "
-              "core loads before start: " + ", ".join(f"{c}: {load:.0%}" for c, load in core_loads().items()), flush=True)
+        print(
+            f"device: {args.device}; {args.hidden}x{args.hidden} networks, batch {args.batch_size}, CQL "
+            f"{overrides['num_sampled_actions']} sampled actions per proposal; torch threads 1; {args.updates} timed updates; "
+            "core loads before start: " + ", ".join(f"{c}: {load:.0%}" for c, load in core_loads().items()),
+            flush=True,
+        )
         for repeat in range(args.repeats):
             for algo in algos:
                 if algo == "cql":

@@ -36,8 +36,6 @@ Needs the `bench` extra (minari[create] brings jax):  pip install -c constraints
 
 from __future__ import annotations
 
-import _common  # noqa: F401  (sets thread limits before numpy is imported)
-
 import argparse
 import importlib.util
 import json
@@ -49,12 +47,12 @@ import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
+import _common  # noqa: F401  (sets thread limits before numpy is imported)
 import gymnasium as gym
 import numpy as np
-
 from _common import core_loads, least_busy_core, limit_threads, machine_description, median, pinned, table, today, versions
 
 ENV_ID = "CartPole-v1"
@@ -102,8 +100,9 @@ def rlpipe_library(num_envs: int) -> Callable[[int, Path, int], int]:
     from rlpipe.pipeline.collect import collect_dataset
 
     def run(steps: int, workdir: Path, seed: int) -> int:
-        collected = collect_dataset(ENV_ID, steps=steps, num_envs=num_envs, seed=seed, name="bench", fmt="arrow", store=workdir,
-                                    force=True, progress=False)
+        collected = collect_dataset(
+            ENV_ID, steps=steps, num_envs=num_envs, seed=seed, name="bench", fmt="arrow", store=workdir, force=True, progress=False
+        )
         return int(collected.metadata["total_steps"])
 
     return run
@@ -117,8 +116,27 @@ def rlpipe_cli(num_envs: int | None, fmt: str = "arrow") -> Callable[[int, Path,
 
     def run(steps: int, workdir: Path, seed: int) -> int:
         subprocess.run(
-            command + ["collect", "--policy", "random", "--env", ENV_ID, "--steps", str(steps), *envs,
-                       "--seed", str(seed), "--format", fmt, "--name", "bench-cli", "--store", str(workdir), "--quiet", "--force"],
+            command
+            + [
+                "collect",
+                "--policy",
+                "random",
+                "--env",
+                ENV_ID,
+                "--steps",
+                str(steps),
+                *envs,
+                "--seed",
+                str(seed),
+                "--format",
+                fmt,
+                "--name",
+                "bench-cli",
+                "--store",
+                str(workdir),
+                "--quiet",
+                "--force",
+            ],
             check=True,
             stdout=subprocess.DEVNULL,
         )
@@ -178,8 +196,13 @@ def measure(fn: Callable[[int, Path, int], int], steps: int, repeat: int, warmup
             counts.append(count)
             seconds.append(elapsed)
             shutil.rmtree(workdir, ignore_errors=True)
-        return {"steps": int(median(counts)), "seconds": median(seconds), "rate": median(rates), "rates": rates,
-                "cpu_rate": median(cpu_rates)}
+        return {
+            "steps": int(median(counts)),
+            "seconds": median(seconds),
+            "rate": median(rates),
+            "rates": rates,
+            "cpu_rate": median(cpu_rates),
+        }
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
@@ -188,9 +211,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=200_000, help="steps for the fast contenders (raw gym, rlpipe 64 envs, CLI)")
     parser.add_argument("--slow-steps", type=int, default=50_000, help="steps for the slow ones (Minari DataCollector, rlpipe 1 env)")
-    parser.add_argument("--minari-arrow-steps", type=int, default=10_000,
-                        help="steps for Minari's Arrow DataCollector: its cost per step grows with the episodes already "
-                             "written (one pyarrow.dataset partition per episode), so fewer steps flatter it")
+    parser.add_argument(
+        "--minari-arrow-steps",
+        type=int,
+        default=10_000,
+        help="steps for Minari's Arrow DataCollector: its cost per step grows with the episodes already "
+        "written (one pyarrow.dataset partition per episode), so fewer steps flatter it",
+    )
     parser.add_argument("--cli-steps", type=int, default=1_000_000, help="steps for the CLI runs with default options (the goal's 1M)")
     parser.add_argument("--repeat", type=int, default=3, help="timed runs per contender (the median is reported)")
     parser.add_argument("--quick", action="store_true", help="short run: 20k / 5k steps, 1 repeat")
@@ -218,7 +245,13 @@ def main(argv: list[str] | None = None) -> int:
         ("rlpipe64", "rlpipe collect (library), 64 envs, Arrow + finalize", rlpipe_library(64), fast, warm_fast),
         ("rlpipe1", "rlpipe collect (library), 1 env, Arrow + finalize", rlpipe_library(1), slow, warm_slow),
         ("rlpipe_cli64", "`rlpipe collect` CLI, 64 envs, Arrow (incl. process start-up)", rlpipe_cli(64), fast, 200),
-        ("rlpipe_cli_auto", "`rlpipe collect` CLI, default options (auto envs), Arrow (whole process)", rlpipe_cli(None), args.cli_steps, 200),
+        (
+            "rlpipe_cli_auto",
+            "`rlpipe collect` CLI, default options (auto envs), Arrow (whole process)",
+            rlpipe_cli(None),
+            args.cli_steps,
+            200,
+        ),
         ("rlpipe_cli1", "`rlpipe collect` CLI, --num-envs 1, Arrow (whole process)", rlpipe_cli(1), args.cli_steps, 200),
         ("rlpipe_cli_both", "`rlpipe collect` CLI, default options, --format both (whole process)", rlpipe_cli(None, "both"), fast, 200),
     ]
@@ -229,16 +262,24 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_minari and not minari_missing:
         contenders += [
             ("minari_hdf5", "Minari DataCollector, hdf5, + create_dataset", minari_collector("hdf5"), slow, warm_slow),
-            ("minari_arrow", "Minari DataCollector, arrow, + create_dataset", minari_collector("arrow"), args.minari_arrow_steps, min(warm_slow, args.minari_arrow_steps)),
+            (
+                "minari_arrow",
+                "Minari DataCollector, arrow, + create_dataset",
+                minari_collector("arrow"),
+                args.minari_arrow_steps,
+                min(warm_slow, args.minari_arrow_steps),
+            ),
         ]
 
     where = f"pinned to core {core}" if core is not None else "not pinned"
     print(f"# collection benchmark, {ENV_ID}, random policy -- {today()}")
     print(f"# machine: {machine_description()}")
-    print(f"# core busy share before start: " + ", ".join(f"cpu{c} {v:.0%}" for c, v in loads.items()) + f"; this run {where}, 1 thread")
+    print("# core busy share before start: " + ", ".join(f"cpu{c} {v:.0%}" for c, v in loads.items()) + f"; this run {where}, 1 thread")
     print(f"# {versions('rlpipe', 'gymnasium', 'minari', 'jax', 'numpy', 'pyarrow', 'h5py')}")
-    print(f"# steps: {args.cli_steps:,} (CLI default options, CLI 1 env), {fast:,} (raw gym.make, raw vec 64, rlpipe 64 envs, CLI 64 envs, CLI both), {slow:,} (raw vec 1, rlpipe 1 env, Minari HDF5), "
-          f"{args.minari_arrow_steps:,} (Minari Arrow); median of {args.repeat}")
+    print(
+        f"# steps: {args.cli_steps:,} (CLI default options, CLI 1 env), {fast:,} (raw gym.make, raw vec 64, rlpipe 64 envs, CLI 64 envs, CLI both), {slow:,} (raw vec 1, rlpipe 1 env, Minari HDF5), "
+        f"{args.minari_arrow_steps:,} (Minari Arrow); median of {args.repeat}"
+    )
     results: dict[str, dict] = {}
     try:
         with pinned(None if core is None else [core]):
@@ -258,9 +299,19 @@ def main(argv: list[str] | None = None) -> int:
     def ratio(a: str, b: str, key: str = "rate") -> float | None:
         return results[a][key] / results[b][key] if a in results and b in results else None
 
-    short = {"raw_single": "raw 1 env", "raw_vec64": "raw vec 64", "raw_vec1": "raw vec 1", "rlpipe64": "rlpipe 64 envs", "rlpipe1": "rlpipe 1 env",
-             "rlpipe_cli64": "rlpipe CLI 64 envs", "rlpipe_cli_auto": "rlpipe CLI defaults", "rlpipe_cli1": "rlpipe CLI 1 env",
-             "rlpipe_cli_both": "rlpipe CLI defaults, both", "minari_hdf5": "Minari HDF5", "minari_arrow": "Minari Arrow"}
+    short = {
+        "raw_single": "raw 1 env",
+        "raw_vec64": "raw vec 64",
+        "raw_vec1": "raw vec 1",
+        "rlpipe64": "rlpipe 64 envs",
+        "rlpipe1": "rlpipe 1 env",
+        "rlpipe_cli64": "rlpipe CLI 64 envs",
+        "rlpipe_cli_auto": "rlpipe CLI defaults",
+        "rlpipe_cli1": "rlpipe CLI 1 env",
+        "rlpipe_cli_both": "rlpipe CLI defaults, both",
+        "minari_hdf5": "Minari HDF5",
+        "minari_arrow": "Minari Arrow",
+    }
     ratio_rows = []
     for a, b in [
         ("rlpipe64", "minari_hdf5"),
@@ -289,16 +340,34 @@ def main(argv: list[str] | None = None) -> int:
     if vs_minari is not None:
         goals.append(("`rlpipe collect` defaults >= 30x Minari HDF5 DataCollector (wall, same run)", vs_minari >= 30, f"{vs_minari:.1f}x"))
     default = results["rlpipe_cli_auto"]
-    goals.append((f"`rlpipe collect` defaults >= 100k steps/s, whole process (wall{'' if core is not None else ', NOT pinned'})",
-                  default["rate"] >= 100_000, f"{default['rate']:,.0f} steps/s (per CPU second: {default['cpu_rate']:,.0f})"))
+    goals.append(
+        (
+            f"`rlpipe collect` defaults >= 100k steps/s, whole process (wall{'' if core is not None else ', NOT pinned'})",
+            default["rate"] >= 100_000,
+            f"{default['rate']:,.0f} steps/s (per CPU second: {default['cpu_rate']:,.0f})",
+        )
+    )
     half = ratio("rlpipe_cli1", "raw_single")
     goals.append(("`rlpipe collect --num-envs 1` >= half of raw gym.make stepping (wall)", half >= 0.5, f"{half:.2f}x"))
     for text, ok, value in goals:
         print(f"goal {'MET   ' if ok else 'MISSED'} {text}: {value}")
     if args.json is not None:
-        args.json.write_text(json.dumps({"date": today(), "machine": machine_description(), "core": core, "cli_startup_s": startup,
-                                         "steps": fast, "slow_steps": slow,
-                                         "minari_arrow_steps": args.minari_arrow_steps, "repeat": args.repeat, "results": results}, indent=2))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "date": today(),
+                    "machine": machine_description(),
+                    "core": core,
+                    "cli_startup_s": startup,
+                    "steps": fast,
+                    "slow_steps": slow,
+                    "minari_arrow_steps": args.minari_arrow_steps,
+                    "repeat": args.repeat,
+                    "results": results,
+                },
+                indent=2,
+            )
+        )
     return 0
 
 

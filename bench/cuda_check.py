@@ -30,15 +30,16 @@ import tempfile
 import time
 import traceback
 import types
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import random_dataset  # noqa: E402  (bench/ is on the path from here)
+from _common import random_dataset
 
 
 def stub_dvclive_if_missing() -> None:
@@ -131,15 +132,18 @@ def check_cql_learns(store: Path, out: Path, device: str) -> dict[str, Any]:
     result = module.train(config, out, progress=False)
     ret = float(result.metrics["eval_return_mean"])
     assert ret >= -180, f"CQL on {device} reached only {ret:.1f}"
-    return dict(eval_return=round(ret, 1), updates=result.metrics["gradient_updates"],
-                seconds=result.metrics["wall_seconds"])
+    return dict(eval_return=round(ret, 1), updates=result.metrics["gradient_updates"], seconds=result.metrics["wall_seconds"])
 
 
 def run_graph_tests() -> dict[str, Any]:
     root = Path(__file__).resolve().parent.parent
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_graphs.py",
-                           "tests/test_seedstack.py"],
-                          cwd=root, capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_graphs.py", "tests/test_seedstack.py"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     summary = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr.strip()[-500:]
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     return dict(summary=summary)
@@ -203,8 +207,10 @@ def main() -> None:
             if args.store is None:
                 print("skip  cql learning: no --store with pendulum-mixed")
             else:
-                check(f"cql learns pendulum-mixed on {args.device}",
-                      lambda: check_cql_learns(args.store, Path(tmp) / "cql-learn", args.device))
+                check(
+                    f"cql learns pendulum-mixed on {args.device}",
+                    lambda: check_cql_learns(args.store, Path(tmp) / "cql-learn", args.device),
+                )
         check("update rates", lambda: update_rates(store, args.device))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")

@@ -22,12 +22,11 @@ Needs the `bench` extra:  pip install -c constraints.txt -e '.[dev,bench]'
 
 from __future__ import annotations
 
-import _common  # noqa: F401  (sets thread limits before numpy/torch are imported)
-
 import argparse
 import time
 from collections.abc import Callable
 
+import _common
 import gymnasium as gym
 import numpy as np
 
@@ -62,9 +61,26 @@ def run_rlpipe(steps: int, seed: int) -> Outcome:
     from rlpipe.algos import get_algo
 
     module = get_algo("ddpg-her")
-    config = module.make_config(ENV_ID, env_steps=steps, seed=seed, hidden=HIDDEN, batch_size=BATCH, learning_starts=WARMUP,
-                                actor_lr=LR, critic_lr=LR, gamma=GAMMA, tau=TAU, noise_sigma=SIGMA, k=K, strategy="future",
-                                updates_per_step=1.0, eval_every=10 * steps, eval_episodes=1, heldout_eval_episodes=0, device="cpu")
+    config = module.make_config(
+        ENV_ID,
+        env_steps=steps,
+        seed=seed,
+        hidden=HIDDEN,
+        batch_size=BATCH,
+        learning_starts=WARMUP,
+        actor_lr=LR,
+        critic_lr=LR,
+        gamma=GAMMA,
+        tau=TAU,
+        noise_sigma=SIGMA,
+        k=K,
+        strategy="future",
+        updates_per_step=1.0,
+        eval_every=10 * steps,
+        eval_episodes=1,
+        heldout_eval_episodes=0,
+        device="cpu",
+    )
     clock = Clock()
     result = module.train(config, progress=False)
     rates = clock.rates(result.metrics["env_steps"])
@@ -80,10 +96,22 @@ def run_sb3(steps: int, seed: int) -> Outcome:
     env = gym.make(ENV_ID)
     clock = Clock()
     model = DDPG(
-        "MultiInputPolicy", env, learning_rate=LR, buffer_size=steps, learning_starts=WARMUP, batch_size=BATCH, tau=TAU,
-        gamma=GAMMA, train_freq=1, gradient_steps=1, action_noise=NormalActionNoise(np.zeros(2), SIGMA * np.ones(2)),
-        replay_buffer_class=HerReplayBuffer, replay_buffer_kwargs=dict(n_sampled_goal=K, goal_selection_strategy="future"),
-        policy_kwargs=dict(net_arch=list(HIDDEN)), seed=seed, device="cpu",
+        "MultiInputPolicy",
+        env,
+        learning_rate=LR,
+        buffer_size=steps,
+        learning_starts=WARMUP,
+        batch_size=BATCH,
+        tau=TAU,
+        gamma=GAMMA,
+        train_freq=1,
+        gradient_steps=1,
+        action_noise=NormalActionNoise(np.zeros(2), SIGMA * np.ones(2)),
+        replay_buffer_class=HerReplayBuffer,
+        replay_buffer_kwargs=dict(n_sampled_goal=K, goal_selection_strategy="future"),
+        policy_kwargs=dict(net_arch=list(HIDDEN)),
+        seed=seed,
+        device="cpu",
     )
     model.learn(steps)
     rates = clock.rates(steps)
@@ -117,8 +145,20 @@ def sample_rlpipe(data: list[tuple], draws: int) -> float:
     ret, length = 0.0, 0  # the running episode return and length a VecStepper reports
     for obs, action, reward, next_obs, term, trunc in data:
         a, ret, length = action[None], ret + reward, length + 1
-        buffer.store(StepBatch(batch(obs), a, a, np.array([reward]), batch(next_obs), np.array([term]), np.array([trunc]),
-                               np.array([True]), np.array([ret]), np.array([length])))
+        buffer.store(
+            StepBatch(
+                batch(obs),
+                a,
+                a,
+                np.array([reward]),
+                batch(next_obs),
+                np.array([term]),
+                np.array([trunc]),
+                np.array([True]),
+                np.array([ret]),
+                np.array([length]),
+            )
+        )
         ret, length = (0.0, 0) if term or trunc else (ret, length)
     return _time_per_call(lambda: buffer.sample(BATCH), draws)
 
@@ -129,12 +169,14 @@ def sample_sb3(data: list[tuple], draws: int) -> float:
     from stable_baselines3.common.vec_env import DummyVecEnv
 
     venv = DummyVecEnv([lambda: gym.make(ENV_ID)])
-    buffer = HerReplayBuffer(len(data), venv.observation_space, venv.action_space, venv, device="cpu", n_sampled_goal=K,
-                             goal_selection_strategy="future")
+    buffer = HerReplayBuffer(
+        len(data), venv.observation_space, venv.action_space, venv, device="cpu", n_sampled_goal=K, goal_selection_strategy="future"
+    )
     batch = lambda obs: {key: value[None] for key, value in obs.items()}  # noqa: E731
     for obs, action, reward, next_obs, term, trunc in data:
-        buffer.add(batch(obs), batch(next_obs), action[None], np.array([reward]), np.array([term or trunc]),
-                   [{"TimeLimit.truncated": trunc}])
+        buffer.add(
+            batch(obs), batch(next_obs), action[None], np.array([reward]), np.array([term or trunc]), [{"TimeLimit.truncated": trunc}]
+        )
     return _time_per_call(lambda: buffer.sample(BATCH), draws)
 
 
@@ -167,20 +209,30 @@ def main() -> None:
             for name, runner in (("SB3", run_sb3), ("rlpipe", run_rlpipe)):
                 loops[name].append(runner(args.steps, args.seed))
                 wall, cpu, success = loops[name][-1]
-                print(f"  run {repeat} {name}: {wall:.0f} env steps/s wall, {cpu:.0f} per CPU second, "
-                      f"success {success:.2f}", flush=True)
+                print(f"  run {repeat} {name}: {wall:.0f} env steps/s wall, {cpu:.0f} per CPU second, success {success:.2f}", flush=True)
             samples["SB3"].append(sample_sb3(data, 500))
             samples["rlpipe"].append(sample_rlpipe(data, 500))
     median = {name: [_common.median([run[i] for run in runs]) for i in range(2)] for name, runs in loops.items()}
-    rows = [[f"{name} DDPG + HER", f"{median[name][0]:,.0f}", f"{median[name][1]:,.0f}",
-             " / ".join(f"{run[2]:.2f}" for run in loops[name]), f"{_common.median(samples[name]):,.0f}"] for name in loops]
+    rows = [
+        [
+            f"{name} DDPG + HER",
+            f"{median[name][0]:,.0f}",
+            f"{median[name][1]:,.0f}",
+            " / ".join(f"{run[2]:.2f}" for run in loops[name]),
+            f"{_common.median(samples[name]):,.0f}",
+        ]
+        for name in loops
+    ]
     print()
     print(f"{args.steps} env steps per run ({WARMUP} warm-up, then 1 update per step), median of {args.repeats}:")
-    print(_common.table(["contender", "env steps/s (wall)", "env steps per CPU s", "success rate after training",
-                         "us per sample(256)"], rows))
-    print(f"\nrlpipe / SB3 env steps/s: {median['rlpipe'][0] / median['SB3'][0]:.2f}x wall, "
-          f"{median['rlpipe'][1] / median['SB3'][1]:.2f}x CPU; HER sample(256): rlpipe "
-          f"{_common.median(samples['SB3']) / _common.median(samples['rlpipe']):.1f}x faster")
+    print(
+        _common.table(["contender", "env steps/s (wall)", "env steps per CPU s", "success rate after training", "us per sample(256)"], rows)
+    )
+    print(
+        f"\nrlpipe / SB3 env steps/s: {median['rlpipe'][0] / median['SB3'][0]:.2f}x wall, "
+        f"{median['rlpipe'][1] / median['SB3'][1]:.2f}x CPU; HER sample(256): rlpipe "
+        f"{_common.median(samples['SB3']) / _common.median(samples['rlpipe']):.1f}x faster"
+    )
 
 
 if __name__ == "__main__":

@@ -36,8 +36,6 @@ Needs the `bench` extra:  pip install -c constraints.txt -e '.[dev,bench]'
 
 from __future__ import annotations
 
-import _common  # noqa: F401  (sets thread limits before numpy is imported)
-
 import argparse
 import json
 import os
@@ -49,8 +47,8 @@ import time
 import warnings
 from pathlib import Path
 
+import _common  # noqa: F401  (sets thread limits before numpy is imported)
 import numpy as np
-
 from _common import core_loads, evict_from_page_cache, least_busy_core, limit_threads, machine_description, pinned, table, today, versions
 
 ENV_ID = "CartPole-v1"
@@ -62,8 +60,9 @@ def build(store: Path, steps: int, num_envs: int) -> dict:
     from rlpipe.pipeline.collect import collect_dataset
 
     start = time.perf_counter()
-    meta = collect_dataset(ENV_ID, steps=steps, num_envs=num_envs, seed=0, name=NAME, fmt="both", store=store, force=True,
-                           progress=False).metadata
+    meta = collect_dataset(
+        ENV_ID, steps=steps, num_envs=num_envs, seed=0, name=NAME, fmt="both", store=store, force=True, progress=False
+    ).metadata
     seconds = time.perf_counter() - start
     sizes = {rel: info["bytes"] for rel, info in meta["files"].items()}
     return {"seconds": seconds, "steps": meta["total_steps"], "episodes": meta["total_episodes"], "files": sizes}
@@ -83,8 +82,7 @@ def child_rlpipe(store: Path, out: Path | None) -> dict:
     materialised = time.perf_counter()
     if out is not None:
         np.savez(out, **owned)
-    return {"import_s": imported - start, "load_s": loaded - imported, "materialise_s": materialised - imported,
-            "rows": len(arrays)}
+    return {"import_s": imported - start, "load_s": loaded - imported, "materialise_s": materialised - imported, "rows": len(arrays)}
 
 
 def child_minari(store: Path, out: Path | None) -> dict:
@@ -109,8 +107,7 @@ def child_minari(store: Path, out: Path | None) -> dict:
     gathered = time.perf_counter()
     if out is not None:
         np.savez(out, **arrays)
-    return {"import_s": imported - start, "load_s": opened - imported, "materialise_s": gathered - imported,
-            "rows": len(arrays["reward"])}
+    return {"import_s": imported - start, "load_s": opened - imported, "materialise_s": gathered - imported, "rows": len(arrays["reward"])}
 
 
 def run_child(which: str, store: Path, out: Path | None, cold: bool, dataset_dir: Path) -> dict:
@@ -153,9 +150,18 @@ def build_large(store: Path, rows: int, episode_length: int = 100, chunk: int = 
             row = np.arange(first, first + n)
             obs = rng.standard_normal((n + 1, 4), dtype=np.float32)
             ends = row % episode_length == episode_length - 1
-            writer.write({"episode_id": row // episode_length, "step": row % episode_length, "obs": obs[:-1], "next_obs": obs[1:],
-                          "action": rng.integers(2, size=n), "reward": np.ones(n, np.float32), "terminated": ends | (row == rows - 1),
-                          "truncated": np.zeros(n, bool)})
+            writer.write(
+                {
+                    "episode_id": row // episode_length,
+                    "step": row % episode_length,
+                    "obs": obs[:-1],
+                    "next_obs": obs[1:],
+                    "action": rng.integers(2, size=n),
+                    "reward": np.ones(n, np.float32),
+                    "terminated": ends | (row == rows - 1),
+                    "truncated": np.zeros(n, bool),
+                }
+            )
         writer.finalize({"algorithm": "synthetic"})
     return time.perf_counter() - start
 
@@ -190,8 +196,13 @@ def child_sampler(store: Path, which: str, batches: int) -> dict:
     for _ in range(batches):
         sampler.sample(BATCH)
     done, cpu_done = time.perf_counter(), time.process_time()
-    return {"setup_s": ready - start, "batches_per_s": batches / (done - timed), "cpu_batches_per_s": batches / (cpu_done - cpu),
-            "rows": sampler.size, **memory_status()}
+    return {
+        "setup_s": ready - start,
+        "batches_per_s": batches / (done - timed),
+        "cpu_batches_per_s": batches / (cpu_done - cpu),
+        "rows": sampler.size,
+        **memory_status(),
+    }
 
 
 def large_case(args: argparse.Namespace) -> int:
@@ -209,11 +220,33 @@ def large_case(args: argparse.Namespace) -> int:
             results[which] = json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1])
             print(f"  {which}: {results[which]}", flush=True)
         exe = Path(sys.executable).with_name("rlpipe")
-        train = [str(exe), "train", "bc", "--dataset", LARGE_NAME, "--store", str(store), "--updates", "2000", "--out",
-                 str(store / "run"), "--no-progress", "--set", "eval_every=2000", "--set", "eval_episodes=2", "--set", "batch_size=256"]
+        train = [
+            str(exe),
+            "train",
+            "bc",
+            "--dataset",
+            LARGE_NAME,
+            "--store",
+            str(store),
+            "--updates",
+            "2000",
+            "--out",
+            str(store / "run"),
+            "--no-progress",
+            "--set",
+            "eval_every=2000",
+            "--set",
+            "eval_episodes=2",
+            "--set",
+            "batch_size=256",
+        ]
         # a wrapper process whose only child is the training run, so its peak RSS is that run's
-        wrapper = [sys.executable, "-c", "import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True, capture_output=True); "
-                   "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"]
+        wrapper = [
+            sys.executable,
+            "-c",
+            "import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True, capture_output=True); "
+            "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)",
+        ]
         start = time.perf_counter()
         peak_kib = int(subprocess.run(wrapper + train, check=True, capture_output=True, text=True).stdout.split()[-1])
         results["train_bc"] = {"seconds": time.perf_counter() - start, "VmHWM": peak_kib / 1024}
@@ -223,21 +256,51 @@ def large_case(args: argparse.Namespace) -> int:
             shutil.rmtree(store, ignore_errors=True)
     m, r = results["mapped"], results["in_ram"]
     print()
-    print(table(["sampler", "setup (s)", "batches of 256 / s (wall)", "per CPU second", "peak RSS (MiB)", "anonymous (MiB)", "file-backed (MiB)"], [
-        [label, f"{x['setup_s']:.2f}", f"{x['batches_per_s']:,.0f}", f"{x['cpu_batches_per_s']:,.0f}", f"{x['VmHWM']:,.0f}",
-         f"{x['RssAnon']:,.0f}", f"{x['RssFile']:,.0f}"] for label, x in (("mapped (MappedSampler)", m), ("in RAM (TransitionSampler)", r))
-    ]))
+    print(
+        table(
+            [
+                "sampler",
+                "setup (s)",
+                "batches of 256 / s (wall)",
+                "per CPU second",
+                "peak RSS (MiB)",
+                "anonymous (MiB)",
+                "file-backed (MiB)",
+            ],
+            [
+                [
+                    label,
+                    f"{x['setup_s']:.2f}",
+                    f"{x['batches_per_s']:,.0f}",
+                    f"{x['cpu_batches_per_s']:,.0f}",
+                    f"{x['VmHWM']:,.0f}",
+                    f"{x['RssAnon']:,.0f}",
+                    f"{x['RssFile']:,.0f}",
+                ]
+                for label, x in (("mapped (MappedSampler)", m), ("in RAM (TransitionSampler)", r))
+            ],
+        )
+    )
     print(f"\nrlpipe train bc, whole process: peak RSS {results['train_bc']['VmHWM']:,.0f} MiB ")
     for text, ok, value in [
         ("mapped sampler peak RSS under 2 GiB", m["VmHWM"] < 2048, f"{m['VmHWM']:,.0f} MiB"),
         ("rlpipe train bc peak RSS under 2 GiB", results["train_bc"]["VmHWM"] < 2048, f"{results['train_bc']['VmHWM']:,.0f} MiB"),
-        ("mapped sampling within 2x of in-RAM (wall)", m["batches_per_s"] * 2 >= r["batches_per_s"], f"{r['batches_per_s'] / m['batches_per_s']:.2f}x slower"),
-        ("mapped sampling within 2x of in-RAM (CPU time)", m["cpu_batches_per_s"] * 2 >= r["cpu_batches_per_s"],
-         f"{r['cpu_batches_per_s'] / m['cpu_batches_per_s']:.2f}x slower"),
+        (
+            "mapped sampling within 2x of in-RAM (wall)",
+            m["batches_per_s"] * 2 >= r["batches_per_s"],
+            f"{r['batches_per_s'] / m['batches_per_s']:.2f}x slower",
+        ),
+        (
+            "mapped sampling within 2x of in-RAM (CPU time)",
+            m["cpu_batches_per_s"] * 2 >= r["cpu_batches_per_s"],
+            f"{r['cpu_batches_per_s'] / m['cpu_batches_per_s']:.2f}x slower",
+        ),
     ]:
         print(f"goal {'MET   ' if ok else 'MISSED'} {text}: {value}")
     if args.json is not None:
-        args.json.write_text(json.dumps({"date": today(), "machine": machine_description(), "rows": args.large, "results": results}, indent=2))
+        args.json.write_text(
+            json.dumps({"date": today(), "machine": machine_description(), "rows": args.large, "results": results}, indent=2)
+        )
     return 0
 
 
@@ -286,9 +349,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with pinned(None if core is None else [core]):
             built = build(store, args.steps, args.num_envs)
-            total_mb = sum(built["files"].values()) / 2**20
-            print(f"# dataset: {built['steps']:,} transitions, {built['episodes']:,} episodes, built (fmt=both) in "
-                  f"{built['seconds']:.1f} s; files: " + ", ".join(f"{rel} {size / 2**20:.1f} MiB" for rel, size in sorted(built["files"].items())))
+            print(
+                f"# dataset: {built['steps']:,} transitions, {built['episodes']:,} episodes, built (fmt=both) in "
+                f"{built['seconds']:.1f} s; files: "
+                + ", ".join(f"{rel} {size / 2**20:.1f} MiB" for rel, size in sorted(built["files"].items()))
+            )
             dataset_dir = store / NAME
             results = {}
             for which in ("rlpipe", "minari"):
@@ -311,27 +376,54 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for cache in ("cold", "warm"):
         r, m = results[f"rlpipe_{cache}"], results[f"minari_{cache}"]
-        rows.append([cache, f"{r['load_s']:.3f}", f"{r['materialise_s']:.3f}", f"{m['load_s']:.3f}", f"{m['materialise_s']:.2f}",
-                     f"{m['materialise_s'] / r['load_s']:,.0f}x", f"{m['materialise_s'] / r['materialise_s']:,.1f}x"])
+        rows.append(
+            [
+                cache,
+                f"{r['load_s']:.3f}",
+                f"{r['materialise_s']:.3f}",
+                f"{m['load_s']:.3f}",
+                f"{m['materialise_s']:.2f}",
+                f"{m['materialise_s'] / r['load_s']:,.0f}x",
+                f"{m['materialise_s'] / r['materialise_s']:,.1f}x",
+            ]
+        )
     print()
-    print(table(["page cache", "rlpipe load_dataset (s)", "rlpipe + copy to RAM (s)", "minari.load_dataset (s)",
-                 "Minari load + iterate_episodes (s)", "ratio vs load_dataset", "ratio vs copy to RAM"], rows))
-    print(f"\nimport time (not included above): rlpipe.datasets.loader {results['rlpipe_warm']['import_s']:.2f} s, "
-          f"minari {results['minari_warm']['import_s']:.2f} s")
+    print(
+        table(
+            [
+                "page cache",
+                "rlpipe load_dataset (s)",
+                "rlpipe + copy to RAM (s)",
+                "minari.load_dataset (s)",
+                "Minari load + iterate_episodes (s)",
+                "ratio vs load_dataset",
+                "ratio vs copy to RAM",
+            ],
+            rows,
+        )
+    )
+    print(
+        f"\nimport time (not included above): rlpipe.datasets.loader {results['rlpipe_warm']['import_s']:.2f} s, "
+        f"minari {results['minari_warm']['import_s']:.2f} s"
+    )
 
     r, m = results["rlpipe_cold"], results["minari_cold"]
     print()
     for text, ok, value in [
         ("rlpipe load under 1 s (cold, load_dataset)", r["load_s"] < 1.0, f"{r['load_s']:.3f} s"),
         ("rlpipe load under 1 s (cold, copied into RAM)", r["materialise_s"] < 1.0, f"{r['materialise_s']:.3f} s"),
-        (">= 20x faster than Minari (cold, copied into RAM)", m["materialise_s"] / r["materialise_s"] >= 20,
-         f"{m['materialise_s'] / r['materialise_s']:,.1f}x"),
+        (
+            ">= 20x faster than Minari (cold, copied into RAM)",
+            m["materialise_s"] / r["materialise_s"] >= 20,
+            f"{m['materialise_s'] / r['materialise_s']:,.1f}x",
+        ),
     ]:
         print(f"goal {'MET   ' if ok else 'MISSED'} {text}: {value}")
 
     if args.json is not None:
-        args.json.write_text(json.dumps({"date": today(), "machine": machine_description(), "core": core, "build": built,
-                                         "results": results}, indent=2))
+        args.json.write_text(
+            json.dumps({"date": today(), "machine": machine_description(), "core": core, "build": built, "results": results}, indent=2)
+        )
     return 0
 
 

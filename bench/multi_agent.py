@@ -12,17 +12,16 @@ for the env figures.
 
 from __future__ import annotations
 
-import _common  # noqa: F401  (sets thread limits before numpy/torch are imported)
-
 import argparse
 import time
 
+import _common
 import numpy as np
 
 from rlpipe.envs.combat import CombatEnv, CombatVectorEnv
 
 
-def rates(fn, units: int) -> tuple[float, float]:  # noqa: ANN001
+def rates(fn, units: int) -> tuple[float, float]:
     """``units`` / wall second and / CPU second of one call of ``fn``."""
     wall, cpu = time.perf_counter(), time.process_time()
     fn()

@@ -28,11 +28,8 @@ On CUDA d3rlpy runs twice by default: eager (its default) and with its own
 
 from __future__ import annotations
 
-import importlib
-
-import _common  # noqa: F401  (sets thread limits before numpy/torch are imported)
-
 import argparse
+import importlib
 import json
 import subprocess
 import tempfile
@@ -42,10 +39,19 @@ from types import ModuleType
 from typing import Any
 from unittest import mock
 
+import _common  # noqa: F401  (sets thread limits before numpy/torch are imported)
 import numpy as np
-
 from _common import (
-    core_loads, least_busy_core, limit_threads, machine_description, median, pinned, random_dataset, table, today, versions,
+    core_loads,
+    least_busy_core,
+    limit_threads,
+    machine_description,
+    median,
+    pinned,
+    random_dataset,
+    table,
+    today,
+    versions,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -129,13 +135,29 @@ def time_rlpipe(algo: str, store: Path, updates: int, device: str = "cpu", overr
     return time.perf_counter() - start, time.process_time() - cpu_start
 
 
-def time_d3rlpy(algo: str, npz: Path, updates: int, device: str = "cpu", python: Path = PEER_PYTHON,
-                compiled: bool = False) -> tuple[float, float]:
+def time_d3rlpy(
+    algo: str, npz: Path, updates: int, device: str = "cpu", python: Path = PEER_PYTHON, compiled: bool = False
+) -> tuple[float, float]:
     """Wall and CPU seconds for `updates` d3rlpy updates, run in its own virtualenv
     (``compiled``: with d3rlpy's ``compile_graph=True``)."""
-    cmd = [str(python), str(PEER_SCRIPT), str(npz), "--algo", algo, "--updates", str(updates),
-           "--batch-size", str(BATCH), "--hidden", str(HIDDEN), "--action-samples", str(SAMPLED_ACTIONS),
-           "--device", "cuda:0" if device == "cuda" else "cpu:0", *(["--compile-graph"] if compiled else [])]
+    cmd = [
+        str(python),
+        str(PEER_SCRIPT),
+        str(npz),
+        "--algo",
+        algo,
+        "--updates",
+        str(updates),
+        "--batch-size",
+        str(BATCH),
+        "--hidden",
+        str(HIDDEN),
+        "--action-samples",
+        str(SAMPLED_ACTIONS),
+        "--device",
+        "cuda:0" if device == "cuda" else "cpu:0",
+        *(["--compile-graph"] if compiled else []),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode != 0 or not lines:
@@ -154,8 +176,11 @@ def main() -> None:
     parser.add_argument("--json", help="also write the raw results to this file")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where both sides train")
     parser.add_argument("--peer-python", type=Path, help="an interpreter with d3rlpy 2.8.1 (default: its own venv, created if missing)")
-    parser.add_argument("--peer-configs", help="d3rlpy configurations, comma-separated from eager,compiled "
-                        "(compiled: compile_graph=True; default: eager on cpu, both on cuda)")
+    parser.add_argument(
+        "--peer-configs",
+        help="d3rlpy configurations, comma-separated from eager,compiled "
+        "(compiled: compile_graph=True; default: eager on cpu, both on cuda)",
+    )
     args = parser.parse_args()
     peer_configs = (args.peer_configs or ("eager,compiled" if args.device == "cuda" else "eager")).split(",")
     if not set(peer_configs) <= {"eager", "compiled"}:
@@ -166,9 +191,17 @@ def main() -> None:
     peer_python = args.peer_python or PEER_PYTHON
     if args.peer_python is None:
         ensure_peer_venv()
-    peer_versions = subprocess.run([str(peer_python), "-c", "import d3rlpy, torch, gymnasium; "
-                                    "print(f'd3rlpy {d3rlpy.__version__}, torch {torch.__version__}, gymnasium {gymnasium.__version__}')"],
-                                   capture_output=True, text=True, check=True).stdout.strip()
+    peer_versions = subprocess.run(
+        [
+            str(peer_python),
+            "-c",
+            "import d3rlpy, torch, gymnasium; "
+            "print(f'd3rlpy {d3rlpy.__version__}, torch {torch.__version__}, gymnasium {gymnasium.__version__}')",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     updates = {"cql": args.cql_updates, "bc": args.bc_updates}
     with tempfile.TemporaryDirectory(prefix="rlpipe-bench-offline-") as tmp:
         store = Path(tmp)
@@ -176,15 +209,21 @@ def main() -> None:
         core = least_busy_core()
         print(f"date: {today()}; machine: {machine_description()}")
         print(f"rlpipe side: {versions('torch', 'gymnasium', 'rlpipe')}; peer side: {peer_versions}")
-        print(f"device: {args.device}; dataset: {NAME}, {args.steps} transitions; nets {HIDDEN}x{HIDDEN}, batch {BATCH}, "
-              f"CQL sampled actions {SAMPLED_ACTIONS} per proposal; torch threads 1 for both, pinned to core {core}; "
-              "core loads before start: " + ", ".join(f"{c}: {load:.0%}" for c, load in core_loads().items()), flush=True)
+        print(
+            f"device: {args.device}; dataset: {NAME}, {args.steps} transitions; nets {HIDDEN}x{HIDDEN}, batch {BATCH}, "
+            f"CQL sampled actions {SAMPLED_ACTIONS} per proposal; torch threads 1 for both, pinned to core {core}; "
+            "core loads before start: " + ", ".join(f"{c}: {load:.0%}" for c, load in core_loads().items()),
+            flush=True,
+        )
         # algo -> library -> per repeat: (updates per wall second, updates per CPU second)
         peers = {("d3rlpy" if name == "eager" else "d3rlpy compile_graph"): name == "compiled" for name in peer_configs}
         raw: dict[str, dict[str, list[tuple[float, float]]]] = {algo: {"rlpipe": [], **{p: [] for p in peers}} for algo in updates}
         runners = {
             "rlpipe": lambda algo, n: time_rlpipe(algo, store, n, args.device),
-            **{peer: (lambda algo, n, c=compiled: time_d3rlpy(algo, npz, n, args.device, peer_python, c)) for peer, compiled in peers.items()},
+            **{
+                peer: (lambda algo, n, c=compiled: time_d3rlpy(algo, npz, n, args.device, peer_python, c))
+                for peer, compiled in peers.items()
+            },
         }
         with pinned([core]):
             for repeat in range(args.repeats):
@@ -192,19 +231,39 @@ def main() -> None:
                     for library, runner in runners.items():
                         wall, cpu = runner(algo, n)
                         raw[algo][library].append((n / wall, n / cpu))
-                        print(f"  repeat {repeat} {algo} {library}: {n / wall:.2f} updates/s wall, "
-                              f"{n / cpu:.2f} per CPU second", flush=True)
+                        print(
+                            f"  repeat {repeat} {algo} {library}: {n / wall:.2f} updates/s wall, {n / cpu:.2f} per CPU second", flush=True
+                        )
     rows = []
     for algo, n in updates.items():
         rates = {library: [median([rate[i] for rate in raw[algo][library]]) for i in (0, 1)] for library in runners}
         ours, ours_cpu = rates["rlpipe"]
         for peer in peers:
             theirs, theirs_cpu = rates[peer]
-            rows.append([algo.upper(), n, peer, f"{theirs:.2f} ({theirs_cpu:.2f})", f"{ours:.2f} ({ours_cpu:.2f})",
-                         f"{ours / theirs:.2f}x ({ours_cpu / theirs_cpu:.2f}x)"])
+            rows.append(
+                [
+                    algo.upper(),
+                    n,
+                    peer,
+                    f"{theirs:.2f} ({theirs_cpu:.2f})",
+                    f"{ours:.2f} ({ours_cpu:.2f})",
+                    f"{ours / theirs:.2f}x ({ours_cpu / theirs_cpu:.2f}x)",
+                ]
+            )
     print()
-    print(table(["algorithm", "updates timed", "peer configuration", "peer updates/s (per CPU s)", "rlpipe updates/s (per CPU s)",
-                 "rlpipe / peer"], rows))
+    print(
+        table(
+            [
+                "algorithm",
+                "updates timed",
+                "peer configuration",
+                "peer updates/s (per CPU s)",
+                "rlpipe updates/s (per CPU s)",
+                "rlpipe / peer",
+            ],
+            rows,
+        )
+    )
     print("\ncore loads after: " + ", ".join(f"{c}: {load:.0%}" for c, load in core_loads().items()))
     if args.json:
         Path(args.json).write_text(json.dumps(raw, indent=2) + "\n")

@@ -11,13 +11,12 @@ the device) are compared. The issue's goal: a GPU no slower than one CPU core.
 
 from __future__ import annotations
 
-import _common  # noqa: F401  (sets thread limits before numpy/torch are imported)
-
 import argparse
 import json
 import time
 from pathlib import Path
 
+import _common  # noqa: F401  (sets thread limits before numpy/torch are imported)
 from _common import core_loads, limit_threads, machine_description, table, today, versions
 
 ENV_ID = "Pendulum-v1"
@@ -30,8 +29,9 @@ def time_training(algo: str, device: str, steps: int | None, seed: int) -> tuple
     spec = get_algo(algo)
     config = spec.make_config(ENV_ID, device=device, seed=seed)
     steps = steps or config.env_steps
-    config = spec.make_config(ENV_ID, device=device, seed=seed, env_steps=steps, eval_every=steps,
-                              learning_starts=min(config.learning_starts, steps // 2))
+    config = spec.make_config(
+        ENV_ID, device=device, seed=seed, env_steps=steps, eval_every=steps, learning_starts=min(config.learning_starts, steps // 2)
+    )
     start = time.perf_counter()
     result = spec.train(config, progress=False)
     return time.perf_counter() - start, float(result.metrics["eval_return_mean"])
@@ -48,8 +48,11 @@ def main() -> None:
     limit_threads()
     devices, algos = args.devices.split(","), args.algos.split(",")
     print(f"date: {today()}; machine: {machine_description()}; {versions('torch', 'gymnasium', 'rlpipe')}")
-    print(f"{ENV_ID}, tuned settings, env steps: {args.steps or 'tuned'}; torch threads 1; core loads before start: "
-          + ", ".join(f"{c}: {load:.0%}" for c, load in core_loads().items()), flush=True)
+    print(
+        f"{ENV_ID}, tuned settings, env steps: {args.steps or 'tuned'}; torch threads 1; core loads before start: "
+        + ", ".join(f"{c}: {load:.0%}" for c, load in core_loads().items()),
+        flush=True,
+    )
     results: dict[str, dict[str, tuple[float, float]]] = {}
     rows = []
     for algo in algos:

@@ -8,13 +8,12 @@ is measured in bench/her_online.py; this one times the dataset transform alone.
 
 from __future__ import annotations
 
-import _common  # noqa: F401  (thread limits before numpy/torch)
-
 import argparse
 import tempfile
 import time
 from pathlib import Path
 
+import _common  # noqa: F401  (thread limits before numpy/torch)
 from _common import limit_threads, machine_description, table, today
 
 from rlpipe.datasets.her import relabel_dataset

@@ -22,14 +22,13 @@ Needs the `bench` extra:  pip install -c constraints.txt -e '.[dev,bench]'
 
 from __future__ import annotations
 
-import _common  # noqa: F401  (sets thread limits before numpy/torch are imported)
-
 import argparse
 import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import _common
 import numpy as np
 
 from rlpipe.training import evaluate
@@ -84,10 +83,22 @@ def run_sb3(task: Task, seed: int) -> Outcome:
 
     start = time.perf_counter()
     if task.algo == "ppo":
-        linear = lambda v: (lambda progress: progress * v)  # noqa: E731  (zoo's lin_<v>)
+        linear = lambda v: lambda progress: progress * v  # noqa: E731  (zoo's lin_<v>)
         env = make_vec_env(task.env_id, n_envs=8, seed=seed)
-        model = PPO("MlpPolicy", env, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20,
-                    ent_coef=0.0, learning_rate=linear(1e-3), clip_range=linear(0.2), seed=seed, device="cpu")
+        model = PPO(
+            "MlpPolicy",
+            env,
+            n_steps=32,
+            batch_size=256,
+            gae_lambda=0.8,
+            gamma=0.98,
+            n_epochs=20,
+            ent_coef=0.0,
+            learning_rate=linear(1e-3),
+            clip_range=linear(0.2),
+            seed=seed,
+            device="cpu",
+        )
     else:
         env = make_vec_env(task.env_id, n_envs=1, seed=seed)
         model = SAC("MlpPolicy", env, learning_rate=1e-3, seed=seed, device="cpu")
@@ -100,9 +111,16 @@ def run_rlpipe(task: Task, seed: int) -> Outcome:
     from rlpipe.algos import get_algo
 
     module = get_algo(task.algo)
-    config = module.make_config(task.env_id, env_steps=task.budget, seed=seed, device="cpu",
-                                eval_every=task.eval_every, eval_episodes=EVAL_EPISODES, stop_at_return=task.threshold,
-                                heldout_eval_episodes=0)  # timed: no final held-out evaluation
+    config = module.make_config(
+        task.env_id,
+        env_steps=task.budget,
+        seed=seed,
+        device="cpu",
+        eval_every=task.eval_every,
+        eval_episodes=EVAL_EPISODES,
+        stop_at_return=task.threshold,
+        heldout_eval_episodes=0,
+    )  # timed: no final held-out evaluation
     start = time.perf_counter()
     result = module.train(config, progress=False)
     seconds = time.perf_counter() - start
@@ -128,13 +146,21 @@ def main() -> None:
                 out = {lib: runner(task, seed) for lib, runner in runners.items()}
                 for lib, o in out.items():
                     raw.append({"algo": name, "env": task.env_id, "seed": seed, "library": lib, **o.__dict__})
-                    print(f"  {name} seed {seed} {lib}: {o.seconds:.1f} s, reached at {o.env_steps} steps, "
-                          f"last eval {o.final_return:.1f}", flush=True)
+                    print(
+                        f"  {name} seed {seed} {lib}: {o.seconds:.1f} s, reached at {o.env_steps} steps, last eval {o.final_return:.1f}",
+                        flush=True,
+                    )
                 ok = all(o.env_steps is not None for o in out.values())
                 ratio = out["rlpipe"].seconds / out["SB3"].seconds if ok else float("nan")
-                rows.append([f"{name.upper()} {task.env_id} to {task.threshold:g}", seed,
-                             f"{out['SB3'].seconds:.1f} s ({out['SB3'].env_steps} steps)",
-                             f"{out['rlpipe'].seconds:.1f} s ({out['rlpipe'].env_steps} steps)", f"{ratio:.2f}"])
+                rows.append(
+                    [
+                        f"{name.upper()} {task.env_id} to {task.threshold:g}",
+                        seed,
+                        f"{out['SB3'].seconds:.1f} s ({out['SB3'].env_steps} steps)",
+                        f"{out['rlpipe'].seconds:.1f} s ({out['rlpipe'].env_steps} steps)",
+                        f"{ratio:.2f}",
+                    ]
+                )
     print()
     print(_common.table(["task", "seed", "SB3", "rlpipe", "rlpipe / SB3"], rows))
     if args.json:

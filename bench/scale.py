@@ -23,14 +23,23 @@ from pathlib import Path
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
-from rlpipe.pipeline.cluster import ensure_ray  # noqa: E402
-from rlpipe.pipeline.collect import collect_dataset  # noqa: E402
+from rlpipe.pipeline.cluster import ensure_ray
+from rlpipe.pipeline.collect import collect_dataset
 
 
 def rate(steps: int, backend: str, workers: int, root: Path) -> float:
     start = time.perf_counter()
-    result = collect_dataset("CartPole-v1", steps=steps, num_envs=16, name=f"{backend}-{workers}", store=root, fmt="arrow",
-                             progress=False, backend=backend, workers=workers)
+    result = collect_dataset(
+        "CartPole-v1",
+        steps=steps,
+        num_envs=16,
+        name=f"{backend}-{workers}",
+        store=root,
+        fmt="arrow",
+        progress=False,
+        backend=backend,
+        workers=workers,
+    )
     return result.metadata["total_steps"] / (time.perf_counter() - start)
 
 

@@ -2,4 +2,4 @@
 
 __version__ = "0.1.0"
 
-import rlpipe.envs  # noqa: E402,F401  (registers GoalWorld-v0 with gymnasium)
+import rlpipe.envs  # noqa: F401  (registers GoalWorld-v0 with gymnasium)

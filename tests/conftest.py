@@ -49,8 +49,9 @@ def store(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.fixture(scope="session", params=[int(s) for s in os.environ.get("RLPIPE_TEST_SEED", "0").split(",")],
-                ids=lambda seed: f"seed{seed}")
+@pytest.fixture(
+    scope="session", params=[int(s) for s in os.environ.get("RLPIPE_TEST_SEED", "0").split(",")], ids=lambda seed: f"seed{seed}"
+)
 def learning_seed(request: pytest.FixtureRequest) -> int:
     """The training seed of a learning test: $RLPIPE_TEST_SEED, default 0; a comma list
     (`RLPIPE_TEST_SEED=0,1,2,3,4 pytest -m slow --junitxml=sweep.xml`) runs every learning
@@ -109,11 +110,35 @@ def offline_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     store, models = root / "datasets", root / "models"
     ppo = get_algo("ppo")
     ppo.train(ppo.make_config("CartPole-v1", stop_at_return=500.0), models / "ppo-cartpole", progress=False)
-    collect_dataset("CartPole-v1", expert="ppo", expert_run=models / "ppo-cartpole", episodes=20, num_envs=4,
-                    name="cartpole-expert", store=store, progress=False)
-    collect_dataset("Pendulum-v1", expert="sac", from_training=True, expert_run=models / "sac-mixed", seed=0,
-                    name="pendulum-mixed", store=store, progress=False)
+    collect_dataset(
+        "CartPole-v1",
+        expert="ppo",
+        expert_run=models / "ppo-cartpole",
+        episodes=20,
+        num_envs=4,
+        name="cartpole-expert",
+        store=store,
+        progress=False,
+    )
+    collect_dataset(
+        "Pendulum-v1",
+        expert="sac",
+        from_training=True,
+        expert_run=models / "sac-mixed",
+        seed=0,
+        name="pendulum-mixed",
+        store=store,
+        progress=False,
+    )
     # The end of that run: an expert like the pipeline's.
-    collect_dataset("Pendulum-v1", expert="sac", expert_run=models / "sac-mixed", episodes=20, num_envs=4,
-                    name="pendulum-expert", store=store, progress=False)
+    collect_dataset(
+        "Pendulum-v1",
+        expert="sac",
+        expert_run=models / "sac-mixed",
+        episodes=20,
+        num_envs=4,
+        name="pendulum-expert",
+        store=store,
+        progress=False,
+    )
     return store

@@ -26,8 +26,11 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Path:
     collect_dataset(root / "store", "CartPole-v1", "cartpole", fmt="arrow", episodes=4, num_envs=2)
     collect_dataset(root / "store", "GoalWorld-v0", "goals", fmt="arrow", episodes=4, num_envs=2)
     ppo = get_algo("ppo")
-    ppo.train(ppo.make_config("CartPole-v1", env_steps=256, eval_every=256, eval_episodes=1, heldout_eval_episodes=0),
-              root / "run", progress=False)
+    ppo.train(
+        ppo.make_config("CartPole-v1", env_steps=256, eval_every=256, eval_episodes=1, heldout_eval_episodes=0),
+        root / "run",
+        progress=False,
+    )
     return root
 
 
@@ -41,8 +44,12 @@ def tree(path: Path) -> list[tuple[str, int]]:
 def command(args: list[str], world: Path, out: Path) -> list[str]:
     """``args`` with the paths each command needs: the world's store and run, a fresh output."""
     args = [str(world / "run") if a == "RUN" else a for a in args]
-    where = {"collect": ["--store", out], "train": ["--store", world / "store", "--out", out, "--no-progress"],
-             "relabel": ["--store", world / "store", "--name", "out"], "sweep": ["--root", out, "--name", "s"]}
+    where = {
+        "collect": ["--store", out],
+        "train": ["--store", world / "store", "--out", out, "--no-progress"],
+        "relabel": ["--store", world / "store", "--name", "out"],
+        "sweep": ["--root", out, "--name", "s"],
+    }
     return [*args, *where.get(args[0], [])]
 
 
@@ -104,14 +111,32 @@ def test_out_of_range_is_one_line_exit_2_and_writes_nothing(cli, world: Path, tm
 
 def test_the_edges_of_the_ranges_are_accepted(cli, world: Path, tmp_path: Path) -> None:
     """Control: the largest seed and env count work on the commands that refuse one more."""
-    collected = cli("collect", *CARTPOLE, "--episodes", "2", "--seed", MAX_SEED, "--num-envs", MAX_NUM_ENVS,
-                    "--store", tmp_path / "store", "--quiet")
+    collected = cli(
+        "collect", *CARTPOLE, "--episodes", "2", "--seed", MAX_SEED, "--num-envs", MAX_NUM_ENVS, "--store", tmp_path / "store", "--quiet"
+    )
     assert collected.code == 0 and "2 episodes" in collected.out, collected.err
     evaluated = cli("eval", world / "run", "--episodes", "1", "--seed", MAX_SEED)
     assert evaluated.code == 0, evaluated.err
-    trained = cli("train", "ppo", *CARTPOLE, "--seed", MAX_SEED, "--env-steps", "64", "--set", "eval_every=64",
-                  "--set", "eval_episodes=1", "--set", "heldout_eval_episodes=1", "--out", tmp_path / "run", "--no-progress",
-                  "--device", "cpu")
+    trained = cli(
+        "train",
+        "ppo",
+        *CARTPOLE,
+        "--seed",
+        MAX_SEED,
+        "--env-steps",
+        "64",
+        "--set",
+        "eval_every=64",
+        "--set",
+        "eval_episodes=1",
+        "--set",
+        "heldout_eval_episodes=1",
+        "--out",
+        tmp_path / "run",
+        "--no-progress",
+        "--device",
+        "cpu",
+    )
     assert trained.code == 0, trained.err
     relabelled = cli("relabel", "her", "--dataset", "goals", "--seed", MAX_SEED, "--k", "2", "--name", "edge", "--store", world / "store")
     assert relabelled.code == 0, relabelled.err
@@ -122,8 +147,10 @@ def test_the_edges_of_the_ranges_are_accepted(cli, world: Path, tmp_path: Path) 
     "failure",
     [
         MemoryError("Unable to allocate 373. GiB for an array with shape (99999999999,) and data type int32"),  # numpy
-        RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: "
-                     "you tried to allocate 3200000000000 bytes. Error code 12 (Cannot allocate memory)"),  # torch, --set hidden=[10**11]
+        RuntimeError(
+            "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: "
+            "you tried to allocate 3200000000000 bytes. Error code 12 (Cannot allocate memory)"
+        ),  # torch, --set hidden=[10**11]
     ],
 )
 def test_an_allocation_beyond_the_machine_is_one_line(cli, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, failure: Exception) -> None:

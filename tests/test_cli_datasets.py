@@ -122,9 +122,23 @@ def test_killed_collection_leaves_no_dataset(store: Path, sig: int) -> None:
     """Kill a long collection mid-way: the store shows no dataset, only hidden work files."""
     rlpipe = Path(sys.executable).with_name("rlpipe")
     proc = subprocess.Popen(
-        [str(rlpipe), "collect", "--env", "CartPole-v1", "--steps", "50000000", "--num-envs", "64",
-         "--store", str(store), "--quiet", "--format", "arrow"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            str(rlpipe),
+            "collect",
+            "--env",
+            "CartPole-v1",
+            "--steps",
+            "50000000",
+            "--num-envs",
+            "64",
+            "--store",
+            str(store),
+            "--quiet",
+            "--format",
+            "arrow",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     deadline = time.monotonic() + 60
     while not any(store.glob(".tmp-*")) and time.monotonic() < deadline:

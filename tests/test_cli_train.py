@@ -92,11 +92,44 @@ def test_a_broken_settings_file_is_one_line(cli, tmp_path: Path, content: str | 
 def test_settings_from_a_params_file_equal_the_same_set_options(cli, tmp_path: Path) -> None:
     params = tmp_path / "params.yaml"
     params.write_text("stage:\n  run:\n    set: {env_steps: 512, eval_every: 512, hidden: [16], anneal: false}\n")
-    from_file = cli("train", "ppo", "--env", "CartPole-v1", "--seed", "1", "--device", "cpu", "--no-progress",
-                    "--out", tmp_path / "a", "--set-from", f"{params}:stage.run.set", "--set", "env_steps=512")
-    as_options = cli("train", "ppo", "--env", "CartPole-v1", "--seed", "1", "--device", "cpu", "--no-progress",
-                     "--out", tmp_path / "b", "--env-steps", "512", "--set", "eval_every=512", "--set", "hidden=[16]",
-                     "--set", "anneal=false")
+    from_file = cli(
+        "train",
+        "ppo",
+        "--env",
+        "CartPole-v1",
+        "--seed",
+        "1",
+        "--device",
+        "cpu",
+        "--no-progress",
+        "--out",
+        tmp_path / "a",
+        "--set-from",
+        f"{params}:stage.run.set",
+        "--set",
+        "env_steps=512",
+    )
+    as_options = cli(
+        "train",
+        "ppo",
+        "--env",
+        "CartPole-v1",
+        "--seed",
+        "1",
+        "--device",
+        "cpu",
+        "--no-progress",
+        "--out",
+        tmp_path / "b",
+        "--env-steps",
+        "512",
+        "--set",
+        "eval_every=512",
+        "--set",
+        "hidden=[16]",
+        "--set",
+        "anneal=false",
+    )
     assert from_file.code == 0 and as_options.code == 0, from_file.err + as_options.err
     a, b = (json.loads((tmp_path / run / "checkpoint.json").read_text()) for run in ("a", "b"))
     assert a["config"] == b["config"] and a["config"]["hidden"] == [16] and a["config"]["anneal"] is False
@@ -104,8 +137,24 @@ def test_settings_from_a_params_file_equal_the_same_set_options(cli, tmp_path: P
 
 
 def _train(cli, out: Path, *extra: str) -> dict:
-    result = cli("train", "ppo", "--env", "CartPole-v1", "--env-steps", "1024", "--seed", "3", "--out", out,
-                 "--device", "cpu", "--no-progress", "--set", "eval_every=512", *extra)
+    result = cli(
+        "train",
+        "ppo",
+        "--env",
+        "CartPole-v1",
+        "--env-steps",
+        "1024",
+        "--seed",
+        "3",
+        "--out",
+        out,
+        "--device",
+        "cpu",
+        "--no-progress",
+        "--set",
+        "eval_every=512",
+        *extra,
+    )
     assert result.code == 0, result.err
     return json.loads((out / "metrics.json").read_text())
 
@@ -142,8 +191,23 @@ def test_same_seed_gives_identical_metrics_and_weights(cli, tmp_path: Path) -> N
 def test_off_policy_runs_are_deterministic(cli, tmp_path: Path) -> None:
     runs = []
     for name in ("a", "b"):
-        result = cli("train", "td3", "--env", "Pendulum-v1", "--env-steps", "300", "--out", tmp_path / name,
-                     "--no-progress", "--device", "cpu", "--set", "learning_starts=100", "--set", "eval_episodes=2")
+        result = cli(
+            "train",
+            "td3",
+            "--env",
+            "Pendulum-v1",
+            "--env-steps",
+            "300",
+            "--out",
+            tmp_path / name,
+            "--no-progress",
+            "--device",
+            "cpu",
+            "--set",
+            "learning_starts=100",
+            "--set",
+            "eval_episodes=2",
+        )
         assert result.code == 0, result.err
         runs.append(json.loads((tmp_path / name / "metrics.json").read_text()))
         runs[-1].pop("wall_seconds")

@@ -192,7 +192,7 @@ def test_seeded_and_batched_games_agree() -> None:
 def test_vector_env_autoresets_on_the_next_step() -> None:
     vec = CombatVectorEnv(4, max_steps=5)
     vec.reset(seed=0)
-    for t in range(5):
+    for _ in range(5):
         _, _, term, trunc, info = vec.step(np.full((4, 2), NOOP))
     assert (term | trunc).all() and info["valid"].all()
     _, rewards, term, trunc, info = vec.step(np.full((4, 2), NOOP))

@@ -8,8 +8,8 @@ and metadata JSON with NaN or Infinity (issue 22)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import gymnasium as gym
 import numpy as np
@@ -122,7 +122,10 @@ CASES: dict[str, tuple[Callable, str]] = {
     "dropped rows": (dropped_rows, "shards hold 270 rows, metadata says 300"),
     "total_steps off by one": (total_steps_off_by_one, "shards hold 300 rows, metadata says 301"),
     "total_episodes off by one": (total_episodes_off_by_one, "shards hold 10 episodes, metadata says 11"),
-    "total_steps 10**400": (lambda store, _: rerecord(write(store), total_steps=10**400), "'total_steps' is missing or not a non-negative integer below 2**63"),
+    "total_steps 10**400": (
+        lambda store, _: rerecord(write(store), total_steps=10**400),
+        "'total_steps' is missing or not a non-negative integer below 2**63",
+    ),
     "action outside Discrete": (action_outside_discrete, "action 7 outside Discrete(2) at row 12"),
     "action outside MultiDiscrete": (action_outside_multi_discrete, "action [1, 2] outside MultiDiscrete([3 2]) at row 40"),
     "next_obs not chained": (next_obs_not_chained, "next_obs at row 5 differs from obs at row 6 in episode 0"),
@@ -180,7 +183,7 @@ def test_shards_and_chunks_number_rows_through_the_dataset(store: Path) -> None:
     rows["action"][250] = -1
     rows["next_obs"][301] = 0.0
     rows["terminated"][350] = True  # inside episode 53 (rows 348-359)
-    batches = [{key: value[first:first + 40] for key, value in rows.items()} for first in range(0, 400, 40)]  # 40 rows: 6 whole episodes
+    batches = [{key: value[first : first + 40] for key, value in rows.items()} for first in range(0, 400, 40)]  # 40 rows: 6 whole episodes
     write_rows("sharded", batches, BOX, ACT, env_id=None, producer={}, store=store, fmt="arrow", shard_bytes=4096)
     info = open_dataset("sharded", store)
     assert len(info.shard_rels) > 3
@@ -248,20 +251,34 @@ def shorter_observations(file) -> None:
 
 
 HDF5_CASES = {
-    "garbage": (lambda path: ((path / "data" / "main_data.hdf5").write_bytes(b"not hdf5" * 1000), rerecord(path)),
-                "data/main_data.hdf5 is not a readable HDF5 file"),
-    "wrong shape": (lambda path: rewrite_hdf5(path, shorter_observations),
-                    "data/main_data.hdf5: episode_1/observations is float32[30, 3], the Arrow data gives float32[31, 3]"),
-    "other values": (lambda path: rewrite_hdf5(path, lambda file: file["episode_2/rewards"].__setitem__(3, 99.0)),
-                     "data/main_data.hdf5: episode_2/rewards differs from the Arrow data"),
-    "missing episode": (lambda path: rewrite_hdf5(path, lambda file: file.__delitem__("episode_9")),
-                        "data/main_data.hdf5: holds 9 objects, the dataset has 10 episodes"),
-    "broken metadata.json": (lambda path: ((path / "data" / "metadata.json").write_text("{"), rerecord(path)),
-                             "data/metadata.json: unreadable"),
-    "metadata.json with NaN": (lambda path: ((path / "data" / "metadata.json").write_text('{"total_steps": NaN}'), rerecord(path)),
-                               "data/metadata.json: unreadable (NaN is not standard JSON)"),
-    "broken metadata.json, not re-hashed": (lambda path: (path / "data" / "metadata.json").write_text(
-        "[" + (path / "data" / "metadata.json").read_text()[1:]), "data/metadata.json does not match its recorded size/sha256"),
+    "garbage": (
+        lambda path: ((path / "data" / "main_data.hdf5").write_bytes(b"not hdf5" * 1000), rerecord(path)),
+        "data/main_data.hdf5 is not a readable HDF5 file",
+    ),
+    "wrong shape": (
+        lambda path: rewrite_hdf5(path, shorter_observations),
+        "data/main_data.hdf5: episode_1/observations is float32[30, 3], the Arrow data gives float32[31, 3]",
+    ),
+    "other values": (
+        lambda path: rewrite_hdf5(path, lambda file: file["episode_2/rewards"].__setitem__(3, 99.0)),
+        "data/main_data.hdf5: episode_2/rewards differs from the Arrow data",
+    ),
+    "missing episode": (
+        lambda path: rewrite_hdf5(path, lambda file: file.__delitem__("episode_9")),
+        "data/main_data.hdf5: holds 9 objects, the dataset has 10 episodes",
+    ),
+    "broken metadata.json": (
+        lambda path: ((path / "data" / "metadata.json").write_text("{"), rerecord(path)),
+        "data/metadata.json: unreadable",
+    ),
+    "metadata.json with NaN": (
+        lambda path: ((path / "data" / "metadata.json").write_text('{"total_steps": NaN}'), rerecord(path)),
+        "data/metadata.json: unreadable (NaN is not standard JSON)",
+    ),
+    "broken metadata.json, not re-hashed": (
+        lambda path: (path / "data" / "metadata.json").write_text("[" + (path / "data" / "metadata.json").read_text()[1:]),
+        "data/metadata.json does not match its recorded size/sha256",
+    ),
 }
 
 

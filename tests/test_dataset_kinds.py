@@ -38,8 +38,10 @@ def test_validate_enforces_the_episode_invariant(store: Path, cli) -> None:
     broken["terminated"][1] = True  # mid-episode
     unfinished = synthetic_rows([3, 4], BOX, BOX)
     unfinished["terminated"][6] = False  # the second episode ends with neither flag
-    for name, rows, message in [("mid", broken, "episode 0 is terminated or truncated before its last row (step 1)"),
-                                ("open", unfinished, "episode 1 ends with neither terminated nor truncated")]:
+    for name, rows, message in [
+        ("mid", broken, "episode 0 is terminated or truncated before its last row (step 1)"),
+        ("open", unfinished, "episode 1 ends with neither terminated nor truncated"),
+    ]:
         write_rows(name, [rows], BOX, BOX, env_id=None, producer={"algorithm": "test"}, store=store)
         result = cli("datasets", "validate", name, "--store", store)
         assert result.code == 2 and message in result.err, result.err

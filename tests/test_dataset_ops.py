@@ -34,11 +34,21 @@ def _episode_rows(episode: int, length: int, reward: float) -> dict[str, np.ndar
     }
 
 
-def _make(store: Path, name: str, lengths: list[int], rewards: list[float], env_id: str = "Pendulum-v1",
-          obs_space: gym.Space = OBS) -> Path:
+def _make(
+    store: Path, name: str, lengths: list[int], rewards: list[float], env_id: str = "Pendulum-v1", obs_space: gym.Space = OBS
+) -> Path:
     batches = [_episode_rows(i, n, r) for i, (n, r) in enumerate(zip(lengths, rewards))]
-    return write_rows(name, iter(batches), obs_space, ACT, env_id=env_id, producer={"algorithm": "test", "seed": 0},
-                      store=store, fmt="arrow", shard_bytes=300)  # a few episodes a shard
+    return write_rows(
+        name,
+        iter(batches),
+        obs_space,
+        ACT,
+        env_id=env_id,
+        producer={"algorithm": "test", "seed": 0},
+        store=store,
+        fmt="arrow",
+        shard_bytes=300,
+    )  # a few episodes a shard
 
 
 def _traced_episodes(store: Path, name: str) -> list[int]:
@@ -106,8 +116,10 @@ def test_split_is_by_episode_seeded_and_disjoint(source: Path, cli) -> None:
     train, val = _traced_episodes(source, "src-train"), _traced_episodes(source, "src-val")
     assert len(val) == 5 and sorted(train + val) == list(range(20)) and not set(train) & set(val)
     assert open_dataset("src-val", source).metadata["lineage"]["arguments"]["side"] == "val"
-    assert cli("datasets", "split", "src", "--val", "0.25", "--seed", "5", "--train-name", "t5", "--val-name", "v5",
-               "--store", source).code == 0
+    assert (
+        cli("datasets", "split", "src", "--val", "0.25", "--seed", "5", "--train-name", "t5", "--val-name", "v5", "--store", source).code
+        == 0
+    )
     assert _traced_episodes(source, "v5") != val
 
 

@@ -73,7 +73,9 @@ def test_box_round_trip_is_exact_and_zero_copy(store: Path) -> None:
     for name in ("obs", "action", "reward", "next_obs", "terminated", "truncated", "episode_id", "step"):
         assert_columnar_equal(getattr(data, name), rows[name])
     assert data.obs.flags["C_CONTIGUOUS"] and not data.obs.flags["OWNDATA"]  # a view of the memory map
-    np.testing.assert_allclose(data.episode_returns(), [rows["reward"][:5].sum(), rows["reward"][5:12].sum(), rows["reward"][12:].sum()], rtol=1e-6)
+    np.testing.assert_allclose(
+        data.episode_returns(), [rows["reward"][:5].sum(), rows["reward"][5:12].sum(), rows["reward"][12:].sum()], rtol=1e-6
+    )
 
 
 def test_dict_observations_are_struct_columns_polars_can_read(store: Path) -> None:

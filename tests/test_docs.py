@@ -23,8 +23,7 @@ def test_cli_reference_is_generated_from_the_commands() -> None:
 @pytest.mark.skipif(shutil.which("mkdocs", path=str(Path(sys.executable).parent)) is None, reason="mkdocs is not installed")
 def test_docs_site_builds_strictly(tmp_path: Path) -> None:
     mkdocs = Path(sys.executable).parent / "mkdocs"
-    run = subprocess.run([str(mkdocs), "build", "--strict", "--site-dir", str(tmp_path / "site")], cwd=REPO,
-                         capture_output=True, text=True)
+    run = subprocess.run([str(mkdocs), "build", "--strict", "--site-dir", str(tmp_path / "site")], cwd=REPO, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-3000:]
     assert (tmp_path / "site" / "index.html").is_file()
 
@@ -50,7 +49,11 @@ NOTEBOOK = re.compile(r"\b(session \d+|sessions? [0-9]+-[0-9]+|round of work|iss
 def test_no_page_speaks_of_rounds_of_work() -> None:
     """History lives in git and CHANGELOG.md; the guide states current facts."""
     pages = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
-    found = [f"{page.relative_to(REPO)}:{n}: {line.strip()[:80]}" for page in pages
-             for n, line in enumerate(page.read_text().splitlines(), 1) if NOTEBOOK.search(line)]
+    found = [
+        f"{page.relative_to(REPO)}:{n}: {line.strip()[:80]}"
+        for page in pages
+        for n, line in enumerate(page.read_text().splitlines(), 1)
+        if NOTEBOOK.search(line)
+    ]
     assert not found, "\n".join(found)
     assert not (REPO / "notes").exists()

@@ -16,7 +16,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-import rlpipe.envs  # noqa: F401  (registers GoalWorld-v0)
+import rlpipe.envs
 from rlpipe.datasets.writer import write_rows
 from rlpipe.envs import TRUST_ENV_SPEC_VAR
 from rlpipe.training.offline import dataset_env_id
@@ -71,8 +71,16 @@ def edit(path: Path, **fields: Any) -> None:
 
 
 def cartpole_dataset(store: Path) -> Path:
-    return write_rows("data", [synthetic_rows([20] * 5, OBS, ACT)], OBS, ACT, env_id="CartPole-v1",
-                      producer={"algorithm": "test"}, store=store, fmt="arrow")
+    return write_rows(
+        "data",
+        [synthetic_rows([20] * 5, OBS, ACT)],
+        OBS,
+        ACT,
+        env_id="CartPole-v1",
+        producer={"algorithm": "test"},
+        store=store,
+        fmt="arrow",
+    )
 
 
 def local_env_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
@@ -91,8 +99,9 @@ def local_env_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 
 @pytest.mark.parametrize("key", ["env_spec", "eval_env_spec"])
 @pytest.mark.parametrize("kind", KINDS)
-def test_planted_dataset_spec_is_refused_before_it_runs(store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli,
-                                                        kind: str, key: str) -> None:
+def test_planted_dataset_spec_is_refused_before_it_runs(
+    store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli, kind: str, key: str
+) -> None:
     spec, marker = planted_spec(kind, tmp_path, monkeypatch)
     edit(cartpole_dataset(store), **{key: json.dumps(spec)})
     sweep = ["sweep", "bc", "--dataset", "data", "--seeds", "0", "--set", "updates=2", "--root", tmp_path / "sweeps"]
@@ -124,8 +133,9 @@ def test_planted_env_id_would_import_a_module_and_is_refused(store: Path, tmp_pa
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_planted_run_spec_is_refused_before_it_runs(trained_run: Path, store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                    cli, kind: str) -> None:
+def test_planted_run_spec_is_refused_before_it_runs(
+    trained_run: Path, store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli, kind: str
+) -> None:
     spec, marker = planted_spec(kind, tmp_path, monkeypatch)
     run = tmp_path / "run"
     shutil.copytree(trained_run, run)
@@ -138,8 +148,16 @@ def test_planted_run_spec_is_refused_before_it_runs(trained_run: Path, store: Pa
 
 def test_planted_spec_is_refused_by_relabel(store: Path, tmp_path: Path, cli) -> None:
     obs_space, act_space = rlpipe.envs.env_spaces("GoalWorld-v0")
-    write_rows("goals", [synthetic_rows([10] * 3, obs_space, act_space)], obs_space, act_space, env_id="GoalWorld-v0",
-               producer={"algorithm": "test"}, store=store, fmt="arrow")
+    write_rows(
+        "goals",
+        [synthetic_rows([10] * 3, obs_space, act_space)],
+        obs_space,
+        act_space,
+        env_id="GoalWorld-v0",
+        producer={"algorithm": "test"},
+        store=store,
+        fmt="arrow",
+    )
     marker = tmp_path / "marker"
     goalworld = json.loads(gym.spec("GoalWorld-v0").to_json())
     edit(store / "goals", env_spec=json.dumps({**goalworld, "entry_point": "subprocess:getoutput", "kwargs": {"cmd": f"touch {marker}"}}))
@@ -180,16 +198,25 @@ def test_registered_spec_with_other_settings_needs_no_trust(store: Path, tmp_pat
     a run trained there evaluates in a fresh process (whose registry lacks the dataset's id)."""
     pendulum = json.loads(gym.spec("Pendulum-v1").to_json())
     box, act = gym.spaces.Box(-1.0, 1.0, (3,), np.float32), gym.spaces.Box(-2.0, 2.0, (1,), np.float32)
-    write_rows("pendulum", [synthetic_rows([20] * 3, box, act)], box, act, env_id="Pendulum-v1", producer={"algorithm": "test"},
-               store=store, fmt="arrow")
+    write_rows(
+        "pendulum",
+        [synthetic_rows([20] * 3, box, act)],
+        box,
+        act,
+        env_id="Pendulum-v1",
+        producer={"algorithm": "test"},
+        store=store,
+        fmt="arrow",
+    )
     edit(store / "pendulum", env_spec=json.dumps({**pendulum, "max_episode_steps": 17, "kwargs": {"g": 5.0}}))
     assert cli("datasets", "validate", "pendulum", "--store", store).code == 0
     env = gym.make(dataset_env_id("pendulum", store))
     assert env.spec.max_episode_steps == 17 and env.unwrapped.g == 5.0
     run = tmp_path / "run"
     assert cli("train", "bc", "--dataset", "pendulum", "--store", store, "--out", run, *SHORT_BC).code == 0
-    evaluated = subprocess.run([RLPIPE, "eval", str(run), "--episodes", "1", "--json"], capture_output=True, text=True,
-                               env={**os.environ, TRUST_ENV_SPEC_VAR: "0"})
+    evaluated = subprocess.run(
+        [RLPIPE, "eval", str(run), "--episodes", "1", "--json"], capture_output=True, text=True, env={**os.environ, TRUST_ENV_SPEC_VAR: "0"}
+    )
     assert evaluated.returncode == 0, evaluated.stderr
     assert json.loads(evaluated.stdout)["return_mean"] > -17 * 16.3  # 17-step episodes (at least -16.3 a step)
 

@@ -51,6 +51,7 @@ def test_a_loaded_env_steps_on_exactly(env_id: str) -> None:
 
 def test_the_record_is_plain_data() -> None:
     """Tagged tuples, dicts, lists, numbers, strings and NumPy data: nothing a file could not hold."""
+
     def plain(value) -> bool:
         if isinstance(value, (tuple, list)):
             return all(map(plain, value))
@@ -81,8 +82,21 @@ def test_an_env_that_cannot_be_recorded_is_refused() -> None:
 def test_checkpoint_every_refuses_such_an_env_before_training(tmp_path: Path, cli) -> None:
     gym.register("rlpipe-test/LockedPendulum-v0", entry_point=_LockedPendulum, max_episode_steps=200)
     try:
-        res = cli("train", "sac", "--env", "rlpipe-test/LockedPendulum-v0", "--env-steps", "300", "--checkpoint-every", "100",
-                  "--device", "cpu", "--no-progress", "--out", str(tmp_path / "run"))
+        res = cli(
+            "train",
+            "sac",
+            "--env",
+            "rlpipe-test/LockedPendulum-v0",
+            "--env-steps",
+            "300",
+            "--checkpoint-every",
+            "100",
+            "--device",
+            "cpu",
+            "--no-progress",
+            "--out",
+            str(tmp_path / "run"),
+        )
     finally:
         del gym.registry["rlpipe-test/LockedPendulum-v0"]
     assert res.code == 2 and len(res.err.strip().splitlines()) == 1 and "lock is a lock" in res.err, res.err

@@ -19,8 +19,13 @@ from hypothesis import strategies as st
 from tests.test_collector import collect_dataset
 from tests.test_fuzz_readers import mutate
 
-FUZZ = settings(max_examples=40, derandomize=True, deadline=None, database=None,
-                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+FUZZ = settings(
+    max_examples=40,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +36,11 @@ def originals(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("fuzz-inputs")
     collect_dataset(root / "store", "CartPole-v1", "data", fmt="both", episodes=4, num_envs=2)
     ppo = get_algo("ppo")
-    ppo.train(ppo.make_config("CartPole-v1", env_steps=256, eval_every=256, eval_episodes=1, heldout_eval_episodes=0),
-              root / "run", progress=False)
+    ppo.train(
+        ppo.make_config("CartPole-v1", env_steps=256, eval_every=256, eval_episodes=1, heldout_eval_episodes=0),
+        root / "run",
+        progress=False,
+    )
     return root
 
 
@@ -45,8 +53,9 @@ def damage(data: st.DataObject, raw: bytes, is_json: bool) -> bytes:
     if how == "flip":
         damaged = bytearray(raw)
         end = data.draw(st.sampled_from([min(len(raw), 256), len(raw)]))
-        for position, mask in data.draw(st.lists(st.tuples(st.integers(0, end - 1), st.integers(1, 255)), min_size=1, max_size=3,
-                                                    unique_by=lambda flip: flip[0])):
+        for position, mask in data.draw(
+            st.lists(st.tuples(st.integers(0, end - 1), st.integers(1, 255)), min_size=1, max_size=3, unique_by=lambda flip: flip[0])
+        ):
             damaged[position] ^= mask
         return bytes(damaged)
     value = json.loads(raw)
@@ -85,8 +94,27 @@ def test_damaged_metadata_through_validate_and_train(cli, originals: Path, data:
         assert listed.code == 0 and ("data: broken: " in listed.out) == (result.code == 2), listed.out + listed.err
         if train:
             out = Path(tmp) / "bc"
-            trained = cli("train", "bc", "--dataset", "data", "--store", store, "--out", out, "--updates", "2", "--device", "cpu",
-                          "--set", "eval_every=2", "--set", "eval_episodes=1", "--set", "heldout_eval_episodes=0", "--no-progress")
+            trained = cli(
+                "train",
+                "bc",
+                "--dataset",
+                "data",
+                "--store",
+                store,
+                "--out",
+                out,
+                "--updates",
+                "2",
+                "--device",
+                "cpu",
+                "--set",
+                "eval_every=2",
+                "--set",
+                "eval_episodes=1",
+                "--set",
+                "heldout_eval_episodes=0",
+                "--no-progress",
+            )
             assert trained.code in (0, 2) and (trained.code == 0 or trained.err.count("\n") == 1), trained.err
             assert out.exists() == (trained.code == 0)  # nothing half-written
 

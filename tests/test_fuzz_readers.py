@@ -18,16 +18,21 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rlpipe.datasets.loader import TransitionArrays, load_shards
-from rlpipe.files import sha256_file
 from rlpipe.datasets.store import open_dataset, store_entries
 from rlpipe.datasets.summary import summary_tables
 from rlpipe.datasets.validate import validate_dataset
 from rlpipe.datasets.writer import write_rows
 from rlpipe.errors import RlpipeError
+from rlpipe.files import sha256_file
 from tests.test_dataset_store import synthetic_rows
 
-FUZZ = settings(max_examples=60, derandomize=True, deadline=None, database=None,
-                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+FUZZ = settings(
+    max_examples=60,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 OBS = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
 ACT = gym.spaces.Discrete(2)
 SHARD = "steps/shard-00000.arrow"
@@ -43,8 +48,16 @@ json_values = st.recursive(
 def source(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, TransitionArrays]:
     """A small real dataset (Arrow and Minari HDF5) and its arrays."""
     store = tmp_path_factory.mktemp("fuzz") / "store"
-    write_rows("data", [synthetic_rows([7, 5, 9, 4], OBS, ACT)], OBS, ACT, env_id="CartPole-v1", producer={"algorithm": "test"},
-               store=store, fmt="both")
+    write_rows(
+        "data",
+        [synthetic_rows([7, 5, 9, 4], OBS, ACT)],
+        OBS,
+        ACT,
+        env_id="CartPole-v1",
+        producer={"algorithm": "test"},
+        store=store,
+        fmt="both",
+    )
     return store / "data", load_shards(open_dataset("data", store))
 
 
@@ -102,8 +115,7 @@ def test_mutated_metadata_is_refused_or_read_correctly(source, data: st.DataObje
 
 
 @FUZZ
-@given(cut=st.integers(0, 10**6), flips=st.lists(st.tuples(st.integers(0, 10**6), st.integers(1, 255)), max_size=3),
-       rehash=st.booleans())
+@given(cut=st.integers(0, 10**6), flips=st.lists(st.tuples(st.integers(0, 10**6), st.integers(1, 255)), max_size=3), rehash=st.booleans())
 def test_damaged_shard_is_refused_or_read_correctly(source, cut: int, flips: list[tuple[int, int]], rehash: bool) -> None:
     path, original = source
     with tempfile.TemporaryDirectory() as tmp:

@@ -100,8 +100,9 @@ def test_relabel_is_seeded(store: Path) -> None:
 
 
 @pytest.mark.parametrize("strategy", ["future", "final", "episode", "random"])
-def test_relabelling_in_row_chunks_bounds_memory_and_writes_the_same_rows(store: Path, strategy: str,
-                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_relabelling_in_row_chunks_bounds_memory_and_writes_the_same_rows(
+    store: Path, strategy: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Chunks of at most `rows_per_chunk` rows (an episode longer than that: one copy of it)
     whatever k, and the same dataset as one chunk: memory no longer grows with k."""
     from rlpipe.datasets.writer import DatasetWriter
@@ -115,8 +116,9 @@ def test_relabelling_in_row_chunks_bounds_memory_and_writes_the_same_rows(store:
     monkeypatch.setattr(DatasetWriter, "write", lambda self, rows: (batches.append(len(rows["reward"])), write(self, rows))[1])
     for rows_per_chunk in (7, 200):
         batches.clear()
-        chunked = relabel_dataset(info, f"chunked-{rows_per_chunk}", strategy=strategy, k=40, seed=1, store=store,
-                                  rows_per_chunk=rows_per_chunk)
+        chunked = relabel_dataset(
+            info, f"chunked-{rows_per_chunk}", strategy=strategy, k=40, seed=1, store=store, rows_per_chunk=rows_per_chunk
+        )
         assert max(batches) <= max(rows_per_chunk, longest) and len(batches) > 2
         assert open_dataset(chunked.name, store).metadata["content_hash"] == open_dataset(whole.name, store).metadata["content_hash"]
 

@@ -34,16 +34,25 @@ def synthetic_step(episodes: list[int], steps: list[int], done: list[bool], vali
     next_obs = {"observation": np.stack([e, t], 1), "achieved_goal": np.stack([e, t], 1), "desired_goal": goal}
     actions = np.stack([e, t], 1) / 100
     rewards = np.full(len(e), -1.0, np.float32)
-    return StepBatch(obs, actions, actions, rewards, next_obs, np.zeros(len(e), bool), np.array(done), np.array(valid),
-                     (t + 1) * rewards, t.astype(np.int64) + 1)
+    return StepBatch(
+        obs,
+        actions,
+        actions,
+        rewards,
+        next_obs,
+        np.zeros(len(e), bool),
+        np.array(done),
+        np.array(valid),
+        (t + 1) * rewards,
+        t.astype(np.int64) + 1,
+    )
 
 
 def filled_buffer(strategy: str = "future", k: int = 4, capacity: int = 1000) -> HerReplayBuffer:
     """Two envs, interleaved: env 0 runs episodes 0 (3 steps) and 2 (2 steps); env 1 runs
     episode 1 (5 steps) and an open episode 3. A reset step (valid False) sits in between."""
     space = gym.make("GoalWorld-v0").observation_space
-    buffer = HerReplayBuffer(capacity, space, 2, 2, *goal_functions("GoalWorld-v0"), strategy=strategy, k=k,
-                             rng=np.random.default_rng(0))
+    buffer = HerReplayBuffer(capacity, space, 2, 2, *goal_functions("GoalWorld-v0"), strategy=strategy, k=k, rng=np.random.default_rng(0))
     script = [  # (episode of env 0, step, done, valid), (episode of env 1, step, done, valid)
         ((0, 0, False, True), (1, 0, False, True)),
         ((0, 1, False, True), (1, 1, False, True)),
@@ -131,8 +140,23 @@ def test_success_rate_is_measured_in_goal_envs_only() -> None:
 
 def test_cli_trains_and_evaluates_a_her_run(tmp_path: Path, cli) -> None:
     out = tmp_path / "td3-her"
-    ok = cli("train", "td3-her", "--env", "GoalWorld-v0", "--env-steps", "300", "--set", "learning_starts=200",
-             "--set", "eval_episodes=4", "--set", "strategy=final", "--out", out, "--no-progress")
+    ok = cli(
+        "train",
+        "td3-her",
+        "--env",
+        "GoalWorld-v0",
+        "--env-steps",
+        "300",
+        "--set",
+        "learning_starts=200",
+        "--set",
+        "eval_episodes=4",
+        "--set",
+        "strategy=final",
+        "--out",
+        out,
+        "--no-progress",
+    )
     assert ok.code == 0, ok.err
     assert "success rate" in ok.out
     metrics = json.loads((out / "metrics.json").read_text())
@@ -156,8 +180,11 @@ def test_cli_trains_and_evaluates_a_her_run(tmp_path: Path, cli) -> None:
 
 
 def test_each_name_gets_its_base_algorithm() -> None:
-    for name, own, foreign in [("ddpg-her", "noise_sigma", "policy_delay"), ("td3-her", "policy_delay", "alpha_lr"),
-                               ("sac-her", "alpha_lr", "noise_sigma")]:
+    for name, own, foreign in [
+        ("ddpg-her", "noise_sigma", "policy_delay"),
+        ("td3-her", "policy_delay", "alpha_lr"),
+        ("sac-her", "alpha_lr", "noise_sigma"),
+    ]:
         config = get_algo(name).make_config("GoalWorld-v0")
         assert type(config).base == name.removesuffix("-her") and config.her and config.k == 4
         assert hasattr(config, own) and not hasattr(config, foreign)
@@ -171,12 +198,19 @@ def test_ddpg_her_learns_goalworld_and_plain_replay_does_not(learning_seed: int,
     module = get_algo("ddpg-her")
     results = {}
     for her in (True, False):
-        config = module.make_config("GoalWorld-v0", env_steps=2000, eval_every=250, stop_at_return=-10.0,
-                                    heldout_eval_episodes=0, seed=learning_seed, her=her)
+        config = module.make_config(
+            "GoalWorld-v0", env_steps=2000, eval_every=250, stop_at_return=-10.0, heldout_eval_episodes=0, seed=learning_seed, her=her
+        )
         results[her] = module.train(config, progress=False)
         reached = results[her].first_reaching(-10.0)
-        record_property(f"her={her}", (None if reached is None else reached.done,
-                                       results[her].metrics["eval_success_rate"], results[her].metrics["eval_return_mean"]))
+        record_property(
+            f"her={her}",
+            (
+                None if reached is None else reached.done,
+                results[her].metrics["eval_success_rate"],
+                results[her].metrics["eval_return_mean"],
+            ),
+        )
     # Reached at (env steps, seeds 0-4): 1500, 1250, 1250, 1500, 1500 (5-9: by 1500), success 1.0 each.
     reached = results[True].first_reaching(-10.0)
     assert reached is not None and reached.success_rate >= 0.8, results[True].history
@@ -193,9 +227,20 @@ def test_offline_training_on_the_relabelled_dataset_beats_the_raw_one(store: Pat
     module = get_algo("td3bc")
     results = {}
     for name in ("goalworld-random", "goalworld-random-her"):  # until -10 over 50 episodes (>= 80% successes), cap 5000 updates
-        config = module.make_config("GoalWorld-v0", dataset=name, store=str(store), updates=5000, eval_every=500,
-                                    eval_episodes=50, stop_at_return=-10.0, heldout_eval_episodes=0, hidden=(64, 64),
-                                    actor_lr=1e-3, critic_lr=1e-3, seed=learning_seed)
+        config = module.make_config(
+            "GoalWorld-v0",
+            dataset=name,
+            store=str(store),
+            updates=5000,
+            eval_every=500,
+            eval_episodes=50,
+            stop_at_return=-10.0,
+            heldout_eval_episodes=0,
+            hidden=(64, 64),
+            actor_lr=1e-3,
+            critic_lr=1e-3,
+            seed=learning_seed,
+        )
         data = load_offline("td3bc", config, module.action_kinds)
         assert data.obs_dim == 4 and data.arrays.obs.shape == (len(data.arrays), 4)  # flattened goal observations
         results[name] = module.train(config, progress=False)

@@ -70,7 +70,7 @@ def test_no_import_loop() -> None:
     for module in sorted(graph):
         if module not in state:
             loop = visit(module, [])
-            assert loop is None, " -> ".join(loop[loop.index(loop[-1]):])
+            assert loop is None, " -> ".join(loop[loop.index(loop[-1]) :])
 
 
 def torch_modules_after(code: str) -> list[str]:

@@ -23,14 +23,30 @@ def sharded_copy(store: Path, env_id: str, episodes: int, shard_bytes: int) -> s
     data = load_shards(open_dataset("source", store))
     info = open_dataset("source", store)
     starts = np.r_[data.episode_starts(), len(data)]
-    blocks = ({name: getattr(data, name)[a:b] for name in ("obs", "action", "reward", "next_obs", "terminated", "truncated", "episode_id", "step")}
-              for a, b in zip(starts[:-1], starts[1:]))
-    write_rows("sharded", blocks, info.observation_space, info.action_space, env_id=env_id, producer=source.metadata["producer"],
-               store=store, fmt="arrow", shard_bytes=shard_bytes)
+    blocks = (
+        {
+            name: getattr(data, name)[a:b]
+            for name in ("obs", "action", "reward", "next_obs", "terminated", "truncated", "episode_id", "step")
+        }
+        for a, b in zip(starts[:-1], starts[1:])
+    )
+    write_rows(
+        "sharded",
+        blocks,
+        info.observation_space,
+        info.action_space,
+        env_id=env_id,
+        producer=source.metadata["producer"],
+        store=store,
+        fmt="arrow",
+        shard_bytes=shard_bytes,
+    )
     return "sharded"
 
 
-@pytest.mark.parametrize("env_id,resident_bytes", [("CartPole-v1", 1 << 30), ("Pendulum-v1", 1 << 30), ("CartPole-v1", 0), ("Pendulum-v1", 30_000)])
+@pytest.mark.parametrize(
+    "env_id,resident_bytes", [("CartPole-v1", 1 << 30), ("Pendulum-v1", 1 << 30), ("CartPole-v1", 0), ("Pendulum-v1", 30_000)]
+)
 def test_mapped_sampler_equals_in_ram_sampler(store: Path, env_id: str, resident_bytes: int) -> None:
     """Same seed, same batches: the gather over several shards (columns mapped, or read with
     pread beyond `resident_bytes`) gives exactly the rows (and converted actions) the in-RAM
@@ -76,8 +92,17 @@ def test_next_obs_is_gathered_from_obs_only_where_rows_chain(store: Path) -> Non
     data = load_shards(info)
     shuffled = {name: getattr(data, name) for name in ("obs", "action", "reward", "terminated", "truncated", "episode_id", "step")}
     shuffled["next_obs"] = np.random.default_rng(0).permutation(data.next_obs)
-    write_rows("unchained", [shuffled], info.observation_space, info.action_space, env_id="Pendulum-v1", producer={}, store=store,
-               fmt="arrow", kind="transitions")  # rows of an episodes dataset must chain
+    write_rows(
+        "unchained",
+        [shuffled],
+        info.observation_space,
+        info.action_space,
+        env_id="Pendulum-v1",
+        producer={},
+        store=store,
+        fmt="arrow",
+        kind="transitions",
+    )  # rows of an episodes dataset must chain
     control = MappedTransitions(open_dataset("unchained", store))
     assert control._following is None and "next_obs" in control.resident
     rows = np.arange(len(data))

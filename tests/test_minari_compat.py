@@ -3,11 +3,10 @@ datasets (both backends) import into our format with identical arrays."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import gymnasium as gym
-import json
-
 import minari
 import numpy as np
 import pytest
@@ -85,8 +84,27 @@ def test_arrow_only_dataset_exports_the_same_minari_dataset(store: Path, tmp_pat
     the shards, and holds what the HDF5 copy of a `--format both` collection holds."""
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
     for fmt, name in (("arrow", "plain"), ("both", "copied")):
-        assert cli("collect", "--env", "CartPole-v1", "--episodes", "5", "--num-envs", "2", "--seed", "3", "--format", fmt,
-                   "--name", name, "--store", store, "--quiet").code == 0
+        assert (
+            cli(
+                "collect",
+                "--env",
+                "CartPole-v1",
+                "--episodes",
+                "5",
+                "--num-envs",
+                "2",
+                "--seed",
+                "3",
+                "--format",
+                fmt,
+                "--name",
+                name,
+                "--store",
+                store,
+                "--quiet",
+            ).code
+            == 0
+        )
         result = cli("datasets", "export", name, "--store", store)
         assert result.code == 0, result.err
     plain, copied = minari.load_dataset("rlpipe/plain-v0"), minari.load_dataset("rlpipe/copied-v0")
@@ -98,8 +116,14 @@ def test_arrow_only_dataset_exports_the_same_minari_dataset(store: Path, tmp_pat
 
 
 def make_minari_dataset(
-    dataset_id: str, env_id: str, data_format: str, episodes: int, make_kwargs: dict | None = None, with_infos: bool = False,
-    seeds: list[int] | None = None, **metadata
+    dataset_id: str,
+    env_id: str,
+    data_format: str,
+    episodes: int,
+    make_kwargs: dict | None = None,
+    with_infos: bool = False,
+    seeds: list[int] | None = None,
+    **metadata,
 ) -> None:
     """Write a real Minari dataset of random episodes, seeded 0, 1, 2, ... (or `seeds`, which
     Minari records as given; `make_kwargs` go to `gym.make`, `metadata` to
@@ -162,7 +186,9 @@ UNSIGNED_SEED = 15198835472784071208
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
 @pytest.mark.parametrize("data_format", ["hdf5", "arrow"])
-def test_unsigned_64_bit_seeds_round_trip_exactly(store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli, data_format: str) -> None:
+def test_unsigned_64_bit_seeds_round_trip_exactly(
+    store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli, data_format: str
+) -> None:
     """Seeds of 2**63 and above (DataCollector's automatic seeds) import, validate and export
     exactly; the HDF5 attribute is uint64 for them and int64 for the others, as h5py stores
     Minari's own."""
@@ -223,7 +249,9 @@ def test_export_without_id_works_everywhere_in_minari(store: Path, tmp_path: Pat
 
 
 @pytest.mark.parametrize("bad_id", ["cp", "team/cp", "a b-v0"])
-def test_minari_ids_without_version_are_one_line_errors(store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli, bad_id: str) -> None:
+def test_minari_ids_without_version_are_one_line_errors(
+    store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli, bad_id: str
+) -> None:
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
     collect_dataset(store, "CartPole-v1", "cp", episodes=1, num_envs=1)
     for args in (["datasets", "export", "cp", "--id", bad_id], ["datasets", "import", bad_id, "--name", "back"]):
@@ -237,7 +265,22 @@ def test_minari_ids_without_version_are_one_line_errors(store: Path, tmp_path: P
 def test_nested_dict_observations_collect_and_import_with_hdf5(store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli) -> None:
     """A Dict inside a Dict: collected and imported with the default formats (Arrow + HDF5),
     and Minari reads back what we read."""
-    result = cli("collect", "--env", "NestedDict-v0", "--episodes", "6", "--num-envs", "2", "--name", "nested", "--format", "both", "--quiet", "--store", store)
+    result = cli(
+        "collect",
+        "--env",
+        "NestedDict-v0",
+        "--episodes",
+        "6",
+        "--num-envs",
+        "2",
+        "--name",
+        "nested",
+        "--format",
+        "both",
+        "--quiet",
+        "--store",
+        store,
+    )
     assert result.code == 0, result.err
     ours = load_dataset("nested", store)
     assert set(ours.obs) == {"pos", "inner"} and set(ours.obs["inner"]) == {"vel", "count"}
@@ -264,8 +307,15 @@ def test_import_keeps_the_source_env_spec(store: Path, tmp_path: Path, monkeypat
     from rlpipe.training.offline import dataset_env_id
 
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
-    make_minari_dataset("test/short-v0", "Pendulum-v1", "hdf5", episodes=2, make_kwargs={"max_episode_steps": 37},
-                        ref_min_score=-400.0, ref_max_score=-100.0)
+    make_minari_dataset(
+        "test/short-v0",
+        "Pendulum-v1",
+        "hdf5",
+        episodes=2,
+        make_kwargs={"max_episode_steps": 37},
+        ref_min_score=-400.0,
+        ref_max_score=-100.0,
+    )
     assert cli("datasets", "import", "test/short-v0", "--name", "short", "--store", store).code == 0
     meta = json.loads((store / "short" / "metadata.json").read_text())
     assert json.loads(meta["env_spec"])["max_episode_steps"] == 37 and meta["env_id"] == "Pendulum-v1"
@@ -282,8 +332,23 @@ def test_import_keeps_the_source_env_spec(store: Path, tmp_path: Path, monkeypat
     truncated_at = next(t for t in range(1, 201) if envs.step(envs.action_space.sample())[3][0])
     assert truncated_at == 37
     run = tmp_path / "run"
-    result = cli("train", "bc", "--dataset", "short", "--updates", "4", "--set", "eval_every=4", "--set", "eval_episodes=1",
-                 "--store", store, "--out", run, "--no-progress")
+    result = cli(
+        "train",
+        "bc",
+        "--dataset",
+        "short",
+        "--updates",
+        "4",
+        "--set",
+        "eval_every=4",
+        "--set",
+        "eval_episodes=1",
+        "--store",
+        store,
+        "--out",
+        run,
+        "--no-progress",
+    )
     assert result.code == 0, result.err
     assert json.loads((run / "metrics.json").read_text())["env_id"] == env_id
     assert gym.spec(load_policy(run).env_id).max_episode_steps == 37
@@ -340,9 +405,17 @@ def test_metadata_round_trips_both_ways(store: Path, tmp_path: Path, monkeypatch
     """Minari -> rlpipe -> Minari keeps the optional metadata, eval env spec, reference
     scores, episode seeds, reward statistics and infos (GoalWorld's is_success, a nested key)."""
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
-    given = {"author": "Ada", "author_email": "ada@example.org", "description": "goal reaching, random",
-             "code_permalink": "https://example.org/code", "eval_env": "GoalWorld-v0", "ref_min_score": -50.0,
-             "ref_max_score": -4.0, "num_episodes_average_score": 7, "requirements": ["gymnasium>=1.0"]}
+    given = {
+        "author": "Ada",
+        "author_email": "ada@example.org",
+        "description": "goal reaching, random",
+        "code_permalink": "https://example.org/code",
+        "eval_env": "GoalWorld-v0",
+        "ref_min_score": -50.0,
+        "ref_max_score": -4.0,
+        "num_episodes_average_score": 7,
+        "requirements": ["gymnasium>=1.0"],
+    }
     # Minari 0.5.4's Arrow backend cannot read back the scalar infos it writes (`int(b'')` in
     # its `_decode_info`), so the Arrow source carries none.
     with_infos = data_format == "hdf5"
@@ -362,10 +435,22 @@ def test_metadata_round_trips_both_ways(store: Path, tmp_path: Path, monkeypatch
 
     assert cli("datasets", "export", "goal", "--id", "test/goal-back-v0", "--store", store).code == 0
     back = minari.load_dataset("test/goal-back-v0")
-    for key in ("author", "author_email", "description", "code_permalink", "eval_env_spec", "ref_min_score",
-                "ref_max_score", "num_episodes_average_score", "requirements", "algorithm_name"):
+    for key in (
+        "author",
+        "author_email",
+        "description",
+        "code_permalink",
+        "eval_env_spec",
+        "ref_min_score",
+        "ref_max_score",
+        "num_episodes_average_score",
+        "requirements",
+        "algorithm_name",
+    ):
         assert back.storage.metadata[key] == source.storage.metadata[key], key
-    assert back.storage.metadata["dataset_size"] == round((tmp_path / "minari" / "test" / "goal-back-v0" / "data" / "main_data.hdf5").stat().st_size / 1e6, 1)
+    assert back.storage.metadata["dataset_size"] == round(
+        (tmp_path / "minari" / "test" / "goal-back-v0" / "data" / "main_data.hdf5").stat().st_size / 1e6, 1
+    )
     for theirs, mine in zip(source.iterate_episodes(), back.iterate_episodes()):
         assert_same(mine.infos, theirs.infos, "infos")
     episodes = list(back.storage.get_episode_metadata(range(5)))
@@ -386,7 +471,22 @@ def test_metadata_round_trips_both_ways(store: Path, tmp_path: Path, monkeypatch
 def test_collect_stores_is_success_and_reference_scores(store: Path, cli) -> None:
     from rlpipe.datasets.scores import random_policy_return
 
-    result = cli("collect", "--env", "GoalWorld-v0", "--episodes", "4", "--num-envs", "2", "--name", "goal", "--format", "both", "--quiet", "--store", store)
+    result = cli(
+        "collect",
+        "--env",
+        "GoalWorld-v0",
+        "--episodes",
+        "4",
+        "--num-envs",
+        "2",
+        "--name",
+        "goal",
+        "--format",
+        "both",
+        "--quiet",
+        "--store",
+        store,
+    )
     assert result.code == 0, result.err
     meta = json.loads((store / "goal" / "metadata.json").read_text())
     assert meta["ref_min_score"] == random_policy_return("GoalWorld-v0") and "ref_max_score" not in meta
@@ -395,7 +495,9 @@ def test_collect_stores_is_success_and_reference_scores(store: Path, cli) -> Non
     assert not data.info["is_success"][data.step == 0].any()
     in_store = minari.MinariDataset(store / "goal" / "data")
     np.testing.assert_array_equal(concat([e.infos["is_success"][1:] for e in in_store.iterate_episodes()]), data.terminated)
-    assert cli("collect", "--env", "CartPole-v1", "--episodes", "2", "--name", "cp", "--format", "both", "--quiet", "--store", store).code == 0
+    assert (
+        cli("collect", "--env", "CartPole-v1", "--episodes", "2", "--name", "cp", "--format", "both", "--quiet", "--store", store).code == 0
+    )
     assert "info_space" not in json.loads((store / "cp" / "metadata.json").read_text())  # CartPole reports no is_success
     assert cli("datasets", "validate", "goal", "--store", store).code == 0
 
@@ -405,8 +507,14 @@ def test_import_refuses_tuple_spaces_in_one_line(store: Path, tmp_path: Path, mo
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
     space = gym.spaces.Tuple((gym.spaces.Discrete(3), gym.spaces.Box(-1.0, 1.0, (2,), np.float32)))
     observations = (np.array([0, 1, 2]), np.zeros((3, 2), np.float32))
-    episode = EpisodeBuffer(id=0, observations=observations, actions=np.array([0, 1]), rewards=[0.0, 1.0],
-                            terminations=[False, True], truncations=[False, False])
+    episode = EpisodeBuffer(
+        id=0,
+        observations=observations,
+        actions=np.array([0, 1]),
+        rewards=[0.0, 1.0],
+        terminations=[False, True],
+        truncations=[False, False],
+    )
     minari.create_dataset_from_buffers("test/tuple-v0", [episode], observation_space=space, action_space=gym.spaces.Discrete(2))
     result = cli("datasets", "import", "test/tuple-v0", "--name", "tuple", "--store", store)
     assert result.code == 2 and result.err.count("\n") == 1 and "unsupported space" in result.err
@@ -420,8 +528,28 @@ def test_expert_dataset_export_is_scored_by_minari(store: Path, tmp_path: Path, 
     from rlpipe.datasets.scores import random_policy_return
 
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
-    result = cli("collect", "--env", "CartPole-v1", "--expert", "ppo", "--expert-run", tmp_path / "ppo", "--expert-steps", "2048",
-                 "--episodes", "4", "--num-envs", "2", "--name", "expert", "--format", "both", "--quiet", "--store", store)
+    result = cli(
+        "collect",
+        "--env",
+        "CartPole-v1",
+        "--expert",
+        "ppo",
+        "--expert-run",
+        tmp_path / "ppo",
+        "--expert-steps",
+        "2048",
+        "--episodes",
+        "4",
+        "--num-envs",
+        "2",
+        "--name",
+        "expert",
+        "--format",
+        "both",
+        "--quiet",
+        "--store",
+        store,
+    )
     assert result.code == 0, result.err
     meta = json.loads((store / "expert" / "metadata.json").read_text())
     assert meta["ref_max_score"] == pytest.approx(meta["episode_return"]["mean"])
@@ -436,7 +564,9 @@ def test_expert_dataset_export_is_scored_by_minari(store: Path, tmp_path: Path, 
 def random_episodes(rng: np.random.Generator, first_id: int, lengths: list[int]) -> dict:
     """Whole episodes with nested Dict observations, Box actions, float rewards and a bool info
     key, as DatasetWriter.write takes them (next_obs / next_info follow obs / info)."""
-    rows: dict = {key: [] for key in ("episode_id", "step", "obs", "next_obs", "action", "reward", "terminated", "truncated", "info", "next_info")}
+    rows: dict = {
+        key: [] for key in ("episode_id", "step", "obs", "next_obs", "action", "reward", "terminated", "truncated", "info", "next_info")
+    }
     for number, length in enumerate(lengths, start=first_id):
         pos = rng.standard_normal((length + 1, 2)).astype(np.float32)
         count = rng.integers(0, 5, length + 1)
@@ -506,8 +636,19 @@ def test_hdf5_copy_holds_exactly_minari_episode_objects(store: Path) -> None:
     lengths = [1, 9, 17, 9, 130, 4, *rng.integers(1, 300, 24).tolist()]  # equal lengths reduce together
     batches = [random_episodes(rng, 0, lengths[:3]), random_episodes(rng, 3, lengths[3:5]), random_episodes(rng, 5, lengths[5:])]
     seeds = {"1": 11, "4": 15198835472784071208, "6": -5}  # int64, uint64 (DataCollector's own draws) and negative attributes
-    write_rows("mixed", batches, obs_space, gym.spaces.Box(-1, 1, (3,)), env_id=None, producer={"algorithm": "test"},
-               extra={"episode_seeds": seeds}, store=store, fmt="both", info_space=info_space, shard_bytes=1)
+    write_rows(
+        "mixed",
+        batches,
+        obs_space,
+        gym.spaces.Box(-1, 1, (3,)),
+        env_id=None,
+        producer={"algorithm": "test"},
+        extra={"episode_seeds": seeds},
+        store=store,
+        fmt="both",
+        info_space=info_space,
+        shard_bytes=1,
+    )
     assert len(list((store / "mixed" / "steps").iterdir())) == 3
 
     rows = {key: concat([batch[key] for batch in batches]) for key in batches[0]}
@@ -516,7 +657,12 @@ def test_hdf5_copy_holds_exactly_minari_episode_objects(store: Path) -> None:
     for number, (begin, end) in enumerate(zip(bounds[:-1], bounds[1:])):
         group = f"episode_{number}"
         statistics = EpisodeMetadataCallback()({"rewards": rows["reward"][begin:end].astype(np.float64)})
-        attributes = {"id": number, "total_steps": end - begin, **statistics, **({"seed": seeds[str(number)]} if str(number) in seeds else {})}
+        attributes = {
+            "id": number,
+            "total_steps": end - begin,
+            **statistics,
+            **({"seed": seeds[str(number)]} if str(number) in seeds else {}),
+        }
         expected[group] = ("group", {key: (np.asarray(value).dtype, value) for key, value in attributes.items()})
         for column, now, following in (("observations", rows["obs"], rows["next_obs"]), ("infos", rows["info"], rows["next_info"])):
             last = leaf_paths(following, f"{group}/{column}")

@@ -99,10 +99,22 @@ def test_build_policy_rebuilds_every_actor_kind() -> None:
         ("tanh_gaussian", {"obs_dim": 3, "act_dim": 1, "hidden": [8], "normalize_obs": False}),
         ("deterministic", {"obs_dim": 3, "act_dim": 2, "hidden": [8], "normalize_obs": False}),
         ("categorical", {"obs_dim": 4, "n_actions": 2, "hidden": [8], "activation": "tanh", "normalize_obs": True}),
-        ("actor_critic", {"obs_dim": 4, "act_dim": 2, "discrete": True, "hidden": [8], "activation": "tanh",
-                          "normalize_obs": False, "init_log_std": 0.0}),
-        ("combat_actor_critic", {"obs_dim": 150, "act_dim": 7, "n_opponents": 2, "hidden": [8], "extra_dim": 0,
-                                 "mask_attacks": True, "activation": "tanh"}),
+        (
+            "actor_critic",
+            {
+                "obs_dim": 4,
+                "act_dim": 2,
+                "discrete": True,
+                "hidden": [8],
+                "activation": "tanh",
+                "normalize_obs": False,
+                "init_log_std": 0.0,
+            },
+        ),
+        (
+            "combat_actor_critic",
+            {"obs_dim": 150, "act_dim": 7, "n_opponents": 2, "hidden": [8], "extra_dim": 0, "mask_attacks": True, "activation": "tanh"},
+        ),
     ]:
         actor = build_policy(kind, spec)
         assert actor.kind == kind and actor.spec == spec

@@ -36,8 +36,9 @@ def test_bc_clones_the_cartpole_expert(offline_store: Path, learning_seed: int, 
 @pytest.mark.slow
 def test_bc_from_30_pairs(offline_store: Path, learning_seed: int, record_property) -> None:
     bc = get_algo("bc")
-    config = bc.make_config("CartPole-v1", dataset="cartpole-expert", store=str(offline_store), updates=1000, max_samples=30,
-                            seed=learning_seed)
+    config = bc.make_config(
+        "CartPole-v1", dataset="cartpole-expert", store=str(offline_store), updates=1000, max_samples=30, seed=learning_seed
+    )
     result = bc.train(config, progress=False)
     record_property("eval_return_mean", result.metrics["eval_return_mean"])
     assert result.metrics["dataset_transitions"] == 30
@@ -50,13 +51,15 @@ def test_bc_from_30_pairs(offline_store: Path, learning_seed: int, record_proper
 
 @pytest.mark.slow
 @pytest.mark.parametrize("loss", ["mse", "gaussian"])
-def test_bc_continuous_learns_from_the_late_part_of_pendulum_mixed(offline_store: Path, loss: str, learning_seed: int,
-                                                                 record_property, non_learning_returns) -> None:
+def test_bc_continuous_learns_from_the_late_part_of_pendulum_mixed(
+    offline_store: Path, loss: str, learning_seed: int, record_property, non_learning_returns
+) -> None:
     """Cloning a mixed dataset gives a mediocre policy, clearly better than not learning:
     zero torque and uniform random actions on the same eval episodes are the controls."""
     bc = get_algo("bc")
-    config = bc.make_config("Pendulum-v1", dataset="pendulum-mixed", store=str(offline_store), updates=2000, continuous_loss=loss,
-                            seed=learning_seed)
+    config = bc.make_config(
+        "Pendulum-v1", dataset="pendulum-mixed", store=str(offline_store), updates=2000, continuous_loss=loss, seed=learning_seed
+    )
     result = bc.train(config, progress=False).metrics["eval_return_mean"]
     controls = non_learning_returns("Pendulum-v1", learning_seed)
     record_property("eval_return_mean", result)
@@ -85,7 +88,10 @@ def test_offline_cli_and_bad_input(offline_store: Path, tmp_path: Path, cli) -> 
         (["bc", "--dataset", "cartpole-expert", "--env", "CartPole-v1"], "drop --env"),
         (["bc", "--dataset", "cartpole-expert", "--env-steps", "10"], "unknown bc option(s): env_steps"),
         (["sac", "--dataset", "pendulum-mixed"], "--dataset is for offline algorithms"),
-        (["bc", "--dataset", "cartpole-expert", "--set", "continuous_loss=l1"], "setting continuous_loss='l1': expected 'mse' or 'gaussian'"),
+        (
+            ["bc", "--dataset", "cartpole-expert", "--set", "continuous_loss=l1"],
+            "setting continuous_loss='l1': expected 'mse' or 'gaussian'",
+        ),
     ]:
         result = cli("train", *args, "--store", offline_store, "--out", tmp_path / "bad", "--no-progress")
         assert result.code == 2 and message in result.err, (args, result.err)

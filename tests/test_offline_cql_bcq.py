@@ -123,8 +123,15 @@ def test_discrete_cql_matches_the_cartpole_expert(offline_store: Path, learning_
     gave 343.1 for seed 0 here too. Seeds 0-4 reach 500.0 after 2000, 1500, 2000, 1500 and
     1000 updates (measured again in session 4: the same)."""
     cql = get_algo("cql")
-    config = cql.make_config("CartPole-v1", dataset="cartpole-expert", store=str(offline_store), updates=3000, eval_every=500,
-                             stop_at_return=475.0, seed=learning_seed)
+    config = cql.make_config(
+        "CartPole-v1",
+        dataset="cartpole-expert",
+        store=str(offline_store),
+        updates=3000,
+        eval_every=500,
+        stop_at_return=475.0,
+        seed=learning_seed,
+    )
     result = cql.train(config, progress=False)
     record_property("eval_return_mean", result.metrics["eval_return_mean"])
     record_property("gradient_updates", result.metrics["gradient_updates"])
@@ -132,11 +139,18 @@ def test_discrete_cql_matches_the_cartpole_expert(offline_store: Path, learning_
 
 
 @pytest.mark.slow
-def test_bcq_learns_pendulum_from_a_mixed_dataset(offline_store: Path, learning_seed: int, record_property,
-                                                  non_learning_returns) -> None:
+def test_bcq_learns_pendulum_from_a_mixed_dataset(offline_store: Path, learning_seed: int, record_property, non_learning_returns) -> None:
     bcq = get_algo("bcq")
-    config = bcq.make_config("Pendulum-v1", dataset="pendulum-mixed", store=str(offline_store), updates=3000,
-                             hidden=(64, 64), vae_hidden=(64, 64), eval_every=3000, seed=learning_seed)
+    config = bcq.make_config(
+        "Pendulum-v1",
+        dataset="pendulum-mixed",
+        store=str(offline_store),
+        updates=3000,
+        hidden=(64, 64),
+        vae_hidden=(64, 64),
+        eval_every=3000,
+        seed=learning_seed,
+    )
     result = bcq.train(config, progress=False).metrics["eval_return_mean"]
     controls = non_learning_returns("Pendulum-v1", learning_seed)  # zero torque, uniform random actions
     record_property("eval_return_mean", result)
@@ -148,11 +162,27 @@ def test_bcq_learns_pendulum_from_a_mixed_dataset(offline_store: Path, learning_
 
 
 def test_cql_and_bcq_cli_round_trip_and_bad_input(offline_store: Path, tmp_path: Path, cli) -> None:
-    for algo, dataset, kind in [("cql", "cartpole-expert", "greedy_q"), ("cql", "pendulum-mixed", "tanh_gaussian"),
-                                ("bcq", "pendulum-mixed", "bcq")]:
+    for algo, dataset, kind in [
+        ("cql", "cartpole-expert", "greedy_q"),
+        ("cql", "pendulum-mixed", "tanh_gaussian"),
+        ("bcq", "pendulum-mixed", "bcq"),
+    ]:
         out = tmp_path / f"{algo}-{dataset}"
-        ok = cli("train", algo, "--dataset", dataset, "--store", offline_store, "--updates", "20", "--out", out,
-                 "--no-progress", "--set", "eval_episodes=2")
+        ok = cli(
+            "train",
+            algo,
+            "--dataset",
+            dataset,
+            "--store",
+            offline_store,
+            "--updates",
+            "20",
+            "--out",
+            out,
+            "--no-progress",
+            "--set",
+            "eval_episodes=2",
+        )
         assert ok.code == 0, ok.err
         assert json.loads((out / "metrics.json").read_text())["gradient_updates"] == 20
         evaluated = cli("eval", out, "--episodes", "2", "--json")
@@ -161,7 +191,10 @@ def test_cql_and_bcq_cli_round_trip_and_bad_input(offline_store: Path, tmp_path:
     for args, message in [
         (["bcq", "--dataset", "cartpole-expert"], "bcq needs a continuous (Box) action space"),
         (["cql", "--dataset", "pendulum-mixed", "--set", "td_loss=l1"], "setting td_loss='l1': expected 'mse' or 'huber'"),
-        (["cql", "--dataset", "pendulum-mixed", "--set", "num_sampled_actions=0"], "setting num_sampled_actions=0: expected a positive number"),
+        (
+            ["cql", "--dataset", "pendulum-mixed", "--set", "num_sampled_actions=0"],
+            "setting num_sampled_actions=0: expected a positive number",
+        ),
         (["bcq", "--dataset", "pendulum-mixed", "--set", "lmbda=2"], "setting lmbda=2.0: expected a number in [0, 1]"),
     ]:
         result = cli("train", *args, "--store", offline_store, "--out", tmp_path / "bad", "--no-progress")

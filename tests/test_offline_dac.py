@@ -50,22 +50,22 @@ def test_reward_is_negative_where_d_spots_the_policy() -> None:
 
 
 @pytest.mark.slow
-def test_dac_imitates_the_pendulum_expert_and_a_constant_reward_does_not(
-    offline_store: Path, learning_seed: int, record_property
-) -> None:
+def test_dac_imitates_the_pendulum_expert_and_a_constant_reward_does_not(offline_store: Path, learning_seed: int, record_property) -> None:
     """Pendulum never terminates, so survival earns nothing: only imitation can learn it.
     DAC trains until its 10-episode eval reaches -200 (at most 8k env steps), is then
     scored on 20 fresh episodes; the same SAC learner with reward 1 everywhere (D
     untrained) gets as many env steps and is the control."""
     store = str(offline_store)
-    config = get_algo("dac").make_config("Pendulum-v1", dataset="pendulum-expert", store=store, env_steps=8_000, eval_every=1_000,
-                             stop_at_return=-200.0, seed=learning_seed)
+    config = get_algo("dac").make_config(
+        "Pendulum-v1", dataset="pendulum-expert", store=store, env_steps=8_000, eval_every=1_000, stop_at_return=-200.0, seed=learning_seed
+    )
     learned = get_algo("dac").train(config, progress=False)
     steps = learned.metrics["env_steps"]
     scaler = ActionScaler(env_spaces("Pendulum-v1")[1])
     fresh = evaluate(policy_fn(learned.policy, scaler), "Pendulum-v1", 20, seed=learning_seed + 50_000).mean
-    control = get_algo("dac").make_config("Pendulum-v1", dataset="pendulum-expert", store=store, env_steps=steps, eval_every=steps,
-                              constant_reward=1.0, seed=learning_seed)
+    control = get_algo("dac").make_config(
+        "Pendulum-v1", dataset="pendulum-expert", store=store, env_steps=steps, eval_every=steps, constant_reward=1.0, seed=learning_seed
+    )
     constant = get_algo("dac").train(control, progress=False).metrics
     record_property("env_steps", steps)
     record_property("dac_return", fresh)
@@ -85,9 +85,25 @@ def test_dac_imitates_the_pendulum_expert_and_a_constant_reward_does_not(
 
 def test_dac_cli_and_bad_input(offline_store: Path, tmp_path: Path, cli) -> None:
     out = tmp_path / "dac"
-    ok = cli("train", "dac", "--dataset", "pendulum-expert", "--store", offline_store, "--env-steps", "300",
-             "--max-samples", "100", "--set", "learning_starts=200", "--set", "eval_episodes=1", "--out", out,
-             "--no-progress")
+    ok = cli(
+        "train",
+        "dac",
+        "--dataset",
+        "pendulum-expert",
+        "--store",
+        offline_store,
+        "--env-steps",
+        "300",
+        "--max-samples",
+        "100",
+        "--set",
+        "learning_starts=200",
+        "--set",
+        "eval_episodes=1",
+        "--out",
+        out,
+        "--no-progress",
+    )
     assert ok.code == 0, ok.err
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["algo"] == "dac" and metrics["env_steps"] == 300 and metrics["dataset_transitions"] == 100
@@ -99,7 +115,8 @@ def test_dac_cli_and_bad_input(offline_store: Path, tmp_path: Path, cli) -> None
     discrete = cli("train", "dac", "--dataset", "cartpole-expert", "--store", offline_store, "--no-progress")
     assert discrete.code == 2 and "dac" in discrete.err and "Discrete" in discrete.err, discrete.err
     with pytest.raises(RlpipeError, match="collected in 'Pendulum-v1', not 'MountainCarContinuous-v0'"):
-        get_algo("dac").train(get_algo("dac").make_config("MountainCarContinuous-v0", dataset="pendulum-expert", store=str(offline_store)),
-                  progress=False)
+        get_algo("dac").train(
+            get_algo("dac").make_config("MountainCarContinuous-v0", dataset="pendulum-expert", store=str(offline_store)), progress=False
+        )
     with pytest.raises(RlpipeError, match="grad_penalty=-1.0: expected a number >= 0"):
         get_algo("dac").make_config("Pendulum-v1", grad_penalty=-1.0)

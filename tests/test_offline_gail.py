@@ -18,12 +18,12 @@ from rlpipe.training.optim import adam
 def test_discriminator_input_encoding() -> None:
     obs = torch.tensor([[0.1, 0.2], [0.3, 0.4]])
     discrete = gail.Discriminator(obs_dim=2, act_dim=3, discrete=True)
-    torch.testing.assert_close(discrete.encode(obs, torch.tensor([2, 0])),
-                               torch.tensor([[0.1, 0.2, 0.0, 0.0, 1.0], [0.3, 0.4, 1.0, 0.0, 0.0]]))
+    torch.testing.assert_close(
+        discrete.encode(obs, torch.tensor([2, 0])), torch.tensor([[0.1, 0.2, 0.0, 0.0, 1.0], [0.3, 0.4, 1.0, 0.0, 0.0]])
+    )
     continuous = gail.Discriminator(obs_dim=2, act_dim=1, discrete=False)
     # PPO's Gaussian samples are unbounded; D sees what the env receives, clipped to [-1, 1].
-    torch.testing.assert_close(continuous.encode(obs, torch.tensor([[1.7], [-0.5]])),
-                               torch.tensor([[0.1, 0.2, 1.0], [0.3, 0.4, -0.5]]))
+    torch.testing.assert_close(continuous.encode(obs, torch.tensor([[1.7], [-0.5]])), torch.tensor([[0.1, 0.2, 1.0], [0.3, 0.4, -0.5]]))
     assert discrete(obs, torch.tensor([2, 0])).shape == (2,)
 
 
@@ -53,8 +53,15 @@ def test_gail_learns_cartpole_from_30_expert_pairs(offline_store: Path, learning
     failure, so a constant reward learns it as well (PPO with reward 1 and these settings:
     500.0, 500.0, 407.5 for seeds 0-2, issue 10). Imitation that survival cannot explain is
     shown by DAC on Pendulum (tests/test_offline_dac.py)."""
-    config = get_algo("gail").make_config("CartPole-v1", dataset="cartpole-expert", store=str(offline_store), max_samples=30,
-                              env_steps=30_000, eval_every=30_000, seed=learning_seed)
+    config = get_algo("gail").make_config(
+        "CartPole-v1",
+        dataset="cartpole-expert",
+        store=str(offline_store),
+        max_samples=30,
+        env_steps=30_000,
+        eval_every=30_000,
+        seed=learning_seed,
+    )
     result = get_algo("gail").train(config, progress=False)
     m = result.metrics
     record_property("eval_return_mean", m["eval_return_mean"])
@@ -65,9 +72,27 @@ def test_gail_learns_cartpole_from_30_expert_pairs(offline_store: Path, learning
 
 def test_gail_cli_continuous_and_bad_input(offline_store: Path, tmp_path: Path, cli) -> None:
     out = tmp_path / "gail"
-    ok = cli("train", "gail", "--dataset", "pendulum-mixed", "--store", offline_store, "--env-steps", "500",
-             "--num-envs", "2", "--max-samples", "100", "--set", "num_steps=128", "--set", "eval_episodes=1",
-             "--out", out, "--no-progress")
+    ok = cli(
+        "train",
+        "gail",
+        "--dataset",
+        "pendulum-mixed",
+        "--store",
+        offline_store,
+        "--env-steps",
+        "500",
+        "--num-envs",
+        "2",
+        "--max-samples",
+        "100",
+        "--set",
+        "num_steps=128",
+        "--set",
+        "eval_episodes=1",
+        "--out",
+        out,
+        "--no-progress",
+    )
     assert ok.code == 0, ok.err
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["algo"] == "gail" and metrics["env_steps"] >= 500 and metrics["gradient_updates"] > 0
@@ -77,8 +102,7 @@ def test_gail_cli_continuous_and_bad_input(offline_store: Path, tmp_path: Path, 
     assert saved and all(torch.isfinite(v).all() for v in saved.values())
     evaluated = cli("eval", out, "--episodes", "1", "--json")
     assert evaluated.code == 0 and json.loads(evaluated.out)["env_id"] == "Pendulum-v1"
-    bad = cli("train", "gail", "--dataset", "cartpole-expert", "--store", offline_store, "--updates", "10",
-              "--no-progress")
+    bad = cli("train", "gail", "--dataset", "cartpole-expert", "--store", offline_store, "--updates", "10", "--no-progress")
     assert bad.code == 2 and "unknown gail option(s): updates" in bad.err
     with pytest.raises(RlpipeError, match="collected in 'CartPole-v1', not 'Pendulum-v1'"):
         gail.train(get_algo("gail").make_config("Pendulum-v1", dataset="cartpole-expert", store=str(offline_store)), progress=False)

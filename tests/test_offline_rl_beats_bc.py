@@ -16,26 +16,29 @@ from rlpipe.algos import get_algo
 def bc_return(offline_store: Path, learning_seed: int) -> float:
     """BC (MSE, its tuned Pendulum settings at 2k updates) on the same data and seed."""
     bc = get_algo("bc")
-    config = bc.make_config("Pendulum-v1", dataset="pendulum-mixed", store=str(offline_store), updates=2000,
-                            seed=learning_seed)
+    config = bc.make_config("Pendulum-v1", dataset="pendulum-mixed", store=str(offline_store), updates=2000, seed=learning_seed)
     return bc.train(config, progress=False).metrics["eval_return_mean"]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("algo", "overrides", "bar"), [
-    # Seeds 0-4: BC -524.3, -569.1, -627.4, -780.8, -753.3; CQL -127.7, -150.4, -206.9, -150.5,
-    # -125.5; TD3+BC -167.5, -179.3, -191.5, -217.0, -204.3; IQL -143.9, -168.8, -220.5, -168.3,
-    # -155.0. Each beats BC by 357 to 630.
-    ("cql", dict(updates=4000, batch_size=128), -300.0),
-    ("td3bc", dict(updates=8000), -300.0),
-    ("iql", dict(updates=6000), -300.0),
-])
-def test_offline_rl_beats_bc_on_pendulum_mixed(offline_store: Path, bc_return: float, algo: str,
-                                               overrides: dict[str, Any], bar: float, learning_seed: int,
-                                               record_property) -> None:
+@pytest.mark.parametrize(
+    ("algo", "overrides", "bar"),
+    [
+        # Seeds 0-4: BC -524.3, -569.1, -627.4, -780.8, -753.3; CQL -127.7, -150.4, -206.9, -150.5,
+        # -125.5; TD3+BC -167.5, -179.3, -191.5, -217.0, -204.3; IQL -143.9, -168.8, -220.5, -168.3,
+        # -155.0. Each beats BC by 357 to 630.
+        ("cql", dict(updates=4000, batch_size=128), -300.0),
+        ("td3bc", dict(updates=8000), -300.0),
+        ("iql", dict(updates=6000), -300.0),
+    ],
+)
+def test_offline_rl_beats_bc_on_pendulum_mixed(
+    offline_store: Path, bc_return: float, algo: str, overrides: dict[str, Any], bar: float, learning_seed: int, record_property
+) -> None:
     module = get_algo(algo)
-    config = module.make_config("Pendulum-v1", dataset="pendulum-mixed", store=str(offline_store),
-                                eval_every=overrides["updates"], seed=learning_seed, **overrides)
+    config = module.make_config(
+        "Pendulum-v1", dataset="pendulum-mixed", store=str(offline_store), eval_every=overrides["updates"], seed=learning_seed, **overrides
+    )
     result = module.train(config, progress=False).metrics["eval_return_mean"]
     record_property("eval_return_mean", result)
     record_property("bc_return", bc_return)

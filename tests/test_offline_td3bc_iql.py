@@ -56,7 +56,9 @@ def test_td3_bc_actor_loss_by_hand() -> None:
 @pytest.mark.parametrize("algo", ["td3bc", "iql"])
 def test_saved_policy_normalises_observations_with_dataset_statistics(offline_store: Path, tmp_path: Path, algo: str) -> None:
     module = get_algo(algo)
-    config = module.make_config("Pendulum-v1", dataset="pendulum-mixed", store=str(offline_store), updates=20, eval_every=20, eval_episodes=1)
+    config = module.make_config(
+        "Pendulum-v1", dataset="pendulum-mixed", store=str(offline_store), updates=20, eval_every=20, eval_episodes=1
+    )
     result = module.train(config, tmp_path / algo, progress=False)
     loaded = load_policy(tmp_path / algo)
 

@@ -32,11 +32,13 @@ from rlpipe.envs.stepper import StepBatch
         ("td3", "Pendulum-v1", 14_000, 1_000, -250.0),  # seeds 0-4: 5000, 5000, 6000, 7000, 7000 (5-9: by 7000)
     ],
 )
-def test_default_config_reaches_its_bar_within_a_cap(algo: str, env_id: str, cap: int, eval_every: int, bar: float,
-                                                     learning_seed: int, record_property) -> None:
+def test_default_config_reaches_its_bar_within_a_cap(
+    algo: str, env_id: str, cap: int, eval_every: int, bar: float, learning_seed: int, record_property
+) -> None:
     module = get_algo(algo)
-    config = module.make_config(env_id, env_steps=cap, seed=learning_seed, device="cpu", eval_every=eval_every,
-                                stop_at_return=bar, heldout_eval_episodes=0)
+    config = module.make_config(
+        env_id, env_steps=cap, seed=learning_seed, device="cpu", eval_every=eval_every, stop_at_return=bar, heldout_eval_episodes=0
+    )
     result = module.train(config, progress=False)
     reached = result.first_reaching(bar)
     record_property("reached_at", None if reached is None else reached.done)
@@ -47,8 +49,17 @@ def test_default_config_reaches_its_bar_within_a_cap(algo: str, env_id: str, cap
 
 def test_ppo_continuous_with_obs_normalisation_runs() -> None:
     ppo = get_algo("ppo")
-    config = ppo.make_config("Pendulum-v1", env_steps=1024, num_envs=4, num_steps=128, num_epochs=2, minibatch_size=256,
-                             normalize_obs=True, eval_every=1024, eval_episodes=2)
+    config = ppo.make_config(
+        "Pendulum-v1",
+        env_steps=1024,
+        num_envs=4,
+        num_steps=128,
+        num_epochs=2,
+        minibatch_size=256,
+        normalize_obs=True,
+        eval_every=1024,
+        eval_episodes=2,
+    )
     result = ppo.train(config, progress=False)
     assert result.policy.kind == "actor_critic" and not result.policy.discrete and result.policy.obs_norm.count > 0
     updates = result.metrics["gradient_updates"]
@@ -58,8 +69,7 @@ def test_ppo_continuous_with_obs_normalisation_runs() -> None:
 def test_ddpg_with_ou_noise_runs_and_streams_transitions() -> None:
     ddpg = get_algo("ddpg")
     seen: list[StepBatch] = []
-    config = ddpg.make_config("Pendulum-v1", env_steps=450, num_envs=2, noise="ou", learning_starts=200,
-                              eval_every=450, eval_episodes=2)
+    config = ddpg.make_config("Pendulum-v1", env_steps=450, num_envs=2, noise="ou", learning_starts=200, eval_every=450, eval_episodes=2)
     result = ddpg.train(config, progress=False, step_sink=seen.append)
     valid = sum(int(s.valid.sum()) for s in seen)
     assert valid == result.metrics["env_steps"] >= 450

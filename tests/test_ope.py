@@ -14,6 +14,7 @@ from rlpipe.datasets.loader import load_dataset
 from rlpipe.pipeline.ope import FQEConfig, fitted_q_evaluation
 from rlpipe.training.evaluation import evaluate
 
+
 def spearman(a: list[float], b: list[float]) -> float:
     """Spearman's rank correlation (no ties): the Pearson correlation of the ranks."""
     ranks = [np.argsort(np.argsort(values)) for values in (a, b)]
@@ -30,8 +31,9 @@ def test_fqe_ranks_eight_pendulum_policies_like_their_true_returns(offline_store
     50 held-out episodes each, FQE estimates from pendulum-mixed (that run's replay)."""
     expert = load_policy(offline_store.parent / "models" / "sac-mixed")
     data = load_dataset("pendulum-mixed", offline_store)
-    policies = [dataclasses.replace(expert, _fn=lambda obs, share=share: (share * expert(obs)).astype(np.float32))
-                for share in TORQUE_SHARES]
+    policies = [
+        dataclasses.replace(expert, _fn=lambda obs, share=share: (share * expert(obs)).astype(np.float32)) for share in TORQUE_SHARES
+    ]
     true = [evaluate(policy, "Pendulum-v1", episodes=50, seed=10_000).mean for policy in policies]
     estimates = [result.estimate for result in fitted_q_evaluation(policies, data, FQEConfig(seed=learning_seed))]
     correlation = spearman(true, estimates)
@@ -46,8 +48,26 @@ def test_fqe_command_prints_an_estimate_and_refuses_another_env(cli, tmp_path: P
     assert cli("collect", "--env", "Pendulum-v1", "--episodes", "4", "--num-envs", "2", "--store", store, "--quiet").code == 0
     assert cli("collect", "--env", "CartPole-v1", "--episodes", "4", "--num-envs", "2", "--store", store, "--quiet").code == 0
     run = tmp_path / "td3"
-    assert cli("train", "td3", "--env", "Pendulum-v1", "--env-steps", "300", "--set", "learning_starts=100", "--out", run,
-               "--no-progress", "--device", "cpu", "--set", "eval_episodes=1").code == 0
+    assert (
+        cli(
+            "train",
+            "td3",
+            "--env",
+            "Pendulum-v1",
+            "--env-steps",
+            "300",
+            "--set",
+            "learning_starts=100",
+            "--out",
+            run,
+            "--no-progress",
+            "--device",
+            "cpu",
+            "--set",
+            "eval_episodes=1",
+        ).code
+        == 0
+    )
     result = cli("ope", "fqe", run, "--dataset", "pendulum-random", "--store", store, "--updates", "50", "--json")
     assert result.code == 0, result.err
     (report,) = json.loads(result.out)

@@ -92,8 +92,13 @@ def local_ray(faults: Path):
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
     os.environ.pop("RAY_ADDRESS", None)
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import this test module
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=512 * 2**20, log_to_driver=False,
-             runtime_env={"worker_process_setup_hook": _inject_faults, "env_vars": {FAULTS_ENV: str(faults)}})
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        object_store_memory=512 * 2**20,
+        log_to_driver=False,
+        runtime_env={"worker_process_setup_hook": _inject_faults, "env_vars": {FAULTS_ENV: str(faults)}},
+    )
     yield ray
     ray.shutdown()
 
@@ -104,8 +109,7 @@ def test_ray_collection_is_byte_identical_to_local_workers(local_ray, tmp_path: 
     local = collect_dataset("CartPole-v1", store=tmp_path / "local", backend="local", workers=1, **budget)
     assert on_ray.metadata["producer"]["params"]["tasks"] == 2  # 60 episodes: two tasks of TASK_EPISODES
     assert _dataset_files(on_ray.path) == _dataset_files(local.path)
-    control = collect_dataset("CartPole-v1", store=tmp_path / "control", backend="ray", workers=2,
-                              **{**budget, "seed": 4})
+    control = collect_dataset("CartPole-v1", store=tmp_path / "control", backend="ray", workers=2, **{**budget, "seed": 4})
     assert _dataset_files(control.path) != _dataset_files(on_ray.path)  # the comparison can fail
 
 
@@ -138,8 +142,9 @@ def test_a_failed_tune_trial_resumes_from_its_saved_state(local_ray, faults: Pat
 
 
 def test_ray_sweep_reports_every_seed(local_ray, tmp_path: Path) -> None:
-    spec = SweepSpec("ppo", env_id="CartPole-v1", fixed={"env_steps": 256, "num_steps": 64, "num_envs": 2,
-                                                         "eval_every": 256, "eval_episodes": 2})
+    spec = SweepSpec(
+        "ppo", env_id="CartPole-v1", fixed={"env_steps": 256, "num_steps": 64, "num_envs": 2, "eval_every": 256, "eval_episodes": 2}
+    )
     summary = run_sweep(spec, {"learning_rate": [1e-3, 3e-4]}, [0, 1], tmp_path / "sweep", backend="ray", workers=2)
     settings = summary["settings"]
     assert set(settings) == {"learning_rate=0.001", "learning_rate=0.0003"}
@@ -168,19 +173,43 @@ def test_collection_on_a_started_cluster(tmp_path: Path) -> None:
     # those (not every Ray process of the user, as `ray stop` would)
     log = Path(temp_dir) / "head.log"
     with log.open("w") as out:
-        head = subprocess.Popen([str(RAY_BIN), "start", "--head", "--block", "--num-cpus", "2", "--port", str(port),
-                                 "--include-dashboard=false", "--node-ip-address", "127.0.0.1", f"--temp-dir={temp_dir}"],
-                                env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        head = subprocess.Popen(
+            [
+                str(RAY_BIN),
+                "start",
+                "--head",
+                "--block",
+                "--num-cpus",
+                "2",
+                "--port",
+                str(port),
+                "--include-dashboard=false",
+                "--node-ip-address",
+                "127.0.0.1",
+                f"--temp-dir={temp_dir}",
+            ],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         deadline = time.monotonic() + 120
         while "Ray runtime started" not in log.read_text() and head.poll() is None and time.monotonic() < deadline:
             time.sleep(0.2)
         assert "Ray runtime started" in log.read_text(), log.read_text()[-3000:]
-        script = ("from rlpipe.pipeline.collect import collect_dataset; import sys; "
-                  "r = collect_dataset('CartPole-v1', episodes=60, num_envs=2, seed=3, name='cartpole', store=sys.argv[1], "
-                  "backend='ray', workers=2, progress=False); print(r.metadata['content_hash'])")
-        run = subprocess.run([sys.executable, "-c", script, str(tmp_path / "cluster")], capture_output=True, text=True,
-                             env={**env, "RAY_ADDRESS": f"127.0.0.1:{port}"}, timeout=240)
+        script = (
+            "from rlpipe.pipeline.collect import collect_dataset; import sys; "
+            "r = collect_dataset('CartPole-v1', episodes=60, num_envs=2, seed=3, name='cartpole', store=sys.argv[1], "
+            "backend='ray', workers=2, progress=False); print(r.metadata['content_hash'])"
+        )
+        run = subprocess.run(
+            [sys.executable, "-c", script, str(tmp_path / "cluster")],
+            capture_output=True,
+            text=True,
+            env={**env, "RAY_ADDRESS": f"127.0.0.1:{port}"},
+            timeout=240,
+        )
         assert run.returncode == 0, run.stderr[-3000:]
     finally:
         os.killpg(head.pid, signal.SIGTERM)
@@ -190,6 +219,15 @@ def test_collection_on_a_started_cluster(tmp_path: Path) -> None:
             os.killpg(head.pid, signal.SIGKILL)
             head.wait()
         shutil.rmtree(temp_dir, ignore_errors=True)
-    local = collect_dataset("CartPole-v1", episodes=60, num_envs=2, seed=3, name="cartpole", store=tmp_path / "local",
-                            backend="local", workers=2, progress=False)
+    local = collect_dataset(
+        "CartPole-v1",
+        episodes=60,
+        num_envs=2,
+        seed=3,
+        name="cartpole",
+        store=tmp_path / "local",
+        backend="local",
+        workers=2,
+        progress=False,
+    )
     assert run.stdout.split()[-1] == local.metadata["content_hash"]

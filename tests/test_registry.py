@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from rlpipe.algos import OFFLINE, ONLINE, SPECS, get_algo
-from rlpipe.errors import RlpipeError
 from rlpipe.envs.spaces import BOX, DISCRETE, GOAL
+from rlpipe.errors import RlpipeError
 from rlpipe.training.config import DatasetFields, OfflineConfig, OnlineConfig, RunConfig, parse_settings
 from rlpipe.training.onpolicy import RolloutStorage
 

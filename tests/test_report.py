@@ -19,19 +19,37 @@ def assert_not_blank(path: Path) -> None:
     assert len(np.unique(pixels.reshape(-1, 3), axis=0)) > 1
 
 
-def fake_run(root: Path, name: str, seed: int, curve: list[tuple[int, float]], *, algo: str = "sac",
-             lr: float = 1e-3, dataset: str | None = None, success: float | None = None,
-             heldout: float | None = None) -> Path:
+def fake_run(
+    root: Path,
+    name: str,
+    seed: int,
+    curve: list[tuple[int, float]],
+    *,
+    algo: str = "sac",
+    lr: float = 1e-3,
+    dataset: str | None = None,
+    success: float | None = None,
+    heldout: float | None = None,
+) -> Path:
     """A run directory laid out as `rlpipe train` writes it (metrics, config, DVCLive TSV)."""
     run = root / name
     (run / CURVE_FILE).parent.mkdir(parents=True)
     (run / CURVE_FILE).write_text("step\treturn_mean\n" + "".join(f"{x}\t{y}\n" for x, y in curve))
     offline = dataset is not None
-    metrics = {"algo": algo, "env_id": "Pendulum-v1", "seed": seed, "eval_return_mean": curve[-1][1], "eval_return_std": 5.0,
-               "eval_episodes": 10, "env_steps": 0 if offline else curve[-1][0], "gradient_updates": curve[-1][0],
-               "wall_seconds": 3.0, **({"dataset": dataset} if offline else {}),
-               **({} if success is None else {"eval_success_rate": success}),
-               **({} if heldout is None else {"heldout_return_mean": heldout, "heldout_return_std": 7.0, "heldout_episodes": 100})}
+    metrics = {
+        "algo": algo,
+        "env_id": "Pendulum-v1",
+        "seed": seed,
+        "eval_return_mean": curve[-1][1],
+        "eval_return_std": 5.0,
+        "eval_episodes": 10,
+        "env_steps": 0 if offline else curve[-1][0],
+        "gradient_updates": curve[-1][0],
+        "wall_seconds": 3.0,
+        **({"dataset": dataset} if offline else {}),
+        **({} if success is None else {"eval_success_rate": success}),
+        **({} if heldout is None else {"heldout_return_mean": heldout, "heldout_return_std": 7.0, "heldout_episodes": 100}),
+    }
     (run / "metrics.json").write_text(json.dumps(metrics))
     (run / "checkpoint.json").write_text(json.dumps({"config": {"seed": seed, "actor_lr": lr, "env_id": "Pendulum-v1"}}))
     return run
@@ -89,7 +107,9 @@ def test_an_unfinished_run_is_skipped_with_one_line_and_the_others_reported(tmp_
     runs = tmp_path / "models"
     fake_run(runs, "sac-s0", 0, [(1000, -900.0), (2000, -300.0)])
     fake_run(runs, "sac-s1", 1, [(1000, -700.0), (2000, -100.0)])
-    (fake_run(runs, "sac-s2", 2, [(1000, -500.0)]) / "metrics.json").unlink()  # killed before its end: dvclive/ holds DVCLive's own metrics.json
+    (
+        fake_run(runs, "sac-s2", 2, [(1000, -500.0)]) / "metrics.json"
+    ).unlink()  # killed before its end: dvclive/ holds DVCLive's own metrics.json
     named = {"glob": [str(runs / "*")], "named": [runs / "sac-s0", runs / "sac-s1", runs / "sac-s2"], "parent": [runs]}[how]
     res = cli("report", *named, "--out", tmp_path / "report")
     assert res.code == 0, res.err
@@ -161,14 +181,24 @@ def test_report_renders_in_a_headless_browser(tmp_path: Path, cli) -> None:
     assert cli("report", f"{runs}/*", "--out", out, "--datasets", store).code == 0
     # A copy of the page that records, once loaded, whether every image decoded.
     probe = out / "probe.html"
-    probe.write_text((out / "index.html").read_text().replace(
-        "</body>", "<script>window.addEventListener('load', () => document.body.dataset.images = "
-                   "[...document.images].every(i => i.complete && i.naturalWidth > 0) ? 'loaded' : 'broken');</script></body>"))
+    probe.write_text(
+        (out / "index.html")
+        .read_text()
+        .replace(
+            "</body>",
+            "<script>window.addEventListener('load', () => document.body.dataset.images = "
+            "[...document.images].every(i => i.complete && i.naturalWidth > 0) ? 'loaded' : 'broken');</script></body>",
+        )
+    )
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--virtual-time-budget=5000"]
     dom = subprocess.run([_browser(), *flags, "--dump-dom", probe.as_uri()], capture_output=True, text=True, timeout=120)
     assert 'data-images="loaded"' in dom.stdout, dom.stderr[-2000:]
     assert dom.stdout.count("<img") == 2  # one curve figure (two seeds, one group) and one dataset card
     shot = tmp_path / "shot.png"
-    subprocess.run([_browser(), *flags, f"--screenshot={shot}", "--window-size=1200,1600", (out / "index.html").as_uri()],
-                   capture_output=True, timeout=120, check=True)
+    subprocess.run(
+        [_browser(), *flags, f"--screenshot={shot}", "--window-size=1200,1600", (out / "index.html").as_uri()],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
     assert_not_blank(shot)

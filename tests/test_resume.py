@@ -45,8 +45,9 @@ def _train(cli, args: list[str]) -> None:
 
 def _killed_and_resumed(cli, algo: str, args: list[str], run_dir: Path, kill_at: int) -> None:
     """Train in a subprocess killed with SIGKILL past ``kill_at`` units, then resume it here."""
-    killed = subprocess.run([sys.executable, "-c", KILLED_CLI, str(kill_at), "train", *args, "--out", str(run_dir)],
-                            capture_output=True, text=True, timeout=300)
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_CLI, str(kill_at), "train", *args, "--out", str(run_dir)], capture_output=True, text=True, timeout=300
+    )
     assert killed.returncode == -9, killed.stderr[-3000:]
     assert (resume_dir(run_dir) / STATE_FILE).exists() and not (run_dir / "metrics.json").exists(), "not killed mid-way"
     shutil.copytree(resume_dir(run_dir), resume_dir(run_dir.with_name("copy")))  # for a control to resume as well
@@ -58,9 +59,26 @@ def _killed_and_resumed(cli, algo: str, args: list[str], run_dir: Path, kill_at:
 def test_killed_offline_run_resumes_to_the_same_result(tmp_path: Path, cli) -> None:
     store = tmp_path / "store"
     collect_dataset("CartPole-v1", episodes=10, num_envs=2, name="cp", store=store, fmt="arrow", progress=False)
-    args = ["bc", "--dataset", "cp", "--store", str(store), "--updates", "1200", "--set", "eval_every=600",
-            "--set", "eval_episodes=2", "--set", "hidden=[32, 32]", "--checkpoint-every", "300", "--no-progress",
-            "--device", "cpu"]
+    args = [
+        "bc",
+        "--dataset",
+        "cp",
+        "--store",
+        str(store),
+        "--updates",
+        "1200",
+        "--set",
+        "eval_every=600",
+        "--set",
+        "eval_episodes=2",
+        "--set",
+        "hidden=[32, 32]",
+        "--checkpoint-every",
+        "300",
+        "--no-progress",
+        "--device",
+        "cpu",
+    ]
     _train(cli, [*args, "--out", str(tmp_path / "whole")])
     _killed_and_resumed(cli, "bc", args, tmp_path / "killed", kill_at=700)
     assert _final(tmp_path / "killed") == _final(tmp_path / "whole")
@@ -72,10 +90,42 @@ def test_killed_offline_run_resumes_to_the_same_result(tmp_path: Path, cli) -> N
 # Pendulum: sub-envs in a SyncVectorEnv, episodes of 200 steps (so the kill lands mid-episode
 # with autoresets pending), PPO with its observation normaliser (Pendulum's TUNED).
 ONLINE_RUNS = {
-    "ppo": (["--env-steps", "1024", "--num-envs", "2", "--set", "num_steps=64", "--set", "num_epochs=2",
-             "--set", "eval_every=512", "--checkpoint-every", "256"], 700),
-    "sac": (["--env-steps", "600", "--num-envs", "2", "--set", "learning_starts=200", "--set", "batch_size=32",
-             "--set", "hidden=[32, 32]", "--set", "eval_every=300", "--checkpoint-every", "200"], 450),
+    "ppo": (
+        [
+            "--env-steps",
+            "1024",
+            "--num-envs",
+            "2",
+            "--set",
+            "num_steps=64",
+            "--set",
+            "num_epochs=2",
+            "--set",
+            "eval_every=512",
+            "--checkpoint-every",
+            "256",
+        ],
+        700,
+    ),
+    "sac": (
+        [
+            "--env-steps",
+            "600",
+            "--num-envs",
+            "2",
+            "--set",
+            "learning_starts=200",
+            "--set",
+            "batch_size=32",
+            "--set",
+            "hidden=[32, 32]",
+            "--set",
+            "eval_every=300",
+            "--checkpoint-every",
+            "200",
+        ],
+        450,
+    ),
 }
 
 

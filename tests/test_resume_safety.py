@@ -14,8 +14,9 @@ import json
 import pickle
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import torch
@@ -28,9 +29,30 @@ from rlpipe.cli.main import main
 from rlpipe.training import resume
 from rlpipe.training.resume import INFO_FILE, LEGACY_STATE_FILE, STATE_FILE, resume_dir
 
-ARGS = ["sac", "--env", "Pendulum-v1", "--env-steps", "300", "--num-envs", "1", "--set", "learning_starts=100",
-        "--set", "batch_size=32", "--set", "hidden=[32, 32]", "--set", "eval_every=300", "--set", "eval_episodes=1",
-        "--device", "cpu", "--no-progress", "--checkpoint-every", "100"]
+ARGS = [
+    "sac",
+    "--env",
+    "Pendulum-v1",
+    "--env-steps",
+    "300",
+    "--num-envs",
+    "1",
+    "--set",
+    "learning_starts=100",
+    "--set",
+    "batch_size=32",
+    "--set",
+    "hidden=[32, 32]",
+    "--set",
+    "eval_every=300",
+    "--set",
+    "eval_episodes=1",
+    "--device",
+    "cpu",
+    "--no-progress",
+    "--checkpoint-every",
+    "100",
+]
 
 
 class _Stop(Exception):
@@ -135,6 +157,7 @@ def test_the_payload_runs_when_unpickled(tmp_path: Path) -> None:
 
 def test_an_untouched_state_resumes_without_unpickling(run_dir: Path, cli, monkeypatch: pytest.MonkeyPatch) -> None:
     """Control: the copy the other tests alter is a valid state; resuming it calls no unpickler."""
+
     def no_unpickling(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("resuming must not unpickle")
 
@@ -192,8 +215,22 @@ def test_a_fresh_offline_run_never_unpickles_the_state(tmp_path: Path, cli) -> N
     resume_dir(run).mkdir(parents=True)
     for name in (STATE_FILE, LEGACY_STATE_FILE, INFO_FILE):
         (resume_dir(run) / name).write_bytes(_payload_bytes(marker))
-    args = ["bc", "--dataset", "cp", "--store", str(store), "--updates", "50", "--checkpoint-every", "25", "--no-progress",
-            "--device", "cpu", "--out", str(run)]
+    args = [
+        "bc",
+        "--dataset",
+        "cp",
+        "--store",
+        str(store),
+        "--updates",
+        "50",
+        "--checkpoint-every",
+        "25",
+        "--no-progress",
+        "--device",
+        "cpu",
+        "--out",
+        str(run),
+    ]
     assert "is not a readable resume state" in _refused(cli, args, run.parent)
     (resume_dir(run) / STATE_FILE).unlink()  # the old pickle alone: never read, the run starts afresh
     _resumed(cli, args, run)
@@ -203,6 +240,7 @@ def test_a_fresh_offline_run_never_unpickles_the_state(tmp_path: Path, cli) -> N
 def _plant_in_stepper(marker: Path, where: str) -> Callable[[Any, dict[str, torch.Tensor]], Any]:
     """An edit that puts the pickle in the saved env stepper: as the env state (a tensor of its
     bytes), as a string, or as the stepper's observation array."""
+
     def edit(state: Any, tensors: dict[str, torch.Tensor]) -> Any:
         tensors["payload"] = torch.frombuffer(bytearray(_payload_bytes(marker)), dtype=torch.uint8)
         objects = _items(state)["objects"]
@@ -214,6 +252,7 @@ def _plant_in_stepper(marker: Path, where: str) -> Callable[[Any, dict[str, torc
         else:
             _set_item(objects, "stepper", _payload_bytes(marker).decode("latin-1"))
         return state
+
     return edit
 
 
@@ -230,6 +269,7 @@ def test_a_pickle_in_the_stepper_state_is_never_unpickled(how: str, where: str, 
 def test_a_forged_env_state_builds_no_objects(run_dir: Path, cli) -> None:
     """A record claiming an attribute holds an object (a sub-env, a generator) where the live env
     holds plain data is refused: values go only where the same kind of content is."""
+
     def edit(state: Any, tensors: dict[str, torch.Tensor]) -> Any:
         stepper = _items(_items(state)["objects"])["stepper"]
         envs = _items(stepper)["envs"]  # ("object", {attribute: record}) of the vector env
@@ -261,21 +301,27 @@ def test_a_damaged_state_file_is_refused(damage: str, how: str, run_dir: Path, c
 
 def _info_edit(edit: Callable[[dict], Any]) -> Callable[[Path], str]:
     """Text for resume.json: ``edit`` applied to the saved record."""
+
     def text(path: Path) -> str:
         info = json.loads(path.read_text())
         return json.dumps(edit(info))
+
     return text
 
 
-@pytest.mark.parametrize("info, message", [
-    (lambda path: "{not json", "is not valid JSON"),
-    (_info_edit(lambda info: {"config": info["config"]}), "is not a resume record"),
-    (_info_edit(lambda info: {**info, "config": []}), "is not a resume record"),
-    (_info_edit(lambda info: {"algo": info["algo"]}), "is not a resume record"),
-    (lambda path: "[]", "is not a resume record"),
-    (_info_edit(lambda info: {**info, "algo": "nosuch"}), "is a nosuch run, not sac"),
-    (_info_edit(lambda info: {**info, "config": {**info["config"], "seed": 1}}), "name different configs"),
-], ids=["invalid-json", "no-algo", "config-list", "no-config", "not-an-object", "unknown-algo", "other-config"])
+@pytest.mark.parametrize(
+    "info, message",
+    [
+        (lambda path: "{not json", "is not valid JSON"),
+        (_info_edit(lambda info: {"config": info["config"]}), "is not a resume record"),
+        (_info_edit(lambda info: {**info, "config": []}), "is not a resume record"),
+        (_info_edit(lambda info: {"algo": info["algo"]}), "is not a resume record"),
+        (lambda path: "[]", "is not a resume record"),
+        (_info_edit(lambda info: {**info, "algo": "nosuch"}), "is a nosuch run, not sac"),
+        (_info_edit(lambda info: {**info, "config": {**info["config"], "seed": 1}}), "name different configs"),
+    ],
+    ids=["invalid-json", "no-algo", "config-list", "no-config", "not-an-object", "unknown-algo", "other-config"],
+)
 def test_a_bad_resume_json_is_refused(info: Callable[[Path], str], message: str, run_dir: Path, cli) -> None:
     path = resume_dir(run_dir) / INFO_FILE
     path.write_text(info(path))
@@ -291,8 +337,13 @@ def test_resume_without_a_state_is_refused(tmp_path: Path, cli) -> None:
 
 
 _EXAMPLES = itertools.count()
-FUZZ = settings(max_examples=25, derandomize=True, deadline=None, database=None,
-                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+FUZZ = settings(
+    max_examples=25,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 
 def _mutate(data: st.DataObject, raw: bytes) -> bytes:
@@ -316,8 +367,7 @@ def _mutate(data: st.DataObject, raw: bytes) -> bytes:
 
 @FUZZ
 @given(data=st.data(), target=st.sampled_from([STATE_FILE, INFO_FILE]), how=st.sampled_from(["resume", "fresh"]))
-def test_fuzzed_resume_state_resumes_or_is_refused(saved: Path, tmp_path: Path, cli, data: st.DataObject,
-                                                   target: str, how: str) -> None:
+def test_fuzzed_resume_state_resumes_or_is_refused(saved: Path, tmp_path: Path, cli, data: st.DataObject, target: str, how: str) -> None:
     """Random byte mutations of either file, read by ``--resume`` or by a fresh run of the saved
     config: a valid resume (a fresh run also starts afresh when the state's config no longer
     matches its own) or one line, exit 2 and nothing written."""

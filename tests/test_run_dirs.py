@@ -30,8 +30,11 @@ def snapshot(run: Path) -> dict[str, bytes]:
 
 def start_long_run(out: Path) -> subprocess.Popen:
     """A second process training into `out`, stopped by the caller once it has started."""
-    proc = subprocess.Popen([RLPIPE, "train", "ppo", "--env", "CartPole-v1", "--env-steps", "10000000", "--seed", "1",
-                             "--out", str(out), "--no-progress"], stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [RLPIPE, "train", "ppo", "--env", "CartPole-v1", "--env-steps", "10000000", "--seed", "1", "--out", str(out), "--no-progress"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 60
     while not list(out.parent.glob(f".tmp-*-{out.name}/dvclive")) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -130,7 +133,9 @@ def test_diverged_run_is_one_line_and_publishes_nothing(tmp_path: Path, cli, mon
 def test_eval_rolls_back_a_replace_that_died_midway(trained_run: Path, tmp_path: Path, cli) -> None:
     out = tmp_path / "models" / "run"
     shutil.copytree(trained_run, out)  # a folder rlpipe did not create: the lock goes beside the run
-    rerun = subprocess.run([RLPIPE, *QUICK, "--out", str(out)], env={**os.environ, FAULT_ENV: "old-moved"}, capture_output=True, timeout=300)
+    rerun = subprocess.run(
+        [RLPIPE, *QUICK, "--out", str(out)], env={**os.environ, FAULT_ENV: "old-moved"}, capture_output=True, timeout=300
+    )
     assert rerun.returncode == FAULT_EXIT_CODE and not out.exists()  # killed between the two renames
     result = cli("eval", out, "--episodes", "1")
     assert result.code == 0, result.err
@@ -177,8 +182,9 @@ def test_heldout_evaluation_calls_the_evaluator_on_disjoint_seeds_and_leaves_the
         calls.append((episodes, seed))
         return EvalResult(float(seed), 1.0, [float(seed)] * episodes, [1] * episodes)
 
-    run = Run("ppo", OnlineConfig(env_id="CartPole-v1", seed=5, eval_episodes=4, heldout_eval_episodes=30), progress=False,
-              evaluator=evaluator)
+    run = Run(
+        "ppo", OnlineConfig(env_id="CartPole-v1", seed=5, eval_episodes=4, heldout_eval_episodes=30), progress=False, evaluator=evaluator
+    )
     try:
         metrics = run.finish(None, nn.Identity(), {}, gym.spaces.Discrete(2), 100, 0, {"eval_calls": calls}).metrics
     finally:

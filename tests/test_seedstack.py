@@ -20,7 +20,7 @@ from rlpipe.algos.sac import make_agent, make_stacked_agent
 from rlpipe.errors import RlpipeError
 from rlpipe.pipeline.collect import collect_dataset
 from rlpipe.pipeline.runs import prepare_run
-from rlpipe.pipeline.sweep import SweepSpec, run_sweep, run_trial, plan_trials
+from rlpipe.pipeline.sweep import SweepSpec, plan_trials, run_sweep, run_trial
 from rlpipe.training.buffer import Batch
 from rlpipe.training.graphs import UpdateStepper
 from rlpipe.training.offline import load_offline
@@ -30,8 +30,15 @@ from rlpipe.training.seeding import seed_everything
 SEEDS = [0, 1, 2]
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (bench/cuda_check.py runs it on a lent GPU)")
 TINY = {"hidden": (16, 16), "batch_size": 8, "num_sampled_actions": 2, "updates": 6, "eval_every": 3, "eval_episodes": 1}
-SAC_TINY = {"hidden": (16, 16), "batch_size": 8, "env_steps": 240, "learning_starts": 200, "eval_every": 120,
-            "eval_episodes": 1, "heldout_eval_episodes": 1}
+SAC_TINY = {
+    "hidden": (16, 16),
+    "batch_size": 8,
+    "env_steps": 240,
+    "learning_starts": 200,
+    "eval_every": 120,
+    "eval_episodes": 1,
+    "heldout_eval_episodes": 1,
+}
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +52,7 @@ def tiny_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _fixed_noise(monkeypatch: pytest.MonkeyPatch) -> None:
     """Replace the update's random draws by fixed numbers: the batched and the separate
     updates then must agree up to float rounding (their real draws come from different streams)."""
+
     def pattern(shape: tuple[int, ...], device: torch.device | None) -> torch.Tensor:
         return (torch.arange(math.prod(shape), dtype=torch.float32, device=device).view(shape) * 0.618).frac()
 
@@ -84,7 +92,9 @@ def _check_seeds_apart(modules: list[dict[str, torch.nn.Module]], eager: list[An
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=needs_cuda)])
 @pytest.mark.parametrize("dataset", ["pendulum-random", "cartpole-random"])
-def test_batched_updates_equal_separate_updates_per_seed(tiny_store: Path, monkeypatch: pytest.MonkeyPatch, dataset: str, device: str) -> None:
+def test_batched_updates_equal_separate_updates_per_seed(
+    tiny_store: Path, monkeypatch: pytest.MonkeyPatch, dataset: str, device: str
+) -> None:
     stack, modules, update, eager, data = _batched_and_separate(tiny_store, dataset, device)
     _fixed_noise(monkeypatch)
     sampler = SeedSampler(data.sampler, SEEDS)
@@ -129,8 +139,9 @@ def test_batched_sweep_writes_the_run_directories_of_separate_runs(tiny_store: P
     together = json.loads((together_dir / "metrics.json").read_text())
     assert set(together) == set(alone)
     assert together["gradient_updates"] == alone["gradient_updates"] == updates
-    assert sorted(p.relative_to(together_dir).as_posix() for p in together_dir.rglob("*")) == \
-        sorted(p.relative_to(separate.run_dir).as_posix() for p in separate.run_dir.rglob("*"))
+    assert sorted(p.relative_to(together_dir).as_posix() for p in together_dir.rglob("*")) == sorted(
+        p.relative_to(separate.run_dir).as_posix() for p in separate.run_dir.rglob("*")
+    )
     seed_1 = json.loads((tmp_path / "batched" / "runs" / "default" / "seed-1" / "metrics.json").read_text())
     assert seed_1["seed"] == 1 and seed_1["checkpoint_sha256"] != together["checkpoint_sha256"]
 
@@ -148,9 +159,16 @@ def test_batched_sac_updates_and_actions_equal_separate_ones_per_seed(monkeypatc
         assert _weights(copy).equal(_weights(agent.modules))
     draws = torch.Generator().manual_seed(0)
     k, batch = len(SEEDS), 8
-    batches = [Batch(torch.randn(k, batch, 3, generator=draws), torch.rand(k, batch, 1, generator=draws) * 2 - 1,
-                     torch.randn(k, batch, generator=draws), torch.randn(k, batch, 3, generator=draws),
-                     (torch.rand(k, batch, generator=draws) < 0.2).float()) for _ in range(3)]
+    batches = [
+        Batch(
+            torch.randn(k, batch, 3, generator=draws),
+            torch.rand(k, batch, 1, generator=draws) * 2 - 1,
+            torch.randn(k, batch, generator=draws),
+            torch.randn(k, batch, 3, generator=draws),
+            (torch.rand(k, batch, generator=draws) < 0.2).float(),
+        )
+        for _ in range(3)
+    ]
     batches = [Batch(*(t.to(device) for t in b)) for b in batches]
     obs = torch.randn(k, 2, 3, generator=draws).numpy()
     _fixed_noise(monkeypatch)

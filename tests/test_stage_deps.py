@@ -67,8 +67,11 @@ def test_an_algorithm_module_is_a_dependency_of_its_stages_only() -> None:
 
 def test_every_stage_that_writes_a_dataset_or_checkpoint_depends_on_the_file_writer() -> None:
     stages = stage_items()
-    writers = {name for name, (_, _, outs) in stages.items()
-               if any(str(out).startswith(("datasets/", "sweeps/")) or str(out).endswith("model.safetensors") for out in outs)}
+    writers = {
+        name
+        for name, (_, _, outs) in stages.items()
+        if any(str(out).startswith(("datasets/", "sweeps/")) or str(out).endswith("model.safetensors") for out in outs)
+    }
     assert len(writers) == len(stages) - 1  # all but the report
     assert all("rlpipe/files.py" in stages[name][1] for name in writers)
 

@@ -17,11 +17,11 @@ import pytest
 
 from rlpipe.datasets.atomic import FAULT_ENV, FAULT_EXIT_CODE, json_text
 from rlpipe.datasets.loader import load_dataset
-from rlpipe.files import sha256_file
 from rlpipe.datasets.store import list_datasets, open_dataset, store_entries
 from rlpipe.datasets.validate import validate_dataset
 from rlpipe.datasets.writer import DatasetWriter, write_rows
 from rlpipe.errors import RlpipeError
+from rlpipe.files import sha256_file
 from tests.conftest import store_contents
 from tests.test_dataset_store import BOX, synthetic_rows
 
@@ -100,7 +100,9 @@ def test_float64_observations_are_refused_at_load(store: Path) -> None:
     obs = table.column("obs").combine_chunks()
     wide = pa.FixedSizeListArray.from_arrays(obs.flatten().cast(pa.float64()), 3)
     fields = [pa.field("obs", wide.type, nullable=False) if f.name == "obs" else f for f in table.schema]
-    rewrite_shard(path, pa.Table.from_arrays([wide if n == "obs" else table.column(n) for n in table.column_names], schema=pa.schema(fields)))
+    rewrite_shard(
+        path, pa.Table.from_arrays([wide if n == "obs" else table.column(n) for n in table.column_names], schema=pa.schema(fields))
+    )
     with pytest.raises(RlpipeError, match="column 'obs' is fixed_size_list<item: double>"):
         load_dataset("data", store)
 
@@ -119,8 +121,16 @@ def test_null_rewards_are_refused_at_load(store: Path) -> None:
 
 def test_shard_of_another_dataset_is_refused_at_train(store: Path, cli) -> None:
     path = write(store)
-    write_rows("goal", [synthetic_rows([5, 5], gym.spaces.Dict({"a": BOX}), ACT)], gym.spaces.Dict({"a": BOX}), ACT,
-               env_id=None, producer={}, store=store, fmt="arrow")
+    write_rows(
+        "goal",
+        [synthetic_rows([5, 5], gym.spaces.Dict({"a": BOX}), ACT)],
+        gym.spaces.Dict({"a": BOX}),
+        ACT,
+        env_id=None,
+        producer={},
+        store=store,
+        fmt="arrow",
+    )
     rewrite_shard(path, read_table(store / "goal"))
     with pytest.raises(RlpipeError, match="does not match the dataset's schema"):
         load_dataset("data", store)
@@ -179,8 +189,12 @@ def hold_writer(store: Path, name: str) -> subprocess.Popen:
 def test_second_writer_of_a_name_gets_exit_2(store: Path) -> None:
     holder = hold_writer(store, "same")
     try:
-        second = subprocess.run([RLPIPE, "collect", "--env", "CartPole-v1", "--episodes", "2", "--name", "same",
-                                 "--store", str(store), "--quiet", "--force"], capture_output=True, text=True, timeout=60)
+        second = subprocess.run(
+            [RLPIPE, "collect", "--env", "CartPole-v1", "--episodes", "2", "--name", "same", "--store", str(store), "--quiet", "--force"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert second.returncode == 2, second.stderr
         assert "is being written by another process (pid" in second.stderr and len(second.stderr.strip().splitlines()) == 1
         # names differing only in case share the lock, and another name is free
@@ -408,8 +422,13 @@ def test_export_replace_killed_midway_is_rolled_back(store: Path, tmp_path: Path
     root = exported_store(store, tmp_path, monkeypatch)
     assert cli("datasets", "export", "data", "--id", "cp-v0", "--store", store).code == 0
     env = {**os.environ, FAULT_ENV: "old-moved"}
-    proc = subprocess.run([RLPIPE, "datasets", "export", "data", "--id", "cp-v0", "--force", "--store", str(store)],
-                          env=env, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [RLPIPE, "datasets", "export", "data", "--id", "cp-v0", "--force", "--store", str(store)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == FAULT_EXIT_CODE and not (root / "cp-v0").exists()
     again = cli("datasets", "export", "data", "--id", "cp-v0", "--store", store)  # the next start rolls back
     one_line_exit_2(again, "already exists")

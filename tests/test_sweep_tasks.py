@@ -74,8 +74,10 @@ def test_local_workers_give_the_same_bytes_for_any_number(tmp_path: Path) -> Non
 def kill_driver_after_its_first_task(store: Path, backend_args: str, env: dict[str, str] | None = None) -> None:
     """Start a 200k-step collection with ``backend_args`` in a subprocess, SIGKILL it once a
     task's shard exists, and check that the store shows no dataset."""
-    script = ("import sys; from rlpipe.pipeline.collect import collect_dataset; "
-              f"collect_dataset('CartPole-v1', steps=200_000, num_envs=2, name='big', store=sys.argv[1], progress=False, {backend_args})")
+    script = (
+        "import sys; from rlpipe.pipeline.collect import collect_dataset; "
+        f"collect_dataset('CartPole-v1', steps=200_000, num_envs=2, name='big', store=sys.argv[1], progress=False, {backend_args})"
+    )
     driver = subprocess.Popen([sys.executable, "-c", script, str(store)], env=env, start_new_session=True)
     try:
         deadline = time.monotonic() + 120

@@ -28,11 +28,11 @@ from rlpipe.algos.sac import SoftActorCritic, Temperature
 from rlpipe.algos.td3 import smoothed_next_action, td3_target, td3_update
 from rlpipe.algos.td3_bc import td3_bc_actor_loss
 from rlpipe.datasets.loader import TransitionArrays
-from rlpipe.training.sampler import TransitionSampler
+from rlpipe.envs.stepper import StepBatch
 from rlpipe.models.networks import DeterministicActor, EnsembleQ
 from rlpipe.training.buffer import Batch, ReplayBuffer
 from rlpipe.training.offpolicy import OffPolicySetup
-from rlpipe.envs.stepper import StepBatch
+from rlpipe.training.sampler import TransitionSampler
 
 GAMMA = 0.9
 TERMINATED_ROW, TRUNCATED_ROW = 1, 2
@@ -152,11 +152,21 @@ def test_bcq_target_takes_the_best_candidate() -> None:
 
 
 def test_bcq_acts_with_100_candidates_and_bootstraps_with_10(cli, store) -> None:
-    assert cli("collect", "--env", "Pendulum-v1", "--episodes", "1", "--num-envs", "1", "--store", store,
-               "--format", "arrow", "--quiet").code == 0
+    assert (
+        cli("collect", "--env", "Pendulum-v1", "--episodes", "1", "--num-envs", "1", "--store", store, "--format", "arrow", "--quiet").code
+        == 0
+    )
     bcq = get_algo("bcq")
-    config = bcq.make_config("Pendulum-v1", dataset="pendulum-random", store=str(store), updates=2, eval_every=2,
-                             eval_episodes=1, hidden=(8, 8), vae_hidden=(8, 8))
+    config = bcq.make_config(
+        "Pendulum-v1",
+        dataset="pendulum-random",
+        store=str(store),
+        updates=2,
+        eval_every=2,
+        eval_episodes=1,
+        hidden=(8, 8),
+        vae_hidden=(8, 8),
+    )
     assert (config.n_candidates, config.act_candidates) == (10, 100)
     assert bcq.train(config, progress=False).policy.n_candidates == 100
 
@@ -209,8 +219,7 @@ def test_update_ignores_next_obs_after_termination_but_not_after_truncation(name
 def test_td3_updates_actor_and_targets_every_policy_delay_updates() -> None:
     torch.manual_seed(0)
     actor, critic = DeterministicActor(3, 1, (16, 16)), EnsembleQ(3, 1, (16, 16))
-    config = SimpleNamespace(gamma=GAMMA, tau=0.005, actor_lr=1e-3, critic_lr=1e-3, policy_delay=3,
-                             target_noise=0.2, target_noise_clip=0.5)
+    config = SimpleNamespace(gamma=GAMMA, tau=0.005, actor_lr=1e-3, critic_lr=1e-3, policy_delay=3, target_noise=0.2, target_noise_clip=0.5)
     update, modules = td3_update(actor, critic, config)
     batch = hand_batch()._replace(obs=torch.randn(3, 3))
     changed = {name: [] for name in ("policy", "critic", "policy_target", "critic_target")}
@@ -230,10 +239,23 @@ def test_truncated_transitions_are_stored_as_not_terminated() -> None:
     obs, next_obs = np.zeros((3, 3), np.float32), np.arange(9, dtype=np.float32).reshape(3, 3)
     terminated, truncated = np.array([False, True, False]), np.array([False, False, True])
     buffer = ReplayBuffer(3, 3, 1)
-    buffer.store(StepBatch(obs, np.zeros((3, 1)), np.zeros((3, 1)), np.ones(3), next_obs, terminated, truncated, np.ones(3, bool),
-                           np.ones(3), np.ones(3, np.int64)))
-    arrays = TransitionArrays(obs, np.zeros((3, 1), np.float32), np.ones(3, np.float32), next_obs, terminated, truncated,
-                              np.arange(3), np.zeros(3, np.int64))
+    buffer.store(
+        StepBatch(
+            obs,
+            np.zeros((3, 1)),
+            np.zeros((3, 1)),
+            np.ones(3),
+            next_obs,
+            terminated,
+            truncated,
+            np.ones(3, bool),
+            np.ones(3),
+            np.ones(3, np.int64),
+        )
+    )
+    arrays = TransitionArrays(
+        obs, np.zeros((3, 1), np.float32), np.ones(3, np.float32), next_obs, terminated, truncated, np.arange(3), np.zeros(3, np.int64)
+    )
     sampler = TransitionSampler(arrays)
     for batch in (buffer.sample(64), sampler.sample(64)):
         by_row = {int(row[0]): float(t) for row, t in zip(batch.next_obs / 3, batch.terminated)}

@@ -12,14 +12,14 @@ import torch
 from gymnasium import spaces
 
 from rlpipe.algos import load_policy
-from rlpipe.training.onpolicy import compute_gae
+from rlpipe.envs.spaces import require_spaces, space_from_json, space_to_json
 from rlpipe.errors import RlpipeError
 from rlpipe.models.checkpoint import load_checkpoint, save_checkpoint
 from rlpipe.models.networks import CategoricalActor, TanhGaussianActor
 from rlpipe.training import ActionScaler, ReplayBuffer, VecStepper, evaluate, make_vec_env, policy_fn
-from rlpipe.envs.spaces import require_spaces, space_from_json, space_to_json
 from rlpipe.training.env import resolve_device
 from rlpipe.training.noise import OUNoise
+from rlpipe.training.onpolicy import compute_gae
 
 
 def test_gae_matches_hand_computed_example() -> None:
@@ -116,7 +116,9 @@ def test_stepper_reports_real_final_obs_and_marks_reset_steps() -> None:
 
 def test_stepper_refuses_same_step_autoreset() -> None:
     """A same-step autoreset env returns the reset observation as next_obs: refused, in one line."""
-    same_step = gym.make_vec("CartPole-v1", 2, vectorization_mode="sync", vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+    same_step = gym.make_vec(
+        "CartPole-v1", 2, vectorization_mode="sync", vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
+    )
     with pytest.raises(RlpipeError, match="autoreset mode .*SAME_STEP"):
         VecStepper(same_step, None, seed=0)
     next_step = gym.make_vec("CartPole-v1", 2, vectorization_mode="sync")  # control: the default mode is accepted
@@ -149,8 +151,13 @@ def _save_tiny_run(tmp_path, seed: int = 0):
     torch.manual_seed(seed)
     actor = TanhGaussianActor(3, 1, hidden=(8,))
     space = gym.make("Pendulum-v1").action_space
-    meta = {"algo": "sac", "env_id": "Pendulum-v1", "action_space": space_to_json(space),
-            "policy": {"kind": actor.kind, "spec": actor.spec}, "config": {"seed": seed}}
+    meta = {
+        "algo": "sac",
+        "env_id": "Pendulum-v1",
+        "action_space": space_to_json(space),
+        "policy": {"kind": actor.kind, "spec": actor.spec},
+        "config": {"seed": seed},
+    }
     return actor, space, save_checkpoint(tmp_path, {"policy": actor}, meta)
 
 
@@ -178,10 +185,13 @@ def test_checkpoint_round_trip_without_pickle(tmp_path, monkeypatch: pytest.Monk
     assert policy.env_id == "Pendulum-v1" and policy.checkpoint_sha256 == digest
 
 
-@pytest.mark.parametrize("old_form", [
-    {"type": "Box", "low": [-2.0], "high": [2.0], "dtype": "float32"},  # checkpoint.json before Minari's form
-    {"type": "Box", "low": [-2.0], "high": [2.0]},
-])
+@pytest.mark.parametrize(
+    "old_form",
+    [
+        {"type": "Box", "low": [-2.0], "high": [2.0], "dtype": "float32"},  # checkpoint.json before Minari's form
+        {"type": "Box", "low": [-2.0], "high": [2.0]},
+    ],
+)
 def test_checkpoints_with_the_old_space_json_still_load(tmp_path, old_form: dict) -> None:
     actor, space, _ = _save_tiny_run(tmp_path)
     meta_path = tmp_path / "checkpoint.json"

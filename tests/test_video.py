@@ -14,8 +14,8 @@ from PIL import Image, ImageSequence
 
 import rlpipe.envs  # noqa: F401  (registers GoalWorld-v0)
 from rlpipe.envs.goalworld import COLOURS, GoalWorldEnv
-from rlpipe.pipeline.video import ffmpeg_binary
 from rlpipe.errors import RlpipeError
+from rlpipe.pipeline.video import ffmpeg_binary
 from tests.test_report import assert_not_blank
 
 

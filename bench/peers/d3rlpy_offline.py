@@ -32,29 +32,58 @@ def main() -> None:
 
     data = np.load(args.npz)
     dataset = d3rlpy.dataset.MDPDataset(
-        observations=data["observations"], actions=data["actions"], rewards=data["rewards"],
-        terminals=data["terminals"].astype(np.float32), timeouts=data["timeouts"].astype(np.float32),
+        observations=data["observations"],
+        actions=data["actions"],
+        rewards=data["rewards"],
+        terminals=data["terminals"].astype(np.float32),
+        timeouts=data["timeouts"].astype(np.float32),
     )
     encoder = d3rlpy.models.encoders.VectorEncoderFactory([args.hidden, args.hidden])
     if args.algo == "cql":
-        config = d3rlpy.algos.CQLConfig(batch_size=args.batch_size, actor_encoder_factory=encoder,
-                                        critic_encoder_factory=encoder, n_action_samples=args.action_samples,
-                                        compile_graph=args.compile_graph)
+        config = d3rlpy.algos.CQLConfig(
+            batch_size=args.batch_size,
+            actor_encoder_factory=encoder,
+            critic_encoder_factory=encoder,
+            n_action_samples=args.action_samples,
+            compile_graph=args.compile_graph,
+        )
     else:
         config = d3rlpy.algos.BCConfig(batch_size=args.batch_size, encoder_factory=encoder, compile_graph=args.compile_graph)
     algo = config.create(device=args.device)
     algo.build_with_dataset(dataset)
     # one warm-up update so lazy initialisation is not timed
-    algo.fit(dataset, n_steps=1, n_steps_per_epoch=1, show_progress=False, save_interval=10**9,
-             logger_adapter=d3rlpy.logging.NoopAdapterFactory())
+    algo.fit(
+        dataset,
+        n_steps=1,
+        n_steps_per_epoch=1,
+        show_progress=False,
+        save_interval=10**9,
+        logger_adapter=d3rlpy.logging.NoopAdapterFactory(),
+    )
     start, cpu_start = time.perf_counter(), time.process_time()
-    algo.fit(dataset, n_steps=args.updates, n_steps_per_epoch=args.updates, show_progress=False, save_interval=10**9,
-             logger_adapter=d3rlpy.logging.NoopAdapterFactory())
+    algo.fit(
+        dataset,
+        n_steps=args.updates,
+        n_steps_per_epoch=args.updates,
+        show_progress=False,
+        save_interval=10**9,
+        logger_adapter=d3rlpy.logging.NoopAdapterFactory(),
+    )
     if args.device.startswith("cuda"):
         torch.cuda.synchronize()
     seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
-    print(json.dumps({"algo": args.algo, "updates": args.updates, "seconds": seconds, "cpu_seconds": cpu_seconds,
-                      "compile_graph": args.compile_graph, "d3rlpy": d3rlpy.__version__}))
+    print(
+        json.dumps(
+            {
+                "algo": args.algo,
+                "updates": args.updates,
+                "seconds": seconds,
+                "cpu_seconds": cpu_seconds,
+                "compile_graph": args.compile_graph,
+                "d3rlpy": d3rlpy.__version__,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -67,5 +67,15 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
         loss = loss_of(b)
         optimizer_step(optimizer, loss)
 
-    return train_offline("bc", config, data, actor, {"policy": actor}, update, out_dir, progress,
-                         optimizers={"optimizer": optimizer}, deterministic_eval=config.eval_deterministic or not data.discrete)
+    return train_offline(
+        "bc",
+        config,
+        data,
+        actor,
+        {"policy": actor},
+        update,
+        out_dir,
+        progress,
+        optimizers={"optimizer": optimizer},
+        deterministic_eval=config.eval_deterministic or not data.discrete,
+    )

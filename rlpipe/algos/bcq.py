@@ -55,7 +55,6 @@ class Config(OfflineConfig):
             raise RlpipeError(f"setting lmbda={self.lmbda!r}: expected a number in [0, 1]")
 
 
-
 TUNED: dict[str, dict[str, Any]] = {
     # 128x128 nets held seeds 0-2 at -136 to -161 from 4k to 6k updates; 64x64 nets and
     # longer runs drifted down on some seeds.
@@ -75,8 +74,9 @@ def generator_loss(encoder: nn.Module, policy: BCQPolicy, obs: torch.Tensor, act
 
 
 @torch.no_grad()
-def bcq_target(policy: BCQPolicy, critic_target: nn.Module, perturbation_target: nn.Module, b: Batch,
-               gamma: float, lmbda: float, n: int) -> torch.Tensor:
+def bcq_target(
+    policy: BCQPolicy, critic_target: nn.Module, perturbation_target: nn.Module, b: Batch, gamma: float, lmbda: float, n: int
+) -> torch.Tensor:
     """r + gamma * (1 - terminated) * max over ``n`` generated, perturbed next actions of the
     soft clipped double-Q value lmbda * min + (1 - lmbda) * max of the twin target critics.
     All n*B candidates go through the critics in one batch (row j*B + i: candidate j of state i)."""
@@ -92,8 +92,7 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
     data = load_offline("bcq", config, ACTION_SPACES)
     obs_dim, act_dim, device = data.obs_dim, data.act_dim, data.device
     latent_dim = config.latent_dim or 2 * act_dim
-    policy = BCQPolicy(obs_dim, act_dim, config.hidden, config.vae_hidden, latent_dim, config.max_shift,
-                       config.act_candidates).to(device)
+    policy = BCQPolicy(obs_dim, act_dim, config.hidden, config.vae_hidden, latent_dim, config.max_shift, config.act_candidates).to(device)
     encoder = mlp(obs_dim + act_dim, 2 * latent_dim, config.vae_hidden).to(device)  # q(z | s, a)
     critic, perturbation = policy.critic, policy.perturbation
     critic_target, perturbation_target = target_copy(critic), target_copy(perturbation)

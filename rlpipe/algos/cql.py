@@ -38,8 +38,8 @@ from rlpipe.training.config import FinetuneFields
 from rlpipe.training.env import BOX, DISCRETE
 from rlpipe.training.offline import OfflineData, load_offline, train_offline
 from rlpipe.training.optim import adam, optimizer_step, polyak_update, target_copy
-from rlpipe.training.seedstack import SeedStack, train_offline_seeds
 from rlpipe.training.seeding import seed_everything
+from rlpipe.training.seedstack import SeedStack, train_offline_seeds
 
 ACTION_SPACES = (BOX, DISCRETE)
 CPU_BLOCK_ROWS = 512  # critic rows per pass on CPU (see data_and_sampled_q)
@@ -67,7 +67,6 @@ class Config(FinetuneFields, OfflineConfig):
         super().__post_init__()
         if self.beta < 0:
             raise RlpipeError(f"setting beta={self.beta!r}: expected a number >= 0 (the conservative weight)")
-
 
 
 TUNED: dict[str, dict[str, Any]] = {

@@ -96,8 +96,7 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
 
     def extra_metrics() -> dict[str, Any]:
         learner_metrics = learner.extra_metrics() if learner.extra_metrics else {}
-        return {**learner_metrics, **dataset_metrics(data), "discriminator_updates": disc_updates,
-                "discriminator_loss": disc_loss}
+        return {**learner_metrics, **dataset_metrics(data), "discriminator_updates": disc_updates, "discriminator_loss": disc_loss}
 
     agent = Agent(learner.actor, {**learner.modules, "discriminator": disc}, learner.explore, update, extra_metrics)
     return train_off_policy("dac", config, env, agent, out_dir, progress, None)

@@ -130,5 +130,12 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
     def extra_metrics() -> dict[str, Any]:
         return {**dataset_metrics(data), "discriminator_updates": disc_updates, "discriminator_loss": disc_loss}
 
-    return ppo.train(config, out_dir, progress=progress, reward_fn=reward_fn, algo="gail",
-                     extra_metrics=extra_metrics, extra_modules={"discriminator": disc})
+    return ppo.train(
+        config,
+        out_dir,
+        progress=progress,
+        reward_fn=reward_fn,
+        algo="gail",
+        extra_metrics=extra_metrics,
+        extra_modules={"discriminator": disc},
+    )

@@ -51,7 +51,6 @@ class Config(FinetuneFields, OfflineConfig):
             raise RlpipeError(f"setting expectile={self.expectile!r}: expected a number in (0, 1)")
 
 
-
 TUNED: dict[str, dict[str, Any]] = {
     # gamma 0.99 fails here: the upper expectile's optimism compounds over the horizon,
     # V rates fast-spinning states at half their true cost, and AWR learns to spin (about -700).

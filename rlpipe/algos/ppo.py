@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 from gymnasium import spaces
+from torch import nn
 
 from rlpipe.errors import RlpipeError
 from rlpipe.models.networks import ActorCritic
@@ -78,8 +78,16 @@ TUNED: dict[str, dict[str, Any]] = {
     # with it 100k ends at -149.6, -194.3, -187.0, -174.3, -202.8. A 4x larger minibatch
     # (fewer updates) instead is slow: -300 only at 65-82k.
     "Pendulum-v1": dict(
-        env_steps=100_000, num_envs=8, num_steps=256, num_epochs=10, minibatch_size=64,
-        learning_rate=1e-3, gamma=0.9, gae_lambda=0.95, normalize_obs=True, target_kl=0.02,
+        env_steps=100_000,
+        num_envs=8,
+        num_steps=256,
+        num_epochs=10,
+        minibatch_size=64,
+        learning_rate=1e-3,
+        gamma=0.9,
+        gae_lambda=0.95,
+        normalize_obs=True,
+        target_kl=0.02,
     ),
 }
 
@@ -119,8 +127,9 @@ def train(
     discrete = isinstance(act_space, spaces.Discrete)
     obs_dim, n_act = obs_space.shape[0], action_dim(act_space)
 
-    actor = ActorCritic(obs_dim, n_act, discrete, config.hidden, normalize_obs=config.normalize_obs,
-                        init_log_std=config.init_log_std).to(device)
+    actor = ActorCritic(obs_dim, n_act, discrete, config.hidden, normalize_obs=config.normalize_obs, init_log_std=config.init_log_std).to(
+        device
+    )
     optimizer = adam(list(actor.parameters()), config.learning_rate, eps=1e-5)
     scaler = ActionScaler(act_space)
     stepper = VecStepper(envs, scaler, config.seed, step_sink)
@@ -151,8 +160,15 @@ def train(
             if run.maybe_evaluate(eval_policy, stepper.env_steps):
                 break
             checkpoints.maybe_save(stepper.env_steps, {"updates": updates})
-        result = run.finish(eval_policy, actor, {"policy": actor, **(extra_modules or {})}, act_space, stepper.env_steps,
-                            updates, {"train_episodes": stepper.episodes, **(extra_metrics() if extra_metrics else {})})
+        result = run.finish(
+            eval_policy,
+            actor,
+            {"policy": actor, **(extra_modules or {})},
+            act_space,
+            stepper.env_steps,
+            updates,
+            {"train_episodes": stepper.episodes, **(extra_metrics() if extra_metrics else {})},
+        )
         checkpoints.discard()
         return result
     finally:

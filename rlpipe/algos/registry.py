@@ -36,8 +36,7 @@ if TYPE_CHECKING:
 class TrainFn(Protocol):
     """``train(config, out_dir=None, *, progress=True[, step_sink=None]) -> TrainResult``."""
 
-    def __call__(self, config: Any, out_dir: str | Path | None = None, *, progress: bool = True,
-                 **kwargs: Any) -> TrainResult: ...
+    def __call__(self, config: Any, out_dir: str | Path | None = None, *, progress: bool = True, **kwargs: Any) -> TrainResult: ...
 
 
 PolicyLoader = Callable[..., "LoadedPolicy"]
@@ -131,45 +130,105 @@ class AlgoSpec:
 
 def _her(base: str) -> AlgoSpec:
     return AlgoSpec(
-        f"{base}-her", "off-policy", True, "rlpipe.algos.her", f"{base.upper()}HerConfig", "rlpipe.algos.her:OBSERVATION_SPACES",
-        records_training=True, summary=f"{base.upper()} with hindsight experience replay, on goal envs",
+        f"{base}-her",
+        "off-policy",
+        True,
+        "rlpipe.algos.her",
+        f"{base.upper()}HerConfig",
+        "rlpipe.algos.her:OBSERVATION_SPACES",
+        records_training=True,
+        summary=f"{base.upper()} with hindsight experience replay, on goal envs",
     )
 
 
 SPECS: tuple[AlgoSpec, ...] = (
-    AlgoSpec("ppo", "on-policy", True, "rlpipe.algos.ppo", records_training=True, resumable=True,
-             summary="clipped PPO with GAE"),
-    AlgoSpec("sac", "off-policy", True, "rlpipe.algos.sac", records_training=True, resumable=True, batched_seeds=True,
-             summary="soft actor-critic"),
-    AlgoSpec("ddpg", "off-policy", True, "rlpipe.algos.ddpg", records_training=True,
-             summary="deep deterministic policy gradient"),
+    AlgoSpec("ppo", "on-policy", True, "rlpipe.algos.ppo", records_training=True, resumable=True, summary="clipped PPO with GAE"),
+    AlgoSpec(
+        "sac",
+        "off-policy",
+        True,
+        "rlpipe.algos.sac",
+        records_training=True,
+        resumable=True,
+        batched_seeds=True,
+        summary="soft actor-critic",
+    ),
+    AlgoSpec("ddpg", "off-policy", True, "rlpipe.algos.ddpg", records_training=True, summary="deep deterministic policy gradient"),
     AlgoSpec("td3", "off-policy", True, "rlpipe.algos.td3", records_training=True, summary="twin delayed DDPG"),
     _her("ddpg"),
     _her("td3"),
     _her("sac"),
-    AlgoSpec("bc", "imitation", False, "rlpipe.algos.bc", observation_kinds_ref=OFFLINE_OBSERVATION_KINDS,
-             resumable=True, summary="behaviour cloning"),
-    AlgoSpec("gail", "imitation", False, "rlpipe.algos.gail",
-             summary="generative adversarial imitation (PPO generator, env-steps budget)"),
-    AlgoSpec("dac", "imitation", False, "rlpipe.algos.dac",
-             summary="discriminator-actor-critic: adversarial imitation with a SAC learner (env-steps budget)"),
-    AlgoSpec("cql", "offline", False, "rlpipe.algos.cql", observation_kinds_ref=OFFLINE_OBSERVATION_KINDS,
-             batched_seeds=True, summary="conservative Q-learning"),
-    AlgoSpec("bcq", "offline", False, "rlpipe.algos.bcq", observation_kinds_ref=OFFLINE_OBSERVATION_KINDS,
-             summary="batch-constrained Q-learning"),
-    AlgoSpec("td3bc", "offline", False, "rlpipe.algos.td3_bc", observation_kinds_ref=OFFLINE_OBSERVATION_KINDS,
-             summary="TD3 with a behaviour-cloning term"),
-    AlgoSpec("iql", "offline", False, "rlpipe.algos.iql", observation_kinds_ref=OFFLINE_OBSERVATION_KINDS,
-             summary="implicit Q-learning"),
-    AlgoSpec("ippo", "multi-agent", True, "rlpipe.algos.ippo", multi_agent=True,
-             summary="independent PPO, one policy shared by a team (Combat-v0)"),
-    AlgoSpec("maddpg", "multi-agent", True, "rlpipe.algos.maddpg", multi_agent=True,
-             summary="MADDPG: centralised critics, Gumbel-softmax actors (MPE)"),
-    AlgoSpec("pets", "model-based", True, "rlpipe.algos.pets", loader_ref=PLANNER_LOADER,
-             summary="dynamics ensemble + CEM planning (no policy network)"),
+    AlgoSpec(
+        "bc",
+        "imitation",
+        False,
+        "rlpipe.algos.bc",
+        observation_kinds_ref=OFFLINE_OBSERVATION_KINDS,
+        resumable=True,
+        summary="behaviour cloning",
+    ),
+    AlgoSpec("gail", "imitation", False, "rlpipe.algos.gail", summary="generative adversarial imitation (PPO generator, env-steps budget)"),
+    AlgoSpec(
+        "dac",
+        "imitation",
+        False,
+        "rlpipe.algos.dac",
+        summary="discriminator-actor-critic: adversarial imitation with a SAC learner (env-steps budget)",
+    ),
+    AlgoSpec(
+        "cql",
+        "offline",
+        False,
+        "rlpipe.algos.cql",
+        observation_kinds_ref=OFFLINE_OBSERVATION_KINDS,
+        batched_seeds=True,
+        summary="conservative Q-learning",
+    ),
+    AlgoSpec(
+        "bcq", "offline", False, "rlpipe.algos.bcq", observation_kinds_ref=OFFLINE_OBSERVATION_KINDS, summary="batch-constrained Q-learning"
+    ),
+    AlgoSpec(
+        "td3bc",
+        "offline",
+        False,
+        "rlpipe.algos.td3_bc",
+        observation_kinds_ref=OFFLINE_OBSERVATION_KINDS,
+        summary="TD3 with a behaviour-cloning term",
+    ),
+    AlgoSpec("iql", "offline", False, "rlpipe.algos.iql", observation_kinds_ref=OFFLINE_OBSERVATION_KINDS, summary="implicit Q-learning"),
+    AlgoSpec(
+        "ippo",
+        "multi-agent",
+        True,
+        "rlpipe.algos.ippo",
+        multi_agent=True,
+        summary="independent PPO, one policy shared by a team (Combat-v0)",
+    ),
+    AlgoSpec(
+        "maddpg",
+        "multi-agent",
+        True,
+        "rlpipe.algos.maddpg",
+        multi_agent=True,
+        summary="MADDPG: centralised critics, Gumbel-softmax actors (MPE)",
+    ),
+    AlgoSpec(
+        "pets",
+        "model-based",
+        True,
+        "rlpipe.algos.pets",
+        loader_ref=PLANNER_LOADER,
+        summary="dynamics ensemble + CEM planning (no policy network)",
+    ),
     AlgoSpec("mbpo", "model-based", True, "rlpipe.algos.mbpo", summary="SAC on real and short model rollouts"),
-    AlgoSpec("dynamics", "model-based", False, "rlpipe.algos.dynamics", loader_ref=PLANNER_LOADER,
-             summary="fit a dynamics ensemble to a dataset (reused by mopo)"),
+    AlgoSpec(
+        "dynamics",
+        "model-based",
+        False,
+        "rlpipe.algos.dynamics",
+        loader_ref=PLANNER_LOADER,
+        summary="fit a dynamics ensemble to a dataset (reused by mopo)",
+    ),
     AlgoSpec("mopo", "model-based", False, "rlpipe.algos.mopo", summary="offline MBPO with an uncertainty penalty"),
 )
 REGISTRY: dict[str, AlgoSpec] = {spec.name: spec for spec in SPECS}
@@ -193,15 +252,15 @@ def load_policy(run_dir: str | Path, device: str = "cpu", deterministic: bool = 
     batches, flattened as in training) to a batch of env actions (scaled to the env's
     bounds / Discrete indices); ``.env_id`` and ``.checkpoint_sha256`` identify it.
     """
-    from rlpipe.models.checkpoint import read_meta
-
     from rlpipe.envs.multiagent import is_multi_agent
+    from rlpipe.models.checkpoint import read_meta
 
     meta = read_meta(run_dir)
     spec = get_algo(meta.get("algo", ""))
     if spec.multi_agent or is_multi_agent(meta.get("env_id", "")):  # a team's policy has no single observation -> action map
-        raise RlpipeError(f"{run_dir} is a multi-agent {spec.name} run: evaluate it with `rlpipe eval` "
-                          "(rlpipe.training.multiagent.evaluate_run)")
+        raise RlpipeError(
+            f"{run_dir} is a multi-agent {spec.name} run: evaluate it with `rlpipe eval` (rlpipe.training.multiagent.evaluate_run)"
+        )
     return spec.load_policy(run_dir, device=device, deterministic=deterministic)
 
 

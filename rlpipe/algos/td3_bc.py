@@ -73,5 +73,4 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
         return td3_bc_actor_loss(pi, q, b.actions, config.alpha)
 
     update, modules = td3_update(actor, critic, config, actor_loss)
-    return train_offline("td3bc", config, data, actor, modules, update, out_dir, progress,
-                         update_period=config.policy_delay)
+    return train_offline("td3bc", config, data, actor, modules, update, out_dir, progress, update_period=config.policy_delay)

@@ -29,9 +29,11 @@ def _trust_env_specs(trust: bool) -> bool:
 # Every command that builds an env from a dataset's or a run's record takes this flag; it acts
 # when parsed (its callback), so the commands' bodies do not read it.
 TRUST_ENV_SPEC_OPTION = typer.Option(
-    False, "--trust-env-spec", callback=_trust_env_specs,
+    False,
+    "--trust-env-spec",
+    callback=_trust_env_specs,
     help="Build envs from the env specs of datasets and runs even when they name code that is not registered here "
-         "(importing it runs it: only for data you trust). Same as RLPIPE_TRUST_ENV_SPEC=1.",
+    "(importing it runs it: only for data you trust). Same as RLPIPE_TRUST_ENV_SPEC=1.",
 )
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -19,14 +18,14 @@ STORE_OPTION = typer.Option(None, "--store", help="Dataset store (default: $RLPI
 
 
 @datasets_app.command("list")
-def list_command(store: Optional[Path] = STORE_OPTION) -> None:
+def list_command(store: Path | None = STORE_OPTION) -> None:
     """List the datasets in the store with their env, producer, size and returns (broken ones too)."""
     from rich.console import Console  # the commands import what they use: `rlpipe collect` starts faster
     from rich.table import Column, Table
 
     table = Table(Column("name", no_wrap=True), Column("env", no_wrap=True), "producer", "episodes", "steps", "return mean", "formats")
     entries = store_entries(store)
-    for name, info in entries:
+    for _, info in entries:
         if not isinstance(info, DatasetInfo):
             continue
         meta = info.metadata
@@ -49,13 +48,13 @@ def list_command(store: Optional[Path] = STORE_OPTION) -> None:
 
 
 @datasets_app.command("show")
-def show_command(name: str = typer.Argument(..., help="Dataset name."), store: Optional[Path] = STORE_OPTION) -> None:
+def show_command(name: str = typer.Argument(..., help="Dataset name."), store: Path | None = STORE_OPTION) -> None:
     """Print a dataset's metadata.json."""
     typer.echo(json.dumps(open_dataset(name, store).metadata, indent=2, sort_keys=True))
 
 
 @datasets_app.command("inspect")
-def inspect_command(name: str = typer.Argument(..., help="Dataset name."), store: Optional[Path] = STORE_OPTION) -> None:
+def inspect_command(name: str = typer.Argument(..., help="Dataset name."), store: Path | None = STORE_OPTION) -> None:
     """Summarise a dataset with polars: episodes, steps, return distribution, action statistics
     (after the checks loading runs)."""
     import polars as pl
@@ -73,7 +72,7 @@ def inspect_command(name: str = typer.Argument(..., help="Dataset name."), store
 @datasets_app.command("validate")
 def validate_command(
     name: str = typer.Argument(..., help="Dataset name."),
-    store: Optional[Path] = STORE_OPTION,
+    store: Path | None = STORE_OPTION,
     trust_env_spec: bool = TRUST_ENV_SPEC_OPTION,
 ) -> None:
     """Re-check a dataset: files, sizes and content hash, every check loading runs (schema,
@@ -90,18 +89,20 @@ def validate_command(
 
 
 @datasets_app.command("rm")
-def rm_command(name: str = typer.Argument(..., help="Dataset name."), store: Optional[Path] = STORE_OPTION) -> None:
+def rm_command(name: str = typer.Argument(..., help="Dataset name."), store: Path | None = STORE_OPTION) -> None:
     """Delete a dataset from the store."""
     typer.echo(f"removed {remove_dataset(name, store)}")
 
 
 @datasets_app.command("import")
 def import_command(
-    minari_id: str = typer.Argument(..., help="Id of a local Minari dataset, ns/name-vN (either backend; Tuple and Text spaces are refused)."),
-    name: Optional[str] = typer.Option(None, "--name", help="Dataset name (default: the Minari id with '/' as '-')."),
+    minari_id: str = typer.Argument(
+        ..., help="Id of a local Minari dataset, ns/name-vN (either backend; Tuple and Text spaces are refused)."
+    ),
+    name: str | None = typer.Option(None, "--name", help="Dataset name (default: the Minari id with '/' as '-')."),
     fmt: str = typer.Option("both", "--format", help="arrow, hdf5 or both."),
     force: bool = typer.Option(False, "--force", help="Replace an existing dataset of the same name."),
-    store: Optional[Path] = STORE_OPTION,
+    store: Path | None = STORE_OPTION,
 ) -> None:
     """Convert a local Minari dataset into an rlpipe dataset."""
     from rlpipe.datasets.minari_io import import_from_minari
@@ -114,9 +115,9 @@ def import_command(
 def export_command(
     name: str = typer.Argument(..., help="Dataset name."),
     to: str = typer.Option("minari", "--to", help="Target: minari."),
-    dataset_id: Optional[str] = typer.Option(None, "--id", help="Minari dataset id, (namespace/)name-vN (default: rlpipe/NAME-v0)."),
+    dataset_id: str | None = typer.Option(None, "--id", help="Minari dataset id, (namespace/)name-vN (default: rlpipe/NAME-v0)."),
     force: bool = typer.Option(False, "--force", help="Replace an existing Minari dataset with that id."),
-    store: Optional[Path] = STORE_OPTION,
+    store: Path | None = STORE_OPTION,
 ) -> None:
     """Export a dataset to Minari's dataset root ($MINARI_DATASETS_PATH or Minari's default)."""
     from rlpipe.datasets.hdf5 import default_minari_id
@@ -152,17 +153,20 @@ def _weights(text: str) -> list[float]:
 def merge_command(
     sources: list[str] = typer.Argument(..., help="Two or more datasets of the same env and spaces."),
     name: str = typer.Option(..., "--name", help="Name of the merged dataset."),
-    weights: Optional[str] = typer.Option(None, "--weights", help="Step shares per source, e.g. 0.5,0.5 (default: every episode of every source)."),
+    weights: str | None = typer.Option(
+        None, "--weights", help="Step shares per source, e.g. 0.5,0.5 (default: every episode of every source)."
+    ),
     seed: int = SEED_OPTION,
     fmt: str = FORMAT_OPTION,
     force: bool = FORCE_OPTION,
-    store: Optional[Path] = STORE_OPTION,
+    store: Path | None = STORE_OPTION,
 ) -> None:
     """Merge datasets into a new one (whole episodes, in source order), recording its lineage."""
     from rlpipe.datasets.ops import merge_datasets
 
-    _print_written(merge_datasets(sources, name, weights=None if weights is None else _weights(weights), seed=seed,
-                                  store=store, fmt=fmt, force=force))
+    _print_written(
+        merge_datasets(sources, name, weights=None if weights is None else _weights(weights), seed=seed, store=store, fmt=fmt, force=force)
+    )
 
 
 def _episode_ids(text: str) -> list[int]:
@@ -185,37 +189,58 @@ def _episode_ids(text: str) -> list[int]:
 def filter_command(
     source: str = typer.Argument(..., help="Dataset to filter."),
     name: str = typer.Option(..., "--name", help="Name of the filtered dataset."),
-    top_return: Optional[str] = typer.Option(None, "--top-return", help="Keep the best episodes by return: a percentage (10%) or a count (50)."),
-    min_return: Optional[float] = typer.Option(None, "--min-return", help="Keep episodes whose return is at least this."),
-    max_length: Optional[int] = typer.Option(None, "--max-length", help="Keep episodes of at most this many steps."),
-    episodes: Optional[str] = typer.Option(None, "--episodes", help="Keep these episode ids: 3,5,8 or @FILE."),
+    top_return: str | None = typer.Option(
+        None, "--top-return", help="Keep the best episodes by return: a percentage (10%) or a count (50)."
+    ),
+    min_return: float | None = typer.Option(None, "--min-return", help="Keep episodes whose return is at least this."),
+    max_length: int | None = typer.Option(None, "--max-length", help="Keep episodes of at most this many steps."),
+    episodes: str | None = typer.Option(None, "--episodes", help="Keep these episode ids: 3,5,8 or @FILE."),
     fmt: str = FORMAT_OPTION,
     force: bool = FORCE_OPTION,
-    store: Optional[Path] = STORE_OPTION,
+    store: Path | None = STORE_OPTION,
 ) -> None:
     """Keep the episodes that pass every given criterion (e.g. %BC's top 10% by return)."""
     from rlpipe.datasets.ops import filter_dataset
 
-    _print_written(filter_dataset(source, name, top_return=top_return, min_return=min_return, max_length=max_length,
-                                  episode_ids=None if episodes is None else _episode_ids(episodes), store=store, fmt=fmt, force=force))
+    _print_written(
+        filter_dataset(
+            source,
+            name,
+            top_return=top_return,
+            min_return=min_return,
+            max_length=max_length,
+            episode_ids=None if episodes is None else _episode_ids(episodes),
+            store=store,
+            fmt=fmt,
+            force=force,
+        )
+    )
 
 
 @datasets_app.command("split")
 def split_command(
     source: str = typer.Argument(..., help="Dataset to split."),
     val: float = typer.Option(..., "--val", help="Fraction of the episodes for the validation side, e.g. 0.1."),
-    train_name: Optional[str] = typer.Option(None, "--train-name", help="Training side's name (default: SOURCE-train)."),
-    val_name: Optional[str] = typer.Option(None, "--val-name", help="Validation side's name (default: SOURCE-val)."),
+    train_name: str | None = typer.Option(None, "--train-name", help="Training side's name (default: SOURCE-train)."),
+    val_name: str | None = typer.Option(None, "--val-name", help="Validation side's name (default: SOURCE-val)."),
     seed: int = SEED_OPTION,
     fmt: str = FORMAT_OPTION,
     force: bool = FORCE_OPTION,
-    store: Optional[Path] = STORE_OPTION,
+    store: Path | None = STORE_OPTION,
 ) -> None:
     """Split a dataset by episode into training and validation datasets (seeded)."""
     from rlpipe.datasets.ops import split_dataset
 
-    for path in split_dataset(source, val, train_name=train_name or f"{source}-train", val_name=val_name or f"{source}-val",
-                              seed=seed, store=store, fmt=fmt, force=force):
+    for path in split_dataset(
+        source,
+        val,
+        train_name=train_name or f"{source}-train",
+        val_name=val_name or f"{source}-val",
+        seed=seed,
+        store=store,
+        fmt=fmt,
+        force=force,
+    ):
         _print_written(path)
 
 
@@ -223,12 +248,12 @@ def split_command(
 def sample_command(
     source: str = typer.Argument(..., help="Dataset to sample from."),
     name: str = typer.Option(..., "--name", help="Name of the sampled dataset."),
-    episodes: Optional[int] = typer.Option(None, "--episodes", help="Number of whole episodes to keep."),
-    steps: Optional[int] = typer.Option(None, "--steps", help="Keep the fewest random episodes holding at least this many steps."),
+    episodes: int | None = typer.Option(None, "--episodes", help="Number of whole episodes to keep."),
+    steps: int | None = typer.Option(None, "--steps", help="Keep the fewest random episodes holding at least this many steps."),
     seed: int = SEED_OPTION,
     fmt: str = FORMAT_OPTION,
     force: bool = FORCE_OPTION,
-    store: Optional[Path] = STORE_OPTION,
+    store: Path | None = STORE_OPTION,
 ) -> None:
     """A seeded random subset of whole episodes (to study how results scale with data)."""
     from rlpipe.datasets.ops import sample_dataset
@@ -237,7 +262,7 @@ def sample_command(
 
 
 @datasets_app.command("lineage")
-def lineage_command(name: str = typer.Argument(..., help="Dataset name."), store: Optional[Path] = STORE_OPTION) -> None:
+def lineage_command(name: str = typer.Argument(..., help="Dataset name."), store: Path | None = STORE_OPTION) -> None:
     """Print how a dataset was derived, back to the collections (merge, filter, split, sample, HER)."""
     from rlpipe.datasets.ops import lineage_lines
 

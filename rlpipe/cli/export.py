@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -14,8 +13,8 @@ from rlpipe.errors import RlpipeError
 @app.command("export")
 def export(
     run_dir: Path = typer.Argument(..., help="Run directory (rlpipe train ... --out RUN)."),
-    onnx: Optional[Path] = typer.Option(None, "--onnx", help="Write the policy as ONNX to this file (input `obs`, output `action`)."),
-    torchscript: Optional[Path] = typer.Option(None, "--torchscript", help="Write the policy as TorchScript to this file."),
+    onnx: Path | None = typer.Option(None, "--onnx", help="Write the policy as ONNX to this file (input `obs`, output `action`)."),
+    torchscript: Path | None = typer.Option(None, "--torchscript", help="Write the policy as TorchScript to this file."),
     force: bool = typer.Option(False, "--force", help="Replace existing output files."),
 ) -> None:
     """Export a run's deterministic policy (observation normalisation and action scaling
@@ -27,4 +26,6 @@ def export(
     for path, write in ((onnx, export_onnx), (torchscript, export_torchscript)):
         if path is not None:
             metadata = write(run_dir, path, force=force)
-            typer.echo(f"wrote {path} ({metadata['algo']} policy for {metadata['env_id']}, checkpoint {metadata['checkpoint_sha256'][:16]})")
+            typer.echo(
+                f"wrote {path} ({metadata['algo']} policy for {metadata['env_id']}, checkpoint {metadata['checkpoint_sha256'][:16]})"
+            )

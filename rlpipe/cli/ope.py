@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -18,7 +17,7 @@ app.add_typer(ope_app, name="ope")
 def fqe_command(
     run_dirs: list[Path] = typer.Argument(..., help="Run directories of the policies to evaluate (of one env), fitted together."),
     dataset: str = typer.Option(..., "--dataset", help="Dataset of the policy's env to fit on."),
-    store: Optional[Path] = typer.Option(None, "--store", help="Dataset store (default: $RLPIPE_DATASETS or ./datasets)."),
+    store: Path | None = typer.Option(None, "--store", help="Dataset store (default: $RLPIPE_DATASETS or ./datasets)."),
     updates: int = typer.Option(15_000, "--updates", min=1, help="Gradient updates of the Q-networks."),
     gamma: float = typer.Option(0.99, "--gamma", help="Discount of the estimated return."),
     seed: int = seed_option(0, "Seed of the Q-network and the minibatches."),
@@ -40,9 +39,21 @@ def fqe_command(
             raise RlpipeError(f"dataset {dataset!r} comes from {info.env_id}, but the policy of {run_dir} acts in {policy.env_id}")
     results = fitted_q_evaluation(policies, load_shards(info), FQEConfig(gamma=gamma, updates=updates, seed=seed))
     if as_json:
-        typer.echo(json.dumps([{"run": str(run_dir), "dataset": dataset, "checkpoint_sha256": policy.checkpoint_sha256,
-                                "dataset_content_hash": info.metadata["content_hash"], **asdict(result)}
-                               for run_dir, policy, result in zip(run_dirs, policies, results)], indent=2))
+        typer.echo(
+            json.dumps(
+                [
+                    {
+                        "run": str(run_dir),
+                        "dataset": dataset,
+                        "checkpoint_sha256": policy.checkpoint_sha256,
+                        "dataset_content_hash": info.metadata["content_hash"],
+                        **asdict(result),
+                    }
+                    for run_dir, policy, result in zip(run_dirs, policies, results)
+                ],
+                indent=2,
+            )
+        )
         return
     typer.echo(f"FQE estimates of the discounted return (gamma {gamma}) from {results[0].initial_states} initial states of {dataset}:")
     for run_dir, result in zip(run_dirs, results):

@@ -58,9 +58,13 @@ def _section(command: Any, path: list[str]) -> list[str]:
 def reference() -> str:
     """The Markdown page: every command and subcommand, its help, arguments and options."""
     root = typer.main.get_command(app)
-    lines = ["# CLI reference", "",
-             "Generated from the commands (`python -m rlpipe.cli.reference > docs/cli.md`); "
-             "`rlpipe COMMAND --help` prints the same. Bad input is one line on stderr and exit code 2.", ""]
+    lines = [
+        "# CLI reference",
+        "",
+        "Generated from the commands (`python -m rlpipe.cli.reference > docs/cli.md`); "
+        "`rlpipe COMMAND --help` prints the same. Bad input is one line on stderr and exit code 2.",
+        "",
+    ]
     for name in sorted(root.commands):
         lines += _section(root.commands[name], ["rlpipe", name])
     return "\n".join(lines).rstrip() + "\n"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -19,11 +18,10 @@ app.add_typer(relabel_app, name="relabel")
 def her_command(
     dataset: str = typer.Option(..., "--dataset", help="Goal-conditioned source dataset (Dict observations)."),
     strategy: str = typer.Option("future", "--strategy", help=f"Goal choice: {', '.join(STRATEGIES)}."),
-    k: int = typer.Option(4, "--k", help="Relabelled copies per transition (final makes one); "
-                          "at most 2**32 relabelled rows in all."),
-    name: Optional[str] = typer.Option(None, "--name", help="Output dataset (default: <dataset>-her-<strategy>)."),
+    k: int = typer.Option(4, "--k", help="Relabelled copies per transition (final makes one); at most 2**32 relabelled rows in all."),
+    name: str | None = typer.Option(None, "--name", help="Output dataset (default: <dataset>-her-<strategy>)."),
     seed: int = seed_option(0, "Seed of the goal sampling."),
-    store: Optional[Path] = typer.Option(None, "--store", help="Dataset store (default: $RLPIPE_DATASETS or ./datasets)."),
+    store: Path | None = typer.Option(None, "--store", help="Dataset store (default: $RLPIPE_DATASETS or ./datasets)."),
     force: bool = typer.Option(False, "--force", help="Replace an existing output dataset."),
     trust_env_spec: bool = TRUST_ENV_SPEC_OPTION,
 ) -> None:

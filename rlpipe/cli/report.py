@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -14,8 +13,10 @@ from rlpipe.cli.app import app
 def report_command(
     runs: list[str] = typer.Argument(None, help="Run directories or globs (quote them), e.g. 'models/*' or models/sac-*."),
     out: Path = typer.Option(Path("report"), "--out", help="Output directory for index.html and the PNGs."),
-    datasets: Optional[Path] = typer.Option(None, "--datasets", help="Add a card per dataset of this store: facts, return and length histograms, lineage."),
-    markdown: Optional[Path] = typer.Option(None, "--markdown", help="Also write the comparison table as Markdown to this file."),
+    datasets: Path | None = typer.Option(
+        None, "--datasets", help="Add a card per dataset of this store: facts, return and length histograms, lineage."
+    ),
+    markdown: Path | None = typer.Option(None, "--markdown", help="Also write the comparison table as Markdown to this file."),
 ) -> None:
     """Plot eval return curves (seeds of one setting as mean with a min-max band) and write
     OUT/index.html with the comparison table."""

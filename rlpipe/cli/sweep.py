@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -13,22 +12,30 @@ from rlpipe.cli.app import TRUST_ENV_SPEC_OPTION, app
 @app.command()
 def sweep(
     algo: str = typer.Argument(..., help="Algorithm, as for `rlpipe train`."),
-    env: Optional[str] = typer.Option(None, "--env", help="Gymnasium env id for online algorithms."),
-    dataset: Optional[str] = typer.Option(None, "--dataset", help="Dataset name for offline algorithms."),
-    store: Optional[Path] = typer.Option(None, "--store", help="Dataset store (default: $RLPIPE_DATASETS or ./datasets)."),
-    seeds: str = typer.Option("0-4", "--seeds", help="Seeds of every setting: a range 0-4 or a list 0,1,2 "
-                              "(at most 1000, each from 0 to 2**32 - 1)."),
+    env: str | None = typer.Option(None, "--env", help="Gymnasium env id for online algorithms."),
+    dataset: str | None = typer.Option(None, "--dataset", help="Dataset name for offline algorithms."),
+    store: Path | None = typer.Option(None, "--store", help="Dataset store (default: $RLPIPE_DATASETS or ./datasets)."),
+    seeds: str = typer.Option(
+        "0-4", "--seeds", help="Seeds of every setting: a range 0-4 or a list 0,1,2 (at most 1000, each from 0 to 2**32 - 1)."
+    ),
     grid: list[str] = typer.Option([], "--set", help="A grid axis KEY=V1,V2,... (repeatable; one value: a fixed setting)."),
-    settings_from: Optional[str] = typer.Option(None, "--set-from", help="Fixed settings from a YAML mapping, FILE:DOTTED.KEY."),
+    settings_from: str | None = typer.Option(None, "--set-from", help="Fixed settings from a YAML mapping, FILE:DOTTED.KEY."),
     backend: str = typer.Option("local", "--backend", help="local (worker processes) or ray (Tune trials; $RAY_ADDRESS joins a cluster)."),
-    workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Trials at once (default: the number of cores)."),
-    retries: int = typer.Option(0, "--retries", min=0, help="Ray: restart a failed trial up to N times (with --set "
-                                "checkpoint_every=K it continues from its last saved state)."),
-    name: Optional[str] = typer.Option(None, "--name", help="Sweep name: runs go to sweeps/NAME/runs/SETTING/seed-K (default: ALGO-SOURCE)."),
+    workers: int | None = typer.Option(None, "--workers", min=1, help="Trials at once (default: the number of cores)."),
+    retries: int = typer.Option(
+        0,
+        "--retries",
+        min=0,
+        help="Ray: restart a failed trial up to N times (with --set checkpoint_every=K it continues from its last saved state).",
+    ),
+    name: str | None = typer.Option(None, "--name", help="Sweep name: runs go to sweeps/NAME/runs/SETTING/seed-K (default: ALGO-SOURCE)."),
     root: Path = typer.Option(Path("sweeps"), "--root", help="Directory of all sweeps."),
-    device: Optional[str] = typer.Option(None, "--device", help="auto, cpu or cuda for every trial (default: cpu)."),
-    batched: Optional[bool] = typer.Option(None, "--batched/--no-batched",
-                                           help="Train each setting's seeds as one batched computation (default: when the algorithm can and the device is CUDA)."),
+    device: str | None = typer.Option(None, "--device", help="auto, cpu or cuda for every trial (default: cpu)."),
+    batched: bool | None = typer.Option(
+        None,
+        "--batched/--no-batched",
+        help="Train each setting's seeds as one batched computation (default: when the algorithm can and the device is CUDA).",
+    ),
     trust_env_spec: bool = TRUST_ENV_SPEC_OPTION,
 ) -> None:
     """Train every setting of a grid with every seed; write sweeps/NAME/summary.json and print mean ± std and a 95% bootstrap interval."""
@@ -49,6 +56,8 @@ def sweep(
     width = max(len(s) for s in summary["settings"])
     typer.echo(f"{'setting':<{width}}  seeds  return mean ± std    95% bootstrap interval  metric")
     for setting, stats in summary["settings"].items():
-        typer.echo(f"{setting:<{width}}  {stats['seeds']:>5}  {stats['return_mean']:>9.1f} ± {stats['return_std']:<7.1f}"
-                   f"  [{stats['return_ci95_low']:.1f}, {stats['return_ci95_high']:.1f}]  {stats['metric']}")
+        typer.echo(
+            f"{setting:<{width}}  {stats['seeds']:>5}  {stats['return_mean']:>9.1f} ± {stats['return_std']:<7.1f}"
+            f"  [{stats['return_ci95_low']:.1f}, {stats['return_ci95_high']:.1f}]  {stats['metric']}"
+        )
     typer.echo(f"-> {out / 'summary.json'}")

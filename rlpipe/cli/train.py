@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
@@ -12,33 +12,52 @@ from rlpipe.algos.registry import SPECS
 from rlpipe.cli.app import TRUST_ENV_SPEC_OPTION, app, seed_option
 from rlpipe.errors import RlpipeError
 
-_ALGOS = (f"online, with --env: {', '.join(s.name for s in SPECS if s.online)}; "
-          f"offline, with --dataset: {', '.join(s.name for s in SPECS if not s.online)}")
+_ALGOS = (
+    f"online, with --env: {', '.join(s.name for s in SPECS if s.online)}; "
+    f"offline, with --dataset: {', '.join(s.name for s in SPECS if not s.online)}"
+)
 
 
 @app.command()
 def train(
     algo: str = typer.Argument(..., help=f"Algorithm: {_ALGOS}."),
-    env: Optional[str] = typer.Option(None, "--env", help="Gymnasium env id for online algorithms, e.g. CartPole-v1."),
-    dataset: Optional[str] = typer.Option(None, "--dataset", help="Dataset name for offline algorithms (the env comes from its metadata)."),
-    env_steps: Optional[int] = typer.Option(None, "--env-steps", help="Environment steps to train for (default: tuned per env)."),
-    updates: Optional[int] = typer.Option(None, "--updates", help="Gradient updates for offline algorithms (default: tuned per env)."),
-    max_samples: Optional[int] = typer.Option(None, "--max-samples", help="Offline: train on this many transitions of the dataset."),
-    finetune_env_steps: Optional[int] = typer.Option(None, "--finetune-env-steps", help="IQL, CQL: after the offline updates, go on "
-                                                     "training online in the dataset's env for N steps (offline-to-online)."),
-    seed: Optional[int] = seed_option(None, "Random seed (default 0); the same seed gives the same metrics on CPU."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Run directory for checkpoint, metrics.json and dvclive/ (default: runs/ALGO-ENV or runs/ALGO-DATASET)."),
-    num_envs: Optional[int] = typer.Option(None, "--num-envs", help="Parallel (vectorised) envs, 1 to 4096 (default: tuned per env)."),
-    device: Optional[str] = typer.Option(None, "--device", help="auto, cpu or cuda (default: auto)."),
-    store: Optional[Path] = typer.Option(None, "--store", help="Dataset store (default: $RLPIPE_DATASETS or ./datasets)."),
-    overrides: list[str] = typer.Option([], "--set", help="Override a config field, KEY=VALUE (repeatable, checked against the field's type), e.g. --set learning_rate=3e-4."),
-    settings_from: Optional[str] = typer.Option(None, "--set-from", help="Read settings from a YAML mapping, FILE:DOTTED.KEY (e.g. params.yaml:train_online.ppo-cartpole.set)."),
-    stop_at_return: Optional[float] = typer.Option(None, "--stop-at-return", help="Stop early once the eval mean return reaches this."),
+    env: str | None = typer.Option(None, "--env", help="Gymnasium env id for online algorithms, e.g. CartPole-v1."),
+    dataset: str | None = typer.Option(None, "--dataset", help="Dataset name for offline algorithms (the env comes from its metadata)."),
+    env_steps: int | None = typer.Option(None, "--env-steps", help="Environment steps to train for (default: tuned per env)."),
+    updates: int | None = typer.Option(None, "--updates", help="Gradient updates for offline algorithms (default: tuned per env)."),
+    max_samples: int | None = typer.Option(None, "--max-samples", help="Offline: train on this many transitions of the dataset."),
+    finetune_env_steps: int | None = typer.Option(
+        None,
+        "--finetune-env-steps",
+        help="IQL, CQL: after the offline updates, go on training online in the dataset's env for N steps (offline-to-online).",
+    ),
+    seed: int | None = seed_option(None, "Random seed (default 0); the same seed gives the same metrics on CPU."),
+    out: Path | None = typer.Option(
+        None, "--out", help="Run directory for checkpoint, metrics.json and dvclive/ (default: runs/ALGO-ENV or runs/ALGO-DATASET)."
+    ),
+    num_envs: int | None = typer.Option(None, "--num-envs", help="Parallel (vectorised) envs, 1 to 4096 (default: tuned per env)."),
+    device: str | None = typer.Option(None, "--device", help="auto, cpu or cuda (default: auto)."),
+    store: Path | None = typer.Option(None, "--store", help="Dataset store (default: $RLPIPE_DATASETS or ./datasets)."),
+    overrides: list[str] = typer.Option(
+        [],
+        "--set",
+        help="Override a config field, KEY=VALUE (repeatable, checked against the field's type), e.g. --set learning_rate=3e-4.",
+    ),
+    settings_from: str | None = typer.Option(
+        None, "--set-from", help="Read settings from a YAML mapping, FILE:DOTTED.KEY (e.g. params.yaml:train_online.ppo-cartpole.set)."
+    ),
+    stop_at_return: float | None = typer.Option(None, "--stop-at-return", help="Stop early once the eval mean return reaches this."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar (steps/s, latest return) on stderr."),
-    checkpoint_every: Optional[int] = typer.Option(None, "--checkpoint-every", help="Save the full training state every N units "
-                                                   "(env steps, or updates offline) so --resume can continue the run."),
-    resume: Optional[Path] = typer.Option(None, "--resume", help="Continue the interrupted run in this directory from its last "
-                                          "saved state (other options come from that run)."),
+    checkpoint_every: int | None = typer.Option(
+        None,
+        "--checkpoint-every",
+        help="Save the full training state every N units (env steps, or updates offline) so --resume can continue the run.",
+    ),
+    resume: Path | None = typer.Option(
+        None,
+        "--resume",
+        help="Continue the interrupted run in this directory from its last saved state (other options come from that run).",
+    ),
     trust_env_spec: bool = TRUST_ENV_SPEC_OPTION,
 ) -> None:
     """Train ALGO (online on --env, offline on --dataset) and save a safe checkpoint, metrics.json and a DVCLive curve."""
@@ -49,13 +68,20 @@ def train(
     config_class = get_algo(algo).config_class
     if finetune_env_steps is not None and not issubclass(config_class, FinetuneFields):
         raise RlpipeError(f"--finetune-env-steps is for offline algorithms that go on online (iql, cql), not {algo}")
-    settings = merge_settings(
-        read_settings(settings_from, config_class) if settings_from else {}, parse_settings(overrides, config_class)
-    )
+    settings = merge_settings(read_settings(settings_from, config_class) if settings_from else {}, parse_settings(overrides, config_class))
     if device is None and "device" not in settings:
         device = "auto"  # the CLI's default; library configs default to cpu
-    options = dict(seed=seed, device=device, stop_at_return=stop_at_return, env_steps=env_steps, num_envs=num_envs,
-                   updates=updates, max_samples=max_samples, checkpoint_every=checkpoint_every, finetune_env_steps=finetune_env_steps)
+    options = dict(
+        seed=seed,
+        device=device,
+        stop_at_return=stop_at_return,
+        env_steps=env_steps,
+        num_envs=num_envs,
+        updates=updates,
+        max_samples=max_samples,
+        checkpoint_every=checkpoint_every,
+        finetune_env_steps=finetune_env_steps,
+    )
     if resume is not None:
         run = prepare_resume(algo, resume)
         dataset = run.config.dataset if not run.spec.online else None
@@ -63,14 +89,21 @@ def train(
         run = prepare_run(algo, env_id=env, dataset=dataset, store=store, options=options, settings=settings, run_dir=out)
     result = train_run(run, progress=progress)
     m = result.metrics
-    budget = f"{m['env_steps']} env steps, {m['gradient_updates']} updates" if m["env_steps"] else f"{m['gradient_updates']} updates on {dataset}"
+    budget = (
+        f"{m['env_steps']} env steps, {m['gradient_updates']} updates"
+        if m["env_steps"]
+        else f"{m['gradient_updates']} updates on {dataset}"
+    )
     success = f", success rate {m['eval_success_rate']:.2f}" if "eval_success_rate" in m else ""
     if "eval_win_rate" in m:
         success = f", win rate {m['eval_win_rate']:.2f}"
     elif "good_return_mean" in m:
         success = f" (good agents; adversary {m['adversary_return_mean']:.1f})"
-    heldout = (f"; held-out return {m['heldout_return_mean']:.1f} ± {m['heldout_return_std']:.1f} over {m['heldout_episodes']} episodes"
-               if "heldout_return_mean" in m else "")
+    heldout = (
+        f"; held-out return {m['heldout_return_mean']:.1f} ± {m['heldout_return_std']:.1f} over {m['heldout_episodes']} episodes"
+        if "heldout_return_mean" in m
+        else ""
+    )
     typer.echo(
         f"{algo} {run.config.env_id}: eval return {m['eval_return_mean']:.1f} ± {m['eval_return_std']:.1f}{success} after "
         f"{budget} ({m['wall_seconds']:.1f} s){heldout} -> {run.run_dir}"
@@ -81,14 +114,19 @@ def train(
 def eval_(
     run_dir: Path = typer.Argument(..., help="A run directory written by `rlpipe train`."),
     episodes: int = typer.Option(10, "--episodes", min=1, help="Episodes to run."),
-    seed: int = seed_option(0, "Seed of the evaluation: episode k resets its env with seed + k, so a second, independent "
-                            "sample needs a seed at least --episodes away (--seed 1 and --seed 2 share all but one episode)."),
+    seed: int = seed_option(
+        0,
+        "Seed of the evaluation: episode k resets its env with seed + k, so a second, independent "
+        "sample needs a seed at least --episodes away (--seed 1 and --seed 2 share all but one episode).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     stochastic: bool = typer.Option(False, "--stochastic", help="Sample actions instead of acting deterministically."),
     device: str = typer.Option("cpu", "--device", help="auto, cpu or cuda."),
-    video: Optional[Path] = typer.Option(None, "--video", help="Also record episodes to this .gif or .mp4 (render_mode rgb_array)."),
+    video: Path | None = typer.Option(None, "--video", help="Also record episodes to this .gif or .mp4 (render_mode rgb_array)."),
     video_episodes: int = typer.Option(1, "--video-episodes", min=1, help="Episodes in the video (seeds SEED, SEED+1, ...)."),
-    adversary_run: Optional[Path] = typer.Option(None, "--adversary-run", help="MPE runs: play the adversaries of this other run (cross-play)."),
+    adversary_run: Path | None = typer.Option(
+        None, "--adversary-run", help="MPE runs: play the adversaries of this other run (cross-play)."
+    ),
     trust_env_spec: bool = TRUST_ENV_SPEC_OPTION,
 ) -> None:
     """Evaluate a saved policy and print the mean ± std episode return (multi-agent: win rate or
@@ -113,8 +151,11 @@ def eval_(
             raise RlpipeError("--video records single-agent Gymnasium runs only")
         result = evaluate_run(run_dir, episodes, seed, not stochastic, device, adversary_run)
         keys = ("win_rate",) if "win_rate" in result else ("adversary_return_mean", "good_return_mean")
-        typer.echo(json.dumps(result) if as_json else
-                   f"{result['algo']} {result['env_id']}: " + ", ".join(f"{k} {result[k]:.2f}" for k in keys) + f" over {episodes} episodes")
+        typer.echo(
+            json.dumps(result)
+            if as_json
+            else f"{result['algo']} {result['env_id']}: " + ", ".join(f"{k} {result[k]:.2f}" for k in keys) + f" over {episodes} episodes"
+        )
         return
     if adversary_run is not None:
         raise RlpipeError("--adversary-run applies to multi-agent (MPE) runs only")
@@ -122,13 +163,24 @@ def eval_(
     res = evaluate(policy, policy.env_id, episodes, seed)
     score = _normalized_score(policy.config, res.mean)
     if as_json:
-        typer.echo(json.dumps({
-            "run_dir": str(run_dir), "algo": policy.algo, "env_id": policy.env_id, "episodes": episodes, "seed": seed,
-            "deterministic": not stochastic, "return_mean": res.mean, "return_std": res.std, "returns": res.returns,
-            **({} if res.success_rate is None else {"success_rate": res.success_rate}),
-            **({} if score is None else {"normalized_score": score}),
-            "checkpoint_sha256": policy.checkpoint_sha256,
-        }))
+        typer.echo(
+            json.dumps(
+                {
+                    "run_dir": str(run_dir),
+                    "algo": policy.algo,
+                    "env_id": policy.env_id,
+                    "episodes": episodes,
+                    "seed": seed,
+                    "deterministic": not stochastic,
+                    "return_mean": res.mean,
+                    "return_std": res.std,
+                    "returns": res.returns,
+                    **({} if res.success_rate is None else {"success_rate": res.success_rate}),
+                    **({} if score is None else {"normalized_score": score}),
+                    "checkpoint_sha256": policy.checkpoint_sha256,
+                }
+            )
+        )
     else:
         success = "" if res.success_rate is None else f", success rate {res.success_rate:.2f}"
         normalized = "" if score is None else f", normalised score {score:.3f}"

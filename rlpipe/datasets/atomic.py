@@ -37,8 +37,9 @@ import shutil
 import signal
 import stat
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from rlpipe.errors import RlpipeError
 from rlpipe.files import fsync_path
@@ -268,8 +269,9 @@ def lock(parent: Path, name: str, what: str) -> int:
     if not _flock(fd):
         holder = os.pread(fd, _MAX_LOCK_BYTES, 0).decode(errors="replace").strip()
         os.close(fd)
-        raise RlpipeError(f"{what} is being written by another process{f' (pid {holder})' if holder else ''}; "
-                          "try again when it has finished")
+        raise RlpipeError(
+            f"{what} is being written by another process{f' (pid {holder})' if holder else ''}; try again when it has finished"
+        )
     return _hold(fd)
 
 

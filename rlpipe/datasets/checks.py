@@ -47,7 +47,7 @@ def schema_difference(schema: pa.Schema, expected: pa.Schema) -> str:
     try:
         actual = {field.name: field for field in schema}
         wrong = next((f for f in expected if not f.equals(actual.get(f.name, pa.field(f.name, pa.null())))), None)
-    except Exception:  # noqa: BLE001 - a damaged schema may not even decode; that it differs is enough
+    except Exception:
         return "unreadable schema"
     if wrong is None:
         return f"extra columns {sorted(set(actual) - set(expected.names))}"
@@ -92,8 +92,15 @@ class RowChecks:
         """What the per-shard checks depend on besides the shard's bytes (a shard that passed
         them need not be checked again while this and its sha256 are unchanged)."""
         meta = self.metadata
-        facts = [CHECKS_VERSION, self.kind, self.multi_agent, meta["observation_space"], meta["action_space"],
-                 meta.get("info_space"), non_finite_allowed()]
+        facts = [
+            CHECKS_VERSION,
+            self.kind,
+            self.multi_agent,
+            meta["observation_space"],
+            meta["action_space"],
+            meta.get("info_space"),
+            non_finite_allowed(),
+        ]
         return hashlib.sha256(json.dumps(facts).encode()).hexdigest()[:16]
 
     def shard(self, columns: dict[str, Columnar], checked: bool = False) -> list[str]:
@@ -143,7 +150,9 @@ class RowChecks:
         if episode_id[0] < self.last_episode:
             problem = "rows are not sorted by episode_id"
         elif self.kind == "episodes" and episode_id[0] != self.last_episode + 1:
-            problem = f"episode ids do not run {self.last_episode + 1}, {self.last_episode + 2}, ... without gaps (an episode split or missing)"
+            problem = (
+                f"episode ids do not run {self.last_episode + 1}, {self.last_episode + 2}, ... without gaps (an episode split or missing)"
+            )
         else:
             return []
         self._reported.add("rows")
@@ -174,8 +183,10 @@ class RowChecks:
         if not breaks:
             return None
         row, later = min(breaks)
-        return (f"{following} at row {self.rows + row} differs from {current} at row {self.rows + later} in episode {int(ids[row])} "
-                "(an episodes dataset's rows chain; rows that do not are kind 'transitions')")
+        return (
+            f"{following} at row {self.rows + row} differs from {current} at row {self.rows + later} in episode {int(ids[row])} "
+            "(an episodes dataset's rows chain; rows that do not are kind 'transitions')"
+        )
 
 
 def _rows_differ(a: Columnar, b: Columnar) -> np.ndarray:

@@ -9,17 +9,18 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 import gymnasium as gym
 import numpy as np
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from rlpipe.datasets.schema import Columnar, info_value_space, map_columnar
-from rlpipe.errors import RlpipeError
 from rlpipe.envs import make_env, make_vec_env
 from rlpipe.envs.stepper import StepBatch, VecStepper
+from rlpipe.errors import RlpipeError
 
 RowSink = Callable[[dict[str, Columnar]], None]
 
@@ -345,8 +346,16 @@ class OneEnvRollout:
     for one env.
     """
 
-    def __init__(self, env_id: str, make_policy: Callable[[gym.Space, int], Policy], sink: RowSink, episodes: int | None,
-                 steps: int | None, info_space: gym.spaces.Dict | None, flush_rows: int = 1 << 16) -> None:
+    def __init__(
+        self,
+        env_id: str,
+        make_policy: Callable[[gym.Space, int], Policy],
+        sink: RowSink,
+        episodes: int | None,
+        steps: int | None,
+        info_space: gym.spaces.Dict | None,
+        flush_rows: int = 1 << 16,
+    ) -> None:
         self.env_id, self.make_policy, self.sink, self.info_space = env_id, make_policy, sink, info_space
         self.episodes, self.steps, self.flush_rows = episodes, steps, flush_rows
         self.returns: list[float] = []
@@ -377,8 +386,7 @@ class OneEnvRollout:
                 meter.done(len(self.returns), self.returns[-100:])
         finally:
             env.close()
-        return CollectStats(len(self.returns), self.kept_steps, self.kept_steps, time.perf_counter() - start,
-                            float(np.mean(self.returns)))
+        return CollectStats(len(self.returns), self.kept_steps, self.kept_steps, time.perf_counter() - start, float(np.mean(self.returns)))
 
     def _budget_used(self) -> bool:
         return len(self.returns) >= self.episodes if self.episodes is not None else self.kept_steps >= self.steps
@@ -463,7 +471,9 @@ def _stack(rows: list) -> Columnar:
 def _info_stream(values: list[tuple], space: gym.spaces.Dict) -> dict[str, np.ndarray]:
     """Per-step info tuples (in `space`'s key order) as one array per key."""
     columns = zip(*values)
-    return {key: np.asarray(list(column), sub.dtype).reshape((-1,) + sub.shape) for (key, sub), column in zip(space.spaces.items(), columns)}
+    return {
+        key: np.asarray(list(column), sub.dtype).reshape((-1,) + sub.shape) for (key, sub), column in zip(space.spaces.items(), columns)
+    }
 
 
 class _Meter:
@@ -481,8 +491,12 @@ class _Meter:
             return
         self.next_update = now + 0.25
         done = episodes if self.by_episodes else steps
-        self.progress.update(self.task, completed=min(done, self.total), rate=f"{env_steps / max(now - self.start, 1e-9):,.0f} steps/s",
-                             ret=_mean_return_text(episodes, recent_returns))
+        self.progress.update(
+            self.task,
+            completed=min(done, self.total),
+            rate=f"{env_steps / max(now - self.start, 1e-9):,.0f} steps/s",
+            ret=_mean_return_text(episodes, recent_returns),
+        )
 
     def done(self, episodes: int, recent_returns: Any) -> None:
         self.progress.update(self.task, completed=self.total, ret=_mean_return_text(episodes, recent_returns))

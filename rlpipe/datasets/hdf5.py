@@ -75,7 +75,9 @@ def check_minari_id(dataset_id: str) -> str:
 
     match = DATASET_ID_RE.fullmatch(dataset_id)
     if match is None or match.group("version") is None:
-        raise RlpipeError(f"invalid Minari dataset id {dataset_id!r}: Minari ids are (namespace/)name-v<N>, e.g. rlpipe/{dataset_id.rsplit('/', 1)[-1]}-v0")
+        raise RlpipeError(
+            f"invalid Minari dataset id {dataset_id!r}: Minari ids are (namespace/)name-v<N>, e.g. rlpipe/{dataset_id.rsplit('/', 1)[-1]}-v0"
+        )
     if any(part in ("", ".", "..") for part in dataset_id.split("/")):
         raise RlpipeError(f"Minari dataset id {dataset_id!r} must stay inside Minari's dataset root")
     return dataset_id
@@ -214,7 +216,9 @@ def _leaves(calls: _HDF5Calls, values: Columnar) -> Any:
         return {key.encode(): _leaves(calls, child) for key, child in values.items()}
     values = np.ascontiguousarray(values)
     row_shape = values.shape[1:]
-    return _Leaf(calls.type_id(values.dtype), values, values.ctypes.data, row_shape, values.itemsize * int(np.prod(row_shape, dtype=np.int64)))
+    return _Leaf(
+        calls.type_id(values.dtype), values, values.ctypes.data, row_shape, values.itemsize * int(np.prod(row_shape, dtype=np.int64))
+    )
 
 
 def _write_rows(calls: _HDF5Calls, parent: int, name: bytes, leaves: Any, first_row: int, rows: int) -> None:
@@ -284,7 +288,9 @@ def write_minari_layout(
                 raise RlpipeError("Minari's HDF5 layout needs episode ids 0, 1, 2, ... in order: use --format arrow")
             chained = _chained(rows["obs"], rows["next_obs"], starts, count)
             if not chained or (info_space is not None and not _chained(rows["info"], rows["next_info"], starts, count)):
-                raise RlpipeError("Minari's HDF5 layout stores trajectories, but next_obs differs from the next row's obs within an episode: use --format arrow")
+                raise RlpipeError(
+                    "Minari's HDF5 layout stores trajectories, but next_obs differs from the next row's obs within an episode: use --format arrow"
+                )
             infos = {} if info_space is None else _with_final_observations(rows["info"], rows["next_info"], starts, count)
             columns = [  # (name, leaves, whether an episode's rows end with its final observation)
                 (b"observations", _leaves(calls, _with_final_observations(rows["obs"], rows["next_obs"], starts, count)), True),

@@ -10,8 +10,9 @@ the env's own `compute_reward` / `compute_terminated`.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -150,8 +151,10 @@ def _block_chunks(lengths: np.ndarray, copies: int, max_rows: int) -> Iterator[r
 def _check_output_size(rows: int, copies: int) -> None:
     """Refuse a k whose output would exceed MAX_RELABELLED_ROWS, before anything is written."""
     if rows * copies > MAX_RELABELLED_ROWS:
-        raise RlpipeError(f"--k {copies} would write {rows * copies} relabelled rows; at most {MAX_RELABELLED_ROWS} "
-                          f"(2**32) are written, so k <= {MAX_RELABELLED_ROWS // max(rows, 1)} for this dataset of {rows} transitions")
+        raise RlpipeError(
+            f"--k {copies} would write {rows * copies} relabelled rows; at most {MAX_RELABELLED_ROWS} "
+            f"(2**32) are written, so k <= {MAX_RELABELLED_ROWS // max(rows, 1)} for this dataset of {rows} transitions"
+        )
 
 
 def relabel_dataset(

@@ -24,8 +24,8 @@ from minari.serialization import deserialize_space
 from rlpipe.datasets.checks import RowChecks, batch_problems
 from rlpipe.datasets.schema import INFO_COLUMNS, Columnar, concat_columnar, from_arrow, scalar_from_arrow, step_schema
 from rlpipe.datasets.store import DatasetInfo, open_dataset
-from rlpipe.files import MAX_JSON_BYTES, atomic_write_text, read_limited, sha256_file
 from rlpipe.errors import RlpipeError
+from rlpipe.files import MAX_JSON_BYTES, atomic_write_text, read_limited, sha256_file
 
 
 @dataclass
@@ -96,7 +96,9 @@ class ShardVerifier:
         if isinstance(entry, dict) and entry.get("key") == key:
             return
         if sha256_file(path) != self.info.metadata["files"][rel]["sha256"]:
-            raise RlpipeError(f"corrupted shard {path}: its sha256 differs from metadata (modified or damaged; run `rlpipe datasets validate`)")
+            raise RlpipeError(
+                f"corrupted shard {path}: its sha256 differs from metadata (modified or damaged; run `rlpipe datasets validate`)"
+            )
         self.cache[rel] = {"key": key}
         self._changed = True
 

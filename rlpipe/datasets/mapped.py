@@ -137,8 +137,9 @@ class MappedTransitions:
         self._following = self._chain_next_obs() if {"obs", "next_obs"} <= set(columns) else None
         self._resident: dict[str, Columnar] = {}
         self._hold_in_ram(resident_bytes)
-        self.read_columns = tuple(name for name in columns if name not in self._resident
-                                  and not (name == "next_obs" and self._following is not None))
+        self.read_columns = tuple(
+            name for name in columns if name not in self._resident and not (name == "next_obs" and self._following is not None)
+        )
 
     def _reader(self, index: int, leaf: np.ndarray) -> PreadColumn:
         """A `pread` reader of `leaf`, an array viewing shard `index`'s map."""
@@ -158,8 +159,9 @@ class MappedTransitions:
                 nexts = following.read(first, last)
                 later = obs.read(first + 1, min(last + 1, obs.rows))  # one row short at the shard's end
                 differ = np.ones(last - first, bool)  # the shard's last row is always a break
-                differ[: len(later)] = (nexts[: len(later)].reshape(len(later), -1).view(np.uint8)
-                                        != later.reshape(len(later), -1).view(np.uint8)).any(axis=1)
+                differ[: len(later)] = (
+                    nexts[: len(later)].reshape(len(later), -1).view(np.uint8) != later.reshape(len(later), -1).view(np.uint8)
+                ).any(axis=1)
                 ends = np.flatnonzero(differ)
                 breaks.append(ends + first + start)
                 values.append(nexts[ends])
@@ -185,8 +187,10 @@ class MappedTransitions:
             self._files.append(os.open(path, os.O_RDONLY))
             reader = pa.ipc.open_file(pa.BufferReader(pa.py_buffer(mapping)))
             if reader.num_record_batches != 1:
-                raise RlpipeError(f"shard {path} holds {reader.num_record_batches} record batches; mapped reading needs one "
-                                  "(rlpipe's writer makes one per shard)")
+                raise RlpipeError(
+                    f"shard {path} holds {reader.num_record_batches} record batches; mapped reading needs one "
+                    "(rlpipe's writer makes one per shard)"
+                )
             self._maps.append(mapping)
             return reader.get_batch(0)
         except (pa.ArrowInvalid, pa.ArrowIOError, OSError, ValueError) as exc:
@@ -212,8 +216,10 @@ class MappedTransitions:
         shard = np.searchsorted(self._ends, rows, side="right")
         order = np.argsort(shard, kind="stable")
         bounds = np.searchsorted(shard[order], np.arange(len(self._shards) + 1))
-        chunks = [map_columnar(self._shards[index][name], lambda leaf: leaf[rows[order[bounds[index] : bounds[index + 1]]] - self._starts[index]])
-                  for index in np.flatnonzero(np.diff(bounds))]
+        chunks = [
+            map_columnar(self._shards[index][name], lambda leaf: leaf[rows[order[bounds[index] : bounds[index + 1]]] - self._starts[index]])
+            for index in np.flatnonzero(np.diff(bounds))
+        ]
         inverse = np.empty_like(order)
         inverse[order] = np.arange(len(order))
         return _reorder(chunks, inverse)

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -48,8 +49,10 @@ def export_to_minari(info: DatasetInfo, dataset_id: str | None = None, force: bo
     The dataset is validated first; `force` replaces only a Minari dataset at exactly that
     id (never a namespace or another directory), and the old one survives a crash."""
     if info.metadata["multi_agent"] or info.metadata.get("kind") == "transitions":
-        raise RlpipeError(f"dataset {info.name!r} holds {'multi-agent rows' if info.metadata['multi_agent'] else 'transitions'}: "
-                          "Minari's layout stores single-agent trajectories")
+        raise RlpipeError(
+            f"dataset {info.name!r} holds {'multi-agent rows' if info.metadata['multi_agent'] else 'transitions'}: "
+            "Minari's layout stores single-agent trajectories"
+        )
     dataset_id = check_minari_id(dataset_id or default_minari_id(info.name))
     require_valid(info)
     target = minari_root() / dataset_id
@@ -67,8 +70,13 @@ def export_to_minari(info: DatasetInfo, dataset_id: str | None = None, force: bo
             for source in sorted((info.path / MINARI_DIR).iterdir()):
                 shutil.copyfile(source, staging.path / MINARI_DIR / source.name)
         else:  # an Arrow-only dataset: Minari's layout written from the shards, one at a time
-            write_minari_layout(staging.path, info.shard_paths, minari_metadata(info.name, info.metadata),
-                                info_space_of(info), info.metadata.get("episode_seeds"))
+            write_minari_layout(
+                staging.path,
+                info.shard_paths,
+                minari_metadata(info.name, info.metadata),
+                info_space_of(info),
+                info.metadata.get("episode_seeds"),
+            )
         _set_minari_id(staging.path / MINARI_DIR / "metadata.json", dataset_id)
         return staging.commit()
     finally:

@@ -135,14 +135,27 @@ def _write(
     parents = [next(s.info for s in selections if s.info.path == path) for path in infos]
     first = parents[0]
     kind = "transitions" if any(p.metadata.get("kind") == "transitions" for p in parents) else "episodes"
-    shared = {key: first.metadata[key] for key in MINARI_METADATA_KEYS
-              if key in first.metadata and all(p.metadata.get(key) == first.metadata[key] for p in parents)}
-    producer = ({**first.metadata["producer"], "derived_by": operation} if len(parents) == 1
-                else {"algorithm": operation, "derived_by": operation})
+    shared = {
+        key: first.metadata[key]
+        for key in MINARI_METADATA_KEYS
+        if key in first.metadata and all(p.metadata.get(key) == first.metadata[key] for p in parents)
+    }
+    producer = (
+        {**first.metadata["producer"], "derived_by": operation} if len(parents) == 1 else {"algorithm": operation, "derived_by": operation}
+    )
     lineage = {"operation": operation, "arguments": arguments, "parents": [_lineage_node(p) for p in parents]}
-    with DatasetWriter(name, first.observation_space, first.action_space, env_id=first.env_id,
-                       env_spec=first.metadata.get("env_spec"), store=store, fmt=fmt, force=force,
-                       info_space=info_space_of(first), kind=kind) as writer:
+    with DatasetWriter(
+        name,
+        first.observation_space,
+        first.action_space,
+        env_id=first.env_id,
+        env_spec=first.metadata.get("env_spec"),
+        store=store,
+        fmt=fmt,
+        force=force,
+        info_space=info_space_of(first),
+        kind=kind,
+    ) as writer:
         next_id = 0
         for selection in selections:
             for rows in _selected_rows(selection, next_id):
@@ -274,7 +287,9 @@ def filter_dataset(
         wanted = np.asarray(sorted(set(episode_ids)), dtype=np.int64)
         unknown = wanted[~np.isin(wanted, index.episode_id)]
         if len(unknown):
-            raise RlpipeError(f"dataset {source!r} has no episode {int(unknown[0])}" + (f" (+{len(unknown) - 1} more)" if len(unknown) > 1 else ""))
+            raise RlpipeError(
+                f"dataset {source!r} has no episode {int(unknown[0])}" + (f" (+{len(unknown) - 1} more)" if len(unknown) > 1 else "")
+            )
         keep &= np.isin(index.episode_id, wanted)
         arguments["episodes"] = wanted.tolist()
     return _write(name, [Selection(info, index.episode_id[keep])], "filter", arguments, store=store, fmt=fmt, force=force)
@@ -300,14 +315,18 @@ def split_dataset(
     index = episode_index(info)
     val_count = max(1, round(val_fraction * len(index)))
     if val_count >= len(index):
-        raise RlpipeError(f"dataset {source!r} has {len(index)} episode(s): a {val_fraction} validation split would leave the training side empty")
+        raise RlpipeError(
+            f"dataset {source!r} has {len(index)} episode(s): a {val_fraction} validation split would leave the training side empty"
+        )
     val = np.zeros(len(index), dtype=bool)
     val[np.random.default_rng(seed).permutation(len(index))[:val_count]] = True
     arguments = {"source": source, "val": val_fraction, "seed": seed}
-    train_path = _write(train_name, [Selection(info, index.episode_id[~val])], "split",
-                        {**arguments, "side": "train"}, store=store, fmt=fmt, force=force)
-    val_path = _write(val_name, [Selection(info, index.episode_id[val])], "split",
-                      {**arguments, "side": "val"}, store=store, fmt=fmt, force=force)
+    train_path = _write(
+        train_name, [Selection(info, index.episode_id[~val])], "split", {**arguments, "side": "train"}, store=store, fmt=fmt, force=force
+    )
+    val_path = _write(
+        val_name, [Selection(info, index.episode_id[val])], "split", {**arguments, "side": "val"}, store=store, fmt=fmt, force=force
+    )
     return train_path, val_path
 
 
@@ -357,7 +376,9 @@ def lineage_lines(info: DatasetInfo, store: str | os.PathLike | None = None) -> 
     def describe(node: dict[str, Any]) -> str:
         if "lineage" in node:
             arguments = node["lineage"]["arguments"]
-            return f"{node['lineage']['operation']}({', '.join(f'{k}={v}' for k, v in arguments.items() if k not in ('source', 'sources'))})"
+            return (
+                f"{node['lineage']['operation']}({', '.join(f'{k}={v}' for k, v in arguments.items() if k not in ('source', 'sources'))})"
+            )
         if "provenance" in node:
             provenance = node["provenance"]
             return f"{provenance.get('transform')} relabelling (strategy={provenance.get('strategy')}, k={provenance.get('k')})"
@@ -381,8 +402,13 @@ def lineage_lines(info: DatasetInfo, store: str | os.PathLike | None = None) -> 
         label = f"{node['name']} [{node['content_hash'][:12]}] {describe(node)}"
         if connector:
             found = stored(node)
-            state = ("not in the store" if found is None else "in the store" if found.metadata["content_hash"] == node["content_hash"]
-                     else "changed in the store since")
+            state = (
+                "not in the store"
+                if found is None
+                else "in the store"
+                if found.metadata["content_hash"] == node["content_hash"]
+                else "changed in the store since"
+            )
             label += f" ({state})"
         lines.append(prefix + connector + label)
         kids = children(node)
@@ -394,5 +420,14 @@ def lineage_lines(info: DatasetInfo, store: str | os.PathLike | None = None) -> 
     return lines
 
 
-__all__ = ["EpisodeIndex", "OPERATIONS", "episode_index", "filter_dataset", "lineage_lines", "merge_datasets", "parse_top",
-           "sample_dataset", "split_dataset"]
+__all__ = [
+    "EpisodeIndex",
+    "OPERATIONS",
+    "episode_index",
+    "filter_dataset",
+    "lineage_lines",
+    "merge_datasets",
+    "parse_top",
+    "sample_dataset",
+    "split_dataset",
+]

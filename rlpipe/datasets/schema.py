@@ -21,7 +21,7 @@ FORMAT_NAME = "rlpipe-dataset"
 FORMAT_VERSION = 1
 
 # A column's values: an array with the row axis first, or a dict of those for Dict spaces.
-Columnar = Union[np.ndarray, dict[str, "Columnar"]]
+Columnar = Union[np.ndarray, dict[str, "Columnar"]]  # noqa: UP007 (a runtime alias: `|` cannot join a string forward reference)
 
 SPACE_COLUMNS = ("obs", "action", "next_obs")
 INFO_COLUMNS = ("info", "next_info")  # selected env info keys, with obs and with next_obs

@@ -13,8 +13,12 @@ from rlpipe.datasets.collector import RandomPolicy, collect
 REFERENCE_EPISODES = 100  # Minari's default `num_episodes_average_score`
 # D4RL's reference returns (random, expert) of its MuJoCo locomotion datasets, which its
 # normalised scores and every published table use: kept for these envs, whatever the version.
-D4RL_REFERENCE = {"Hopper": (-20.272305, 3234.3), "HalfCheetah": (-280.178953, 12135.0), "Walker2d": (1.629008, 4592.3),
-                  "Ant": (-325.6, 3879.7)}
+D4RL_REFERENCE = {
+    "Hopper": (-20.272305, 3234.3),
+    "HalfCheetah": (-280.178953, 12135.0),
+    "Walker2d": (1.629008, 4592.3),
+    "Ant": (-325.6, 3879.7),
+}
 REFERENCE_SEED = 123  # the reset seed Minari's own reference rollouts use
 
 

@@ -54,8 +54,7 @@ def check_name(name: str) -> str:
     Windows reserves), else raise."""
     if not _NAME_RE.match(name) or ".." in name:
         raise RlpipeError(
-            f"invalid dataset name {name!r}: use letters, digits, '-', '_' and '.', "
-            "starting with a letter or digit, without '/' or '..'"
+            f"invalid dataset name {name!r}: use letters, digits, '-', '_' and '.', starting with a letter or digit, without '/' or '..'"
         )
     if name.split(".")[0].upper() in _RESERVED:
         raise RlpipeError(f"invalid dataset name {name!r}: {name.split('.')[0]} is a reserved device name on Windows")
@@ -201,15 +200,20 @@ def _metadata_problem(metadata: dict[str, Any], dir_name: str) -> str | None:
     for rel, facts in metadata["files"].items():
         if not _FILE_KEY_RE.match(rel):
             return f"file path {rel!r} is not a plain file in {STEPS_DIR}/ or {MINARI_DIR}/"
-        if not (isinstance(facts, dict) and isinstance(facts.get("sha256"), str) and _SHA256_RE.match(facts["sha256"])
-                and _is_int(facts.get("bytes")) and facts["bytes"] >= 0):
+        if not (
+            isinstance(facts, dict)
+            and isinstance(facts.get("sha256"), str)
+            and _SHA256_RE.match(facts["sha256"])
+            and _is_int(facts.get("bytes"))
+            and facts["bytes"] >= 0
+        ):
             return f"file {rel!r} needs a sha256 hex digest and a byte count"
     try:
         spaces = [deserialize_space(metadata[key]) for key in ("observation_space", "action_space")]
         step_schema(*spaces, metadata["multi_agent"])
     except RlpipeError as exc:
         return str(exc)
-    except Exception as exc:  # noqa: BLE001 - any failure to parse stored text is a corrupt file
+    except Exception as exc:
         return f"unreadable space ({type(exc).__name__}: {exc})"
     return None
 

@@ -45,8 +45,11 @@ def action_table(info: DatasetInfo) -> pl.DataFrame:
 
 def agent_table(info: DatasetInfo) -> pl.DataFrame:
     """Multi-agent datasets: each agent's episode returns (mean, std, min, max) and its rows."""
-    per_episode = scan_steps(info).group_by("episode_id", "agent").agg(
-        pl.len().alias("rows"), pl.col("reward").cast(pl.Float64).sum().alias("return"))
+    per_episode = (
+        scan_steps(info)
+        .group_by("episode_id", "agent")
+        .agg(pl.len().alias("rows"), pl.col("reward").cast(pl.Float64).sum().alias("return"))
+    )
     return (
         per_episode.group_by("agent")
         .agg(

@@ -62,7 +62,9 @@ def require_valid(info: DatasetInfo) -> None:
     """Raise a one-line error naming the first problem, if any."""
     problems = validate_dataset(info)
     if problems:
-        raise RlpipeError(f"dataset {info.name!r} is corrupted: {problems[0]}" + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""))
+        raise RlpipeError(
+            f"dataset {info.name!r} is corrupted: {problems[0]}" + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else "")
+        )
 
 
 def require_trusted_env(info: DatasetInfo) -> None:

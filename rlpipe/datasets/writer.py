@@ -12,8 +12,9 @@ moment leaves the old or the new one (`rlpipe.datasets.atomic`).
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -134,7 +135,7 @@ class DatasetWriter:
         self._last_episode = -1
         self._closed = False
 
-    def __enter__(self) -> "DatasetWriter":
+    def __enter__(self) -> DatasetWriter:
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
@@ -232,8 +233,11 @@ class DatasetWriter:
         files = list(self._shards)
         if "hdf5" in self.formats:
             files += hdf5.write_minari_layout(
-                self.temp_path, [self.temp_path / rel for rel in self._shards], self._minari_metadata(producer, extra or {}),
-                self.info_space, (extra or {}).get("episode_seeds"),
+                self.temp_path,
+                [self.temp_path / rel for rel in self._shards],
+                self._minari_metadata(producer, extra or {}),
+                self.info_space,
+                (extra or {}).get("episode_seeds"),
             )
         file_hashes, content_hash = hash_files(self.temp_path, files)
         returns = np.concatenate(self._episode_returns)
@@ -279,13 +283,16 @@ class DatasetWriter:
             return None
 
     def _minari_metadata(self, producer: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-        return hdf5.minari_metadata(self.name, {
-            **extra,
-            "producer": producer,
-            "observation_space": serialize_space(self.observation_space),
-            "action_space": serialize_space(self.action_space),
-            "env_spec": self._env_spec_json(),
-        })
+        return hdf5.minari_metadata(
+            self.name,
+            {
+                **extra,
+                "producer": producer,
+                "observation_space": serialize_space(self.observation_space),
+                "action_space": serialize_space(self.action_space),
+                "env_spec": self._env_spec_json(),
+            },
+        )
 
 
 def _stats(values: np.ndarray) -> dict[str, float | None]:

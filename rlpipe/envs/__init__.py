@@ -86,8 +86,10 @@ def env_spaces(env_id: str) -> tuple[spaces.Space, spaces.Space]:
 
 SPEC_NAMESPACE = "dataset-"  # ids registered for specs that differ from the local registry's
 TRUST_ENV_SPEC_VAR = "RLPIPE_TRUST_ENV_SPEC"
-TRUST_HINT = ("rlpipe builds envs from datasets and runs only by their registered entry points; if you trust "
-              f"where this came from, pass --trust-env-spec (or set {TRUST_ENV_SPEC_VAR}=1)")
+TRUST_HINT = (
+    "rlpipe builds envs from datasets and runs only by their registered entry points; if you trust "
+    f"where this came from, pass --trust-env-spec (or set {TRUST_ENV_SPEC_VAR}=1)"
+)
 
 
 def env_specs_trusted() -> bool:
@@ -113,7 +115,9 @@ def parse_env_spec(spec_json: str) -> EnvSpec:
         raise RlpipeError(f"unreadable environment spec: {exc}") from None
     steps = spec.max_episode_steps
     if not isinstance(spec.kwargs, dict) or not (steps is None or (type(steps) is int and steps > 0)):
-        raise RlpipeError(f"unreadable environment spec of {spec.id!r}: kwargs must be an object, max_episode_steps a positive integer or null")
+        raise RlpipeError(
+            f"unreadable environment spec of {spec.id!r}: kwargs must be an object, max_episode_steps a positive integer or null"
+        )
     return spec
 
 

@@ -15,8 +15,19 @@ from rlpipe.errors import RlpipeError
 
 EXTRA_INSTALL = "pip install -c constraints.txt -e '.[{extra}]'"
 ROBOTICS_PREFIXES = ("Fetch", "HandReach", "HandManipulate", "AdroitHand", "PointMaze", "AntMaze", "FrankaKitchen")
-MUJOCO_NAMES = ("Ant", "HalfCheetah", "Hopper", "Humanoid", "HumanoidStandup", "InvertedDoublePendulum", "InvertedPendulum",
-                "Pusher", "Reacher", "Swimmer", "Walker2d")
+MUJOCO_NAMES = (
+    "Ant",
+    "HalfCheetah",
+    "Hopper",
+    "Humanoid",
+    "HumanoidStandup",
+    "InvertedDoublePendulum",
+    "InvertedPendulum",
+    "Pusher",
+    "Reacher",
+    "Swimmer",
+    "Walker2d",
+)
 
 
 def extra_for(env_id: str) -> str | None:

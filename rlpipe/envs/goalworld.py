@@ -21,8 +21,12 @@ PLANE_LOW, PLANE_HIGH = 0.0, 5.0
 RENDER_SIZE = 256  # pixels per side of rendered frames
 AGENT_RADIUS = 0.12  # plane units, for drawing only
 COLOURS = {  # RGB
-    "plane": (246, 246, 240), "grid": (220, 220, 214), "goal_region": (206, 234, 206),
-    "goal": (52, 160, 72), "path": (150, 170, 220), "agent": (40, 80, 210),
+    "plane": (246, 246, 240),
+    "grid": (220, 220, 214),
+    "goal_region": (206, 234, 206),
+    "goal": (52, 160, 72),
+    "path": (150, 170, 220),
+    "agent": (40, 80, 210),
 }
 
 
@@ -38,8 +42,9 @@ def _spaces() -> tuple[gym.spaces.Dict, gym.spaces.Box]:
     return observation, gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
 
 
-def render_frame(position: np.ndarray, goal: np.ndarray, path: np.ndarray, distance_threshold: float,
-                 size: int = RENDER_SIZE) -> np.ndarray:
+def render_frame(
+    position: np.ndarray, goal: np.ndarray, path: np.ndarray, distance_threshold: float, size: int = RENDER_SIZE
+) -> np.ndarray:
     """An RGB frame [size, size, 3] (uint8) of the plane, y pointing up: unit grid, the goal
     region [3.5, 4.5]^2, the disc within ``distance_threshold`` of ``goal``, the visited
     ``path`` [T, 2] and the agent at ``position``. Pure numpy: every shape is a pixel mask."""

@@ -38,10 +38,14 @@ from rlpipe.errors import RlpipeError
 
 # What a saved generator may be rebuilt with (a space's generator is created on first use,
 # so the live one can still be None): NumPy's own bit generators, by name.
-_BIT_GENERATORS = {"PCG64": np.random.PCG64, "PCG64DXSM": np.random.PCG64DXSM, "MT19937": np.random.MT19937,
-                   "Philox": np.random.Philox, "SFC64": np.random.SFC64}
-_CONSTANTS = (np.dtype, enum.Enum, EnvSpec, type, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
-              functools.partial)
+_BIT_GENERATORS = {
+    "PCG64": np.random.PCG64,
+    "PCG64DXSM": np.random.PCG64DXSM,
+    "MT19937": np.random.MT19937,
+    "Philox": np.random.Philox,
+    "SFC64": np.random.SFC64,
+}
+_CONSTANTS = (np.dtype, enum.Enum, EnvSpec, type, types.FunctionType, types.BuiltinFunctionType, types.MethodType, functools.partial)
 _OBJECTS = (gym.Env, gym.vector.VectorEnv, gym.spaces.Space)
 
 
@@ -82,8 +86,7 @@ def _items(container: list | tuple | dict) -> list[tuple[Any, Any]]:
 
 def _is_recorded(value: Any) -> bool:
     """Whether :func:`_node` records ``value`` (what it skips is configuration)."""
-    return (_is_plain(value) or isinstance(value, (np.random.Generator, *_OBJECTS)) or _is_object_container(value)
-            or not _is_constant(value))
+    return _is_plain(value) or isinstance(value, (np.random.Generator, *_OBJECTS)) or _is_object_container(value) or not _is_constant(value)
 
 
 def _node(value: Any, path: str, seen: set[int]) -> tuple:
@@ -103,8 +106,10 @@ def _node(value: Any, path: str, seen: set[int]) -> tuple:
     if _is_object_container(value):
         nodes = [(key, _node(item, f"{path}[{key!r}]", seen)) for key, item in _items(value)]
         return ("objects", dict(nodes) if type(value) is dict else [node for _, node in nodes])
-    raise RlpipeError(f"the env's state cannot be saved for resuming: {path} is a {type(value).__qualname__} "
-                      "(only plain data, NumPy generators, envs, wrappers and spaces can be)")
+    raise RlpipeError(
+        f"the env's state cannot be saved for resuming: {path} is a {type(value).__qualname__} "
+        "(only plain data, NumPy generators, envs, wrappers and spaces can be)"
+    )
 
 
 def _recorded(obj: Any) -> list[tuple[str, Any]]:
@@ -173,8 +178,12 @@ def _load_attribute(attributes: dict[str, Any], name: str, node: Any, path: str,
     elif kind == "objects":
         keys = [key for key, _ in _items(live)] if _is_object_container(live) else None
         recorded = list(body) if type(body) is dict else list(range(len(body))) if type(body) is list else None
-        if keys is None or recorded is None or sorted(map(repr, keys)) != sorted(map(repr, recorded)) \
-                or (type(body) is dict) != (type(live) is dict):
+        if (
+            keys is None
+            or recorded is None
+            or sorted(map(repr, keys)) != sorted(map(repr, recorded))
+            or (type(body) is dict) != (type(live) is dict)
+        ):
             raise _mismatch(path, "holds envs or spaces on one side only")
         for key, item in _items(live):
             _load(item, body[key], f"{path}[{key!r}]", seen)

@@ -70,7 +70,7 @@ class Checkpoint:
     def state_dict(self, module_name: str) -> dict[str, torch.Tensor]:
         """The state dict saved for ``module_name`` (prefix stripped)."""
         prefix = module_name + "."
-        return {k[len(prefix):]: v for k, v in self.tensors.items() if k.startswith(prefix)}
+        return {k[len(prefix) :]: v for k, v in self.tensors.items() if k.startswith(prefix)}
 
 
 def read_meta(run_dir: str | Path) -> dict[str, Any]:

@@ -175,9 +175,17 @@ class CategoricalActor(nn.Module):
 
     kind = "categorical"
 
-    def __init__(self, obs_dim: int, n_actions: int, hidden: Sequence[int] = (64, 64), activation: str = "tanh", normalize_obs: bool = False) -> None:
+    def __init__(
+        self, obs_dim: int, n_actions: int, hidden: Sequence[int] = (64, 64), activation: str = "tanh", normalize_obs: bool = False
+    ) -> None:
         super().__init__()
-        self.spec = {"obs_dim": obs_dim, "n_actions": n_actions, "hidden": list(hidden), "activation": activation, "normalize_obs": normalize_obs}
+        self.spec = {
+            "obs_dim": obs_dim,
+            "n_actions": n_actions,
+            "hidden": list(hidden),
+            "activation": activation,
+            "normalize_obs": normalize_obs,
+        }
         self.obs_norm = ObsNormalizer(obs_dim) if normalize_obs else nn.Identity()
         self.net = mlp(obs_dim, n_actions, hidden, activation, out_gain=0.01, orthogonal=True)
 
@@ -228,7 +236,15 @@ class EnsembleMLP(nn.Module):
     PPO-style orthogonal init; without it each member is initialised like ``nn.Linear``.
     """
 
-    def __init__(self, n: int, in_dim: int, out_dim: int, hidden: Sequence[int] = (256, 256), activation: str = "relu", out_gains: Sequence[float] | None = None) -> None:
+    def __init__(
+        self,
+        n: int,
+        in_dim: int,
+        out_dim: int,
+        hidden: Sequence[int] = (256, 256),
+        activation: str = "relu",
+        out_gains: Sequence[float] | None = None,
+    ) -> None:
         super().__init__()
         self.n = n
         # In place: baddbmm's backward needs its inputs, not its output, so the activation may
@@ -265,7 +281,9 @@ class EnsembleQ(nn.Module):
     with ``torch.baddbmm`` instead of a Python loop over separate networks.
     """
 
-    def __init__(self, obs_dim: int, act_dim: int, hidden: Sequence[int] = (256, 256), n: int = 2, obs_norm: nn.Module | None = None) -> None:
+    def __init__(
+        self, obs_dim: int, act_dim: int, hidden: Sequence[int] = (256, 256), n: int = 2, obs_norm: nn.Module | None = None
+    ) -> None:
         super().__init__()
         self.n = n
         # Offline critics share the actor's dataset normaliser (as ValueNet does PPO's).
@@ -286,10 +304,26 @@ class ActorCritic(nn.Module):
 
     kind = "actor_critic"
 
-    def __init__(self, obs_dim: int, act_dim: int, discrete: bool, hidden: Sequence[int] = (64, 64), activation: str = "tanh", normalize_obs: bool = False, init_log_std: float = 0.0) -> None:
+    def __init__(
+        self,
+        obs_dim: int,
+        act_dim: int,
+        discrete: bool,
+        hidden: Sequence[int] = (64, 64),
+        activation: str = "tanh",
+        normalize_obs: bool = False,
+        init_log_std: float = 0.0,
+    ) -> None:
         super().__init__()
-        self.spec = {"obs_dim": obs_dim, "act_dim": act_dim, "discrete": discrete, "hidden": list(hidden),
-                     "activation": activation, "normalize_obs": normalize_obs, "init_log_std": init_log_std}
+        self.spec = {
+            "obs_dim": obs_dim,
+            "act_dim": act_dim,
+            "discrete": discrete,
+            "hidden": list(hidden),
+            "activation": activation,
+            "normalize_obs": normalize_obs,
+            "init_log_std": init_log_std,
+        }
         self.discrete = discrete
         self.obs_norm = ObsNormalizer(obs_dim) if normalize_obs else nn.Identity()
         self.body = EnsembleMLP(2, obs_dim, act_dim, hidden, activation, out_gains=(0.01, 1.0))
@@ -338,19 +372,34 @@ class CombatActorCritic(ActorCritic):
 
     kind = "combat_actor_critic"
 
-    def __init__(self, obs_dim: int, act_dim: int, n_opponents: int, hidden: Sequence[int] = (64, 64),
-                 extra_dim: int = 0, mask_attacks: bool = False, activation: str = "tanh") -> None:
+    def __init__(
+        self,
+        obs_dim: int,
+        act_dim: int,
+        n_opponents: int,
+        hidden: Sequence[int] = (64, 64),
+        extra_dim: int = 0,
+        mask_attacks: bool = False,
+        activation: str = "tanh",
+    ) -> None:
         super().__init__(obs_dim + extra_dim, act_dim, True, hidden, activation)
-        self.spec = {"obs_dim": obs_dim, "act_dim": act_dim, "n_opponents": n_opponents, "hidden": list(hidden),
-                     "extra_dim": extra_dim, "mask_attacks": mask_attacks, "activation": activation}
+        self.spec = {
+            "obs_dim": obs_dim,
+            "act_dim": act_dim,
+            "n_opponents": n_opponents,
+            "hidden": list(hidden),
+            "extra_dim": extra_dim,
+            "mask_attacks": mask_attacks,
+            "activation": activation,
+        }
         self.obs_dim, self.view = obs_dim, math.isqrt(obs_dim // COMBAT_CHANNELS)
         self.n_opponents, self.mask_attacks = n_opponents, mask_attacks
 
     def attack_mask(self, obs: torch.Tensor) -> torch.Tensor:
         """[B, n_opponents] True where attacking opponent j can hit, per the observation."""
-        window = obs[:, :self.obs_dim].view(-1, COMBAT_CHANNELS, self.view, self.view)
+        window = obs[:, : self.obs_dim].view(-1, COMBAT_CHANNELS, self.view, self.view)
         c = self.view // 2
-        near = window[:, :, c - 1:c + 2, c - 1:c + 2].flatten(2)  # the 3x3 neighbourhood
+        near = window[:, :, c - 1 : c + 2, c - 1 : c + 2].flatten(2)  # the 3x3 neighbourhood
         ids = torch.arange(self.n_opponents, device=obs.device, dtype=obs.dtype)
         # team -1 marks an opponent (only living units show); channel 1 is its id within its team
         present = ((near[:, 0, None, :] == -1) & (near[:, 1, None, :] == ids[:, None])).any(-1)
@@ -362,7 +411,7 @@ class CombatActorCritic(ActorCritic):
         if self.mask_attacks:
             # A large finite number, not -inf: the entropy's p * log p stays 0 instead of nan.
             blocked = ~self.attack_mask(obs)
-            head = torch.cat([head[:, :-self.n_opponents], head[:, -self.n_opponents:].masked_fill(blocked, -1e9)], -1)
+            head = torch.cat([head[:, : -self.n_opponents], head[:, -self.n_opponents :].masked_fill(blocked, -1e9)], -1)
         return head, value
 
 
@@ -419,8 +468,15 @@ class BCQPolicy(nn.Module):
         n_candidates: int = 10,
     ) -> None:
         super().__init__()
-        self.spec = {"obs_dim": obs_dim, "act_dim": act_dim, "hidden": list(hidden), "vae_hidden": list(vae_hidden),
-                     "latent_dim": latent_dim, "max_shift": max_shift, "n_candidates": n_candidates}
+        self.spec = {
+            "obs_dim": obs_dim,
+            "act_dim": act_dim,
+            "hidden": list(hidden),
+            "vae_hidden": list(vae_hidden),
+            "latent_dim": latent_dim,
+            "max_shift": max_shift,
+            "n_candidates": n_candidates,
+        }
         self.latent_dim, self.n_candidates = latent_dim, n_candidates
         self.decoder = mlp(obs_dim + latent_dim, act_dim, vae_hidden)
         self.perturbation = Perturbation(obs_dim, act_dim, hidden, max_shift)
@@ -455,14 +511,29 @@ class AgentActors(nn.Module):
 
     kind = "agent_actors"
 
-    def __init__(self, agents: Sequence[str], obs_dims: Sequence[int], n_actions: Sequence[int], hidden: Sequence[int] = (64, 64),
-                 obs_deltas: bool = False, ensemble: int = 1) -> None:
+    def __init__(
+        self,
+        agents: Sequence[str],
+        obs_dims: Sequence[int],
+        n_actions: Sequence[int],
+        hidden: Sequence[int] = (64, 64),
+        obs_deltas: bool = False,
+        ensemble: int = 1,
+    ) -> None:
         super().__init__()
-        self.spec = {"agents": list(agents), "obs_dims": list(obs_dims), "n_actions": list(n_actions), "hidden": list(hidden),
-                     "obs_deltas": obs_deltas, "ensemble": ensemble}
+        self.spec = {
+            "agents": list(agents),
+            "obs_dims": list(obs_dims),
+            "n_actions": list(n_actions),
+            "hidden": list(hidden),
+            "obs_deltas": obs_deltas,
+            "ensemble": ensemble,
+        }
         self.agents, self.obs_deltas, self.ensemble = list(agents), obs_deltas, ensemble
         # member k of agent i is nets[k * n_agents + i] (with one member, the one-policy layout)
-        self.nets = nn.ModuleList(mlp(d * (2 if obs_deltas else 1), n, hidden) for _ in range(ensemble) for d, n in zip(obs_dims, n_actions))
+        self.nets = nn.ModuleList(
+            mlp(d * (2 if obs_deltas else 1), n, hidden) for _ in range(ensemble) for d, n in zip(obs_dims, n_actions)
+        )
 
     def logits(self, i: int, obs: torch.Tensor, member: int = 0) -> torch.Tensor:
         return self.nets[member * len(self.agents) + i](obs)
@@ -482,8 +553,16 @@ class AgentActors(nn.Module):
 
 POLICY_CLASSES: dict[str, type[nn.Module]] = {
     cls.kind: cls
-    for cls in (TanhGaussianActor, DeterministicActor, CategoricalActor, ActorCritic, CombatActorCritic, GreedyQPolicy, BCQPolicy,
-                AgentActors)
+    for cls in (
+        TanhGaussianActor,
+        DeterministicActor,
+        CategoricalActor,
+        ActorCritic,
+        CombatActorCritic,
+        GreedyQPolicy,
+        BCQPolicy,
+        AgentActors,
+    )
 }
 
 

@@ -28,8 +28,7 @@ def ensure_ray(num_cpus: int) -> ModuleType:
             trust = {"env_vars": {TRUST_ENV_SPEC_VAR: "1"}} if env_specs_trusted() else None
             ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=False, runtime_env=trust)
         else:
-            ray.init(num_cpus=num_cpus, include_dashboard=False, object_store_memory=LOCAL_OBJECT_STORE_BYTES,
-                     log_to_driver=False)
+            ray.init(num_cpus=num_cpus, include_dashboard=False, object_store_memory=LOCAL_OBJECT_STORE_BYTES, log_to_driver=False)
     return ray
 
 

@@ -59,8 +59,10 @@ def _deployable(run_dir: str | os.PathLike) -> tuple[LoadedPolicy, DeployedPolic
     policy = load_policy(run_dir)
     kind = getattr(policy.actor, "kind", None)
     if kind not in EXPORTABLE_KINDS:
-        raise RlpipeError(f"the {policy.algo} run in {run_dir} cannot be exported: its {kind} policy samples candidate actions "
-                          "even when acting deterministically")
+        raise RlpipeError(
+            f"the {policy.algo} run in {run_dir} cannot be exported: its {kind} policy samples candidate actions "
+            "even when acting deterministically"
+        )
     if policy.action_space.dtype not in (np.float32, np.int64) and not isinstance(policy.action_space, spaces.Discrete):
         raise RlpipeError(f"the run in {run_dir} acts in {policy.action_space.dtype}; export supports float32 Box and Discrete actions")
     from rlpipe.training.env import env_spaces
@@ -72,7 +74,8 @@ def _deployable(run_dir: str | os.PathLike) -> tuple[LoadedPolicy, DeployedPolic
         "checkpoint_sha256": policy.checkpoint_sha256,
         "observation_space": serialize_space(observation_space),
         "action_space": serialize_space(policy.action_space),
-        "input": "obs: float32 [batch, obs_dim]" + (" = concat(observation, desired_goal)" if isinstance(observation_space, spaces.Dict) else ""),
+        "input": "obs: float32 [batch, obs_dim]"
+        + (" = concat(observation, desired_goal)" if isinstance(observation_space, spaces.Dict) else ""),
         "rlpipe_version": rlpipe.__version__,
     }
     model = DeployedPolicy(policy.actor, policy.action_space).eval().requires_grad_(False)  # outputs need no graph
@@ -102,8 +105,15 @@ def export_onnx(run_dir: str | os.PathLike, path: str | os.PathLike, force: bool
     policy, model, metadata = _deployable(run_dir)
     with atomic_output(path) as tmp, warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the exporter's deprecation chatter
-        torch.onnx.export(model, (_example_input(policy),), str(tmp), input_names=["obs"], output_names=["action"],
-                          dynamic_axes={"obs": {0: "batch"}, "action": {0: "batch"}}, dynamo=False)
+        torch.onnx.export(
+            model,
+            (_example_input(policy),),
+            str(tmp),
+            input_names=["obs"],
+            output_names=["action"],
+            dynamic_axes={"obs": {0: "batch"}, "action": {0: "batch"}},
+            dynamo=False,
+        )
         graph = onnx.load(str(tmp))
         for key, value in metadata.items():
             graph.metadata_props.add(key=key, value=str(value))

@@ -25,8 +25,14 @@ def random_team_policy(n_actions: int, seed: int) -> TeamPolicy:
     return lambda obs: rng.integers(0, n_actions, size=obs.shape[:2])
 
 
-def collect_combat(sink: RowSink, make_policy: Callable[[CombatVectorEnv], TeamPolicy], episodes: int, num_envs: int,
-                   seed: int, rules: dict[str, Any] | None = None) -> None:
+def collect_combat(
+    sink: RowSink,
+    make_policy: Callable[[CombatVectorEnv], TeamPolicy],
+    episodes: int,
+    num_envs: int,
+    seed: int,
+    rules: dict[str, Any] | None = None,
+) -> None:
     """Play ``episodes`` whole Combat episodes on ``num_envs`` batched games and pass each
     finished episode's rows to ``sink`` (episode ids in order of completion)."""
     envs = CombatVectorEnv(num_envs, **(rules or {}))
@@ -40,11 +46,20 @@ def collect_combat(sink: RowSink, make_policy: Callable[[CombatVectorEnv], TeamP
     while next_id < episodes:
         action = policy(obs)
         next_obs, reward, term, trunc, info = envs.step(action)
-        history.append({"obs": obs, "action": action, "reward": reward, "next_obs": next_obs, "terminated": term,
-                        "truncated": trunc, "acting": alive & info["valid"][:, None]})
+        history.append(
+            {
+                "obs": obs,
+                "action": action,
+                "reward": reward,
+                "next_obs": next_obs,
+                "terminated": term,
+                "truncated": trunc,
+                "acting": alive & info["valid"][:, None],
+            }
+        )
         for g in np.flatnonzero(term | trunc):
             if next_id < episodes:
-                sink(_episode_rows(history[start[g]:], g, next_id, names))
+                sink(_episode_rows(history[start[g] :], g, next_id, names))
                 next_id += 1
             start[g] = len(history) + 1  # the next step is the autoreset step
         first = min(int(start.min()), len(history))  # drop steps no unfinished episode needs (start may point past the end)

@@ -32,7 +32,6 @@ from rlpipe.envs.spaces import ActionScaler
 from rlpipe.errors import RlpipeError
 from rlpipe.models.networks import EnsembleMLP
 
-
 _CHUNK = 65536  # observations per policy call
 
 
@@ -74,7 +73,7 @@ class FQEResult:
 
 def _policy_actions(policies: Sequence[LoadedPolicy], obs: Columnar) -> np.ndarray:
     """Each policy's env actions for a column of observations, [K, N, ...], in chunks."""
-    chunks = [map_columnar(obs, lambda a, i=i: np.asarray(a)[i:i + _CHUNK]) for i in range(0, num_rows(obs), _CHUNK)]
+    chunks = [map_columnar(obs, lambda a, i=i: np.asarray(a)[i : i + _CHUNK]) for i in range(0, num_rows(obs), _CHUNK)]
     return np.stack([np.concatenate([policy(chunk) for chunk in chunks]) for policy in policies])
 
 
@@ -103,7 +102,8 @@ def fitted_q_evaluation(policies: Sequence[LoadedPolicy], data: TransitionArrays
     rewards = np.asarray(data.reward, np.float64)
     reward_scale = float(np.abs(rewards).max()) / (1 - config.gamma) or 1.0
     columns = {
-        "obs": torch.as_tensor(flatten_obs(data.obs).astype(np.float32)), "actions": encode(np.asarray(data.action)),
+        "obs": torch.as_tensor(flatten_obs(data.obs).astype(np.float32)),
+        "actions": encode(np.asarray(data.action)),
         "rewards": torch.as_tensor(rewards / reward_scale, dtype=torch.float32),
         "next_obs": torch.as_tensor(flatten_obs(data.next_obs).astype(np.float32)),
         "alive": torch.as_tensor(1.0 - np.asarray(data.terminated, np.float32)),
@@ -140,8 +140,7 @@ def fitted_q_evaluation(policies: Sequence[LoadedPolicy], data: TransitionArrays
         first = torch.as_tensor(flatten_obs(first_obs).astype(np.float32))
         values = q_value(q_net, first, encode(_policy_actions(policies, first_obs))).numpy().astype(np.float64) * reward_scale
     n = values.shape[1]
-    return [FQEResult(float(v.mean()), float(v.std(ddof=1) / math.sqrt(n)) if n > 1 else float("nan"), n, asdict(config))
-            for v in values]
+    return [FQEResult(float(v.mean()), float(v.std(ddof=1) / math.sqrt(n)) if n > 1 else float("nan"), n, asdict(config)) for v in values]
 
 
 __all__ = ["FQEConfig", "FQEResult", "fitted_q_evaluation"]

@@ -108,8 +108,7 @@ def scan_imports(path: Path, known: Mapping[str, Path]) -> ModuleImports:
 
 
 def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
 def command_modules(known: Mapping[str, Path]) -> dict[str, str]:
@@ -176,8 +175,10 @@ class CodeGraph:
         if command not in self.commands:
             raise RlpipeError(f"`rlpipe {command}` is no command; the app has {', '.join(sorted(self.commands))}")
         loaded = _closure([ENTRY], {module: scan.at_import for module, scan in self.scans.items()})
-        edges = {module: scan.at_import | scan.deferred | (scan.named if module != DISPATCHER else frozenset())
-                 for module, scan in self.scans.items()}
+        edges = {
+            module: scan.at_import | scan.deferred | (scan.named if module != DISPATCHER else frozenset())
+            for module, scan in self.scans.items()
+        }
         edges[ENTRY] = edges[ENTRY] - (set(self.commands.values()) - {self.commands[command]})  # the app runs one command
         roots = {ENTRY, self.commands[command]}.union(*(algorithm_modules(algo, self.known) for algo in algos))
         modules = loaded | _closure(roots, edges)
@@ -232,8 +233,9 @@ def _command(cmd: str, where: str) -> str:
     return words[1]
 
 
-def _by_algorithm(block: _Block, stage: Mapping[str, Any], params: Mapping[str, Any],
-                  algo_fields: list[str]) -> list[tuple[str, list[str], set[str]]]:
+def _by_algorithm(
+    block: _Block, stage: Mapping[str, Any], params: Mapping[str, Any], algo_fields: list[str]
+) -> list[tuple[str, list[str], set[str]]]:
     """One (name, body, algorithms) per algorithm of a stage that runs one per item: its
     ``foreach`` lists that algorithm's params entries."""
     group = re.fullmatch(r"\$\{(\w+)\}", str(stage.get("foreach", "")))
@@ -251,7 +253,7 @@ def _by_algorithm(block: _Block, stage: Mapping[str, Any], params: Mapping[str, 
     for algo, keys in keys_of.items():
         foreach = [f"{indent}foreach:"] + [f"{indent}  {key}: ${{{group.group(1)}.{key}}}" for key in keys]
         algos = {entries[key][field] for key in keys for field in algo_fields}
-        split.append((f"{block.name}-{algo}", block.body[:at] + foreach + block.body[at + 1:], algos))
+        split.append((f"{block.name}-{algo}", block.body[:at] + foreach + block.body[at + 1 :], algos))
     return split
 
 

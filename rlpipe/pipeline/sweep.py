@@ -128,8 +128,9 @@ def setting_name(values: Mapping[str, Any]) -> str:
     """The directory name of a setting, e.g. ``learning_rate=0.001,tau=0.01`` (``default``: none)."""
     if not values:
         return DEFAULT_SETTING
-    text = ",".join(f"{key}={json.dumps(value, separators=(',', ':')) if isinstance(value, (list, tuple)) else value}"
-                    for key, value in values.items())
+    text = ",".join(
+        f"{key}={json.dumps(value, separators=(',', ':')) if isinstance(value, (list, tuple)) else value}" for key, value in values.items()
+    )
     return text.replace("/", "_").replace(" ", "")
 
 
@@ -149,8 +150,7 @@ def run_trial(spec: SweepSpec, trial: Trial) -> dict[str, Any]:
     from rlpipe.pipeline.runs import prepare_run, train_run
 
     settings = {**spec.fixed, **trial.values, "seed": trial.seed}
-    run = prepare_run(spec.algo, env_id=spec.env_id, dataset=spec.dataset, store=spec.store, settings=settings,
-                      run_dir=trial.run_dir)
+    run = prepare_run(spec.algo, env_id=spec.env_id, dataset=spec.dataset, store=spec.store, settings=settings, run_dir=trial.run_dir)
     return train_run(run, progress=False).metrics
 
 
@@ -212,8 +212,9 @@ def _run_ray(spec: SweepSpec, trials: Sequence[Trial], workers: int, root: Path,
         tune.with_resources(trainable, {"cpu": 1}),
         param_space={"trial": tune.grid_search(list(range(len(trials))))},
         tune_config=tune.TuneConfig(max_concurrent_trials=workers),
-        run_config=tune.RunConfig(name="tune", storage_path=str(root.resolve()), verbose=0,
-                                  failure_config=tune.FailureConfig(max_failures=retries)),
+        run_config=tune.RunConfig(
+            name="tune", storage_path=str(root.resolve()), verbose=0, failure_config=tune.FailureConfig(max_failures=retries)
+        ),
     )
     results = tuner.fit()
     by_index: dict[int, dict[str, Any]] = {}
@@ -277,8 +278,17 @@ def run_sweep(
     from rlpipe.pipeline.runs import prepare_run
 
     # bad settings fail here, before anything trains
-    runs = [prepare_run(spec.algo, env_id=spec.env_id, dataset=spec.dataset, store=spec.store,
-                        settings={**spec.fixed, **trial.values, "seed": trial.seed}, run_dir=trial.run_dir) for trial in trials]
+    runs = [
+        prepare_run(
+            spec.algo,
+            env_id=spec.env_id,
+            dataset=spec.dataset,
+            store=spec.store,
+            settings={**spec.fixed, **trial.values, "seed": trial.seed},
+            run_dir=trial.run_dir,
+        )
+        for trial in trials
+    ]
     use_batched = _use_batched(batched, backend, runs)
     workers = max(1, min(workers or os.cpu_count() or 1, len(trials)))
     root.mkdir(parents=True, exist_ok=True)
@@ -286,13 +296,23 @@ def run_sweep(
         metrics = _run_batched(runs)
     else:
         metrics = _run_ray(spec, trials, workers, root, retries) if backend == "ray" else _run_local(spec, trials, workers)
-    summary = {"algo": spec.algo, "source": spec.env_id or spec.dataset, "seeds": list(seeds),
-               "settings": summarize(trials, metrics)}
+    summary = {"algo": spec.algo, "source": spec.env_id or spec.dataset, "seeds": list(seeds), "settings": summarize(trials, metrics)}
     atomic_write_text(root / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
     return summary
 
 
 __all__ = [
-    "BACKENDS", "SUMMARY_FILE", "SweepSpec", "Trial", "bootstrap_interval", "parse_grid", "parse_seeds", "plan_trials",
-    "run_sweep", "run_trial", "setting_name", "summarize", "sweep_dir",
+    "BACKENDS",
+    "SUMMARY_FILE",
+    "SweepSpec",
+    "Trial",
+    "bootstrap_interval",
+    "parse_grid",
+    "parse_seeds",
+    "plan_trials",
+    "run_sweep",
+    "run_trial",
+    "setting_name",
+    "summarize",
+    "sweep_dir",
 ]

@@ -68,8 +68,7 @@ class TaskPolicy:
         return load_policy(self.expert_run, deterministic=self.deterministic)
 
 
-def plan_tasks(episodes: int | None, steps: int | None, seed: int, out: Path,
-               task_size: int | None = None) -> list[CollectTask]:
+def plan_tasks(episodes: int | None, steps: int | None, seed: int, out: Path, task_size: int | None = None) -> list[CollectTask]:
     """The tasks of a budget: ``ceil(budget / task_size)`` even shares, seeds spawned from ``seed``."""
     budget = episodes if episodes is not None else steps
     if budget is None or budget < 1:
@@ -77,15 +76,26 @@ def plan_tasks(episodes: int | None, steps: int | None, seed: int, out: Path,
     size = task_size or (TASK_EPISODES if episodes is not None else TASK_STEPS)
     shares = split_evenly(budget, -(-budget // size))
     seeds = [int(child.generate_state(1)[0]) for child in np.random.SeedSequence(seed).spawn(len(shares))]
-    return [CollectTask(i, int(share) if episodes is not None else None, int(share) if steps is not None else None,
-                        seeds[i], out) for i, share in enumerate(shares)]
+    return [
+        CollectTask(i, int(share) if episodes is not None else None, int(share) if steps is not None else None, seeds[i], out)
+        for i, share in enumerate(shares)
+    ]
 
 
 def run_task(task: CollectTask, env_id: str, policy: TaskPolicy, num_envs: int, writer_args: dict[str, Any]) -> Path:
     """Collect one task's share into ``task.out/task-NNNNN`` (replacing an earlier attempt); returns its directory."""
     with DatasetWriter(task.name, store=task.out, fmt="arrow", force=True, **writer_args) as writer:
-        collect(env_id, lambda space, n: policy.make(space, n, task.seed), writer.write, episodes=task.episodes, steps=task.steps,
-                num_envs=num_envs, seed=task.seed, show_progress=False, info_space=writer_args["info_space"])
+        collect(
+            env_id,
+            lambda space, n: policy.make(space, n, task.seed),
+            writer.write,
+            episodes=task.episodes,
+            steps=task.steps,
+            num_envs=num_envs,
+            seed=task.seed,
+            show_progress=False,
+            info_space=writer_args["info_space"],
+        )
         return writer.finalize({"task": task.index})
 
 
@@ -114,17 +124,31 @@ def _run_ray(tasks: Sequence[CollectTask], workers: int, args: tuple) -> list[Pa
     return [done[task.index] for task in tasks]
 
 
-def collect_tasks(writer: DatasetWriter, env_id: str, policy: TaskPolicy, *, episodes: int | None, steps: int | None,
-                  seed: int, num_envs: int, backend: str, workers: int,
-                  task_size: int | None = None) -> tuple[int, float]:
+def collect_tasks(
+    writer: DatasetWriter,
+    env_id: str,
+    policy: TaskPolicy,
+    *,
+    episodes: int | None,
+    steps: int | None,
+    seed: int,
+    num_envs: int,
+    backend: str,
+    workers: int,
+    task_size: int | None = None,
+) -> tuple[int, float]:
     """Run the tasks of the budget on ``backend`` with ``workers`` at once, and adopt their
     shards into ``writer`` in task order; returns the number of tasks and the mean episode return."""
     if backend not in BACKENDS:
         raise RlpipeError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
     out = writer.temp_path.resolve() / TASKS_DIR  # Ray workers run in other directories
     tasks = plan_tasks(episodes, steps, seed, out, task_size)
-    writer_args = {"observation_space": writer.observation_space, "action_space": writer.action_space,
-                   "env_id": writer.env_id, "info_space": writer.info_space}
+    writer_args = {
+        "observation_space": writer.observation_space,
+        "action_space": writer.action_space,
+        "env_id": writer.env_id,
+        "info_space": writer.info_space,
+    }
     args = (env_id, policy, num_envs, writer_args)
     workers = max(1, min(workers, len(tasks)))
     task_dirs = _run_ray(tasks, workers, args) if backend == "ray" else _run_local(tasks, workers, args)

@@ -41,8 +41,9 @@ def ffmpeg_binary() -> str:
     except (ImportError, RuntimeError):
         found = shutil.which("ffmpeg")
     if found is None:
-        raise RlpipeError("writing .mp4 needs ffmpeg: pip install 'rlpipe[video]' (imageio-ffmpeg), "
-                          "or install ffmpeg on PATH, or write a .gif instead")
+        raise RlpipeError(
+            "writing .mp4 needs ffmpeg: pip install 'rlpipe[video]' (imageio-ffmpeg), or install ffmpeg on PATH, or write a .gif instead"
+        )
     return found
 
 
@@ -88,9 +89,27 @@ def _write_mp4(frames: Iterator[np.ndarray], path: Path, fps: float) -> None:
     first = next(frames)
     height, width = first.shape[:2]
     command = [
-        ffmpeg_binary(), "-y", "-loglevel", "error", "-f", "rawvideo", "-pix_fmt", "rgb24", "-s", f"{width}x{height}",
-        "-r", str(fps), "-i", "-", "-vf", "pad=ceil(iw/2)*2:ceil(ih/2)*2",  # H.264 wants even sizes
-        "-c:v", "libx264", "-pix_fmt", "yuv420p", str(path),
+        ffmpeg_binary(),
+        "-y",
+        "-loglevel",
+        "error",
+        "-f",
+        "rawvideo",
+        "-pix_fmt",
+        "rgb24",
+        "-s",
+        f"{width}x{height}",
+        "-r",
+        str(fps),
+        "-i",
+        "-",
+        "-vf",
+        "pad=ceil(iw/2)*2:ceil(ih/2)*2",  # H.264 wants even sizes
+        "-c:v",
+        "libx264",
+        "-pix_fmt",
+        "yuv420p",
+        str(path),
     ]
     with subprocess.Popen(command, stdin=subprocess.PIPE, stderr=subprocess.PIPE) as encoder:
         try:

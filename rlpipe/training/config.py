@@ -22,15 +22,56 @@ from rlpipe.limits import check_num_envs, check_seed
 C = TypeVar("C")
 
 # Fields that must be > 0 wherever a config declares them (budgets, sizes, rates, schedules).
-POSITIVE_FIELDS = frozenset({
-    "env_steps", "updates", "eval_every", "eval_episodes", "torch_threads", "num_envs", "max_samples",
-    "batch_size", "minibatch_size", "buffer_size", "num_steps", "num_epochs", "hidden", "disc_hidden",
-    "vae_hidden", "learning_rate", "actor_lr", "critic_lr", "alpha_lr", "value_lr", "vae_lr",
-    "disc_learning_rate", "disc_updates", "n_candidates", "num_sampled_actions", "policy_delay",
-    "latent_dim", "checkpoint_every", "members", "elites", "model_hidden", "model_lr", "model_batch_size",
-    "model_max_epochs", "model_patience", "horizon", "population", "iterations", "particles", "init_std",
-    "refit_every", "model_train_every", "rollout_batch", "rollout_length", "model_retain", "rollout_every",
-})
+POSITIVE_FIELDS = frozenset(
+    {
+        "env_steps",
+        "updates",
+        "eval_every",
+        "eval_episodes",
+        "torch_threads",
+        "num_envs",
+        "max_samples",
+        "batch_size",
+        "minibatch_size",
+        "buffer_size",
+        "num_steps",
+        "num_epochs",
+        "hidden",
+        "disc_hidden",
+        "vae_hidden",
+        "learning_rate",
+        "actor_lr",
+        "critic_lr",
+        "alpha_lr",
+        "value_lr",
+        "vae_lr",
+        "disc_learning_rate",
+        "disc_updates",
+        "n_candidates",
+        "num_sampled_actions",
+        "policy_delay",
+        "latent_dim",
+        "checkpoint_every",
+        "members",
+        "elites",
+        "model_hidden",
+        "model_lr",
+        "model_batch_size",
+        "model_max_epochs",
+        "model_patience",
+        "horizon",
+        "population",
+        "iterations",
+        "particles",
+        "init_std",
+        "refit_every",
+        "model_train_every",
+        "rollout_batch",
+        "rollout_length",
+        "model_retain",
+        "rollout_every",
+    }
+)
 # Fields set only by their own command option, never by a setting: field -> that option.
 NOT_SETTABLE = {"env_id": "--env (offline: the dataset's metadata)", "dataset": "--dataset", "store": "--store"}
 
@@ -219,6 +260,13 @@ def config_for_env(cls: type[C], tuned: dict[str, dict[str, Any]], env_id: str, 
 
 
 __all__ = [
-    "DatasetFields", "OfflineConfig", "OnlineConfig", "RunConfig", "check_values", "config_for_env",
-    "field_types", "parse_settings", "typed_value",
+    "DatasetFields",
+    "OfflineConfig",
+    "OnlineConfig",
+    "RunConfig",
+    "check_values",
+    "config_for_env",
+    "field_types",
+    "parse_settings",
+    "typed_value",
 ]

@@ -16,8 +16,17 @@ from rlpipe.envs.spaces import BOX, DISCRETE, GOAL, ActionScaler, action_dim, re
 from rlpipe.errors import RlpipeError
 
 __all__ = [
-    "BOX", "DISCRETE", "GOAL", "ActionScaler", "action_dim", "env_spaces", "make_vec_env", "require_spaces",
-    "resolve_device", "space_from_json", "space_to_json",
+    "BOX",
+    "DISCRETE",
+    "GOAL",
+    "ActionScaler",
+    "action_dim",
+    "env_spaces",
+    "make_vec_env",
+    "require_spaces",
+    "resolve_device",
+    "space_from_json",
+    "space_to_json",
 ]
 
 

@@ -40,8 +40,9 @@ class UpdateStepper:
     out (``RLPIPE_CUDA_GRAPHS=0``). Never goes past ``total`` updates.
     """
 
-    def __init__(self, update: Update, sampler: TransitionSampler, batch_size: int, total: int,
-                 graph: bool = False, period: int = 1) -> None:
+    def __init__(
+        self, update: Update, sampler: TransitionSampler, batch_size: int, total: int, graph: bool = False, period: int = 1
+    ) -> None:
         self.update, self.sampler, self.batch_size, self.total = update, sampler, batch_size, total
         self.period = max(1, period)
         self.use_graph = graph
@@ -78,7 +79,9 @@ class UpdateStepper:
                     self.update(self.sampler.take(index), i)
         except RuntimeError as exc:
             # No eager fallback: a failed capture leaves the CUDA RNG in capture mode.
-            raise RlpipeError(f"CUDA graph capture of the update failed ({str(exc).splitlines()[0]}); "
-                              "run with RLPIPE_CUDA_GRAPHS=0 to train without CUDA graphs") from exc
+            raise RlpipeError(
+                f"CUDA graph capture of the update failed ({str(exc).splitlines()[0]}); "
+                "run with RLPIPE_CUDA_GRAPHS=0 to train without CUDA graphs"
+            ) from exc
         self.graph = graph
         return WARMUP_ROUNDS * self.period

@@ -48,8 +48,16 @@ class CombatRows:
     step its team wins (training-only shaping: the env's rules, its evaluation and collected
     data keep their own reward). Counts the finished games and the team's wins."""
 
-    def __init__(self, envs: CombatVectorEnv, agent_ids: bool, seed: int, win_bonus: float = 0.0,
-                 team_reward: bool = False, carry_dead: bool = False, teammates_obs: bool = False) -> None:
+    def __init__(
+        self,
+        envs: CombatVectorEnv,
+        agent_ids: bool,
+        seed: int,
+        win_bonus: float = 0.0,
+        team_reward: bool = False,
+        carry_dead: bool = False,
+        teammates_obs: bool = False,
+    ) -> None:
         self.envs, self.n_agents, self.win_bonus = envs, envs.rules.team_size, win_bonus
         self.agent_ids, self.team_reward, self.carry_dead, self.teammates_obs = agent_ids, team_reward, carry_dead, teammates_obs
         obs, info = envs.reset(seed=seed)
@@ -89,8 +97,9 @@ def action_logits(actor: nn.Module, obs: torch.Tensor) -> torch.Tensor:
     return actor.dist(obs).logits if actor.kind == "categorical" else actor(obs)[0]
 
 
-def team_policy(actor: nn.Module, agent_ids: bool, device: torch.device | str = "cpu", deterministic: bool = True,
-                seed: int = 0) -> TeamPolicy:
+def team_policy(
+    actor: nn.Module, agent_ids: bool, device: torch.device | str = "cpu", deterministic: bool = True, seed: int = 0
+) -> TeamPolicy:
     """Wrap a shared policy (see :func:`action_logits`) as a numpy team policy: greedy, or
     sampled from a generator seeded with ``seed`` (so a stochastic evaluation is reproducible too)."""
     device = torch.device(device)
@@ -118,7 +127,9 @@ class CombatEval(EvalResult):
         return float(self.success_rate or 0.0)
 
 
-def evaluate_combat(policy: TeamPolicy, episodes: int, seed: int, rules: Mapping[str, Any] | None = None, max_envs: int = 100) -> CombatEval:
+def evaluate_combat(
+    policy: TeamPolicy, episodes: int, seed: int, rules: Mapping[str, Any] | None = None, max_envs: int = 100
+) -> CombatEval:
     """Play ``episodes`` Combat games with ``policy``; each batched game plays a fixed quota,
     so the result depends only on (policy, episodes, seed, rules)."""
     n = max(1, min(episodes, max_envs))
@@ -141,15 +152,19 @@ def evaluate_combat(policy: TeamPolicy, episodes: int, seed: int, rules: Mapping
         ep_ret[term | trunc], ep_len[term | trunc] = 0.0, 0
     per_agent = np.array(returns)
     team = per_agent.sum(1)
-    return CombatEval(float(team.mean()), float(team.std()), team.tolist(), lengths, float(np.mean(wins)),
-                      tuple(float(r) for r in per_agent.mean(0)))
+    return CombatEval(
+        float(team.mean()), float(team.std()), team.tolist(), lengths, float(np.mean(wins)), tuple(float(r) for r in per_agent.mean(0))
+    )
 
 
 def combat_metrics(final: CombatEval) -> dict[str, Any]:
     """The fixed Combat keys of ``metrics.json`` (IPPO and policies learnt from Combat data)."""
-    return {"eval_win_rate": final.win_rate, "eval_team_return_mean": final.mean,
-            **{f"eval_return_agent_{i}": r for i, r in enumerate(final.agent_returns)},
-            "eval_episode_length_mean": float(np.mean(final.lengths))}
+    return {
+        "eval_win_rate": final.win_rate,
+        "eval_team_return_mean": final.mean,
+        **{f"eval_return_agent_{i}": r for i, r in enumerate(final.agent_returns)},
+        "eval_episode_length_mean": float(np.mean(final.lengths)),
+    }
 
 
 def dataset_combat_rules(metadata: Mapping[str, Any]) -> dict[str, Any]:
@@ -208,7 +223,9 @@ class AgentPolicy:
         if self.actors.obs_deltas:
             x = with_obs_delta(obs, obs if self.prev is None else self.prev)
             self.prev = obs
-        return int(self.actors.act(self.i, torch.as_tensor(x, dtype=torch.float32, device=self.device)[None], self.deterministic, self.member)[0])
+        return int(
+            self.actors.act(self.i, torch.as_tensor(x, dtype=torch.float32, device=self.device)[None], self.deterministic, self.member)[0]
+        )
 
 
 @dataclass(frozen=True)
@@ -242,9 +259,16 @@ def evaluate_sides(policies: AgentPolicies, env_id: str, episodes: int, seed: in
     env.close()
     adversary = np.array([a.startswith("adversary") for a in agents])
     good = returns[:, ~adversary].mean(1)
-    return SideEval(float(good.mean()), float(good.std()), good.tolist(), lengths, None,
-                    {a: float(r) for a, r in zip(agents, returns.mean(0))},
-                    float(returns[:, adversary].mean()) if adversary.any() else None, float(good.mean()))
+    return SideEval(
+        float(good.mean()),
+        float(good.std()),
+        good.tolist(),
+        lengths,
+        None,
+        {a: float(r) for a, r in zip(agents, returns.mean(0))},
+        float(returns[:, adversary].mean()) if adversary.any() else None,
+        float(good.mean()),
+    )
 
 
 def _load_actor(run_dir: str | Path, device: torch.device) -> tuple[nn.Module, dict[str, Any], str]:
@@ -258,8 +282,9 @@ def _load_actor(run_dir: str | Path, device: torch.device) -> tuple[nn.Module, d
     return actor.eval(), ckpt.meta, ckpt.sha256
 
 
-def load_team_policy(run_dir: str | Path, deterministic: bool | None = None, seed: int = 0,
-                     device: str = "cpu") -> tuple[TeamPolicy, bool, dict[str, Any], str]:
+def load_team_policy(
+    run_dir: str | Path, deterministic: bool | None = None, seed: int = 0, device: str = "cpu"
+) -> tuple[TeamPolicy, bool, dict[str, Any], str]:
     """(team policy, whether it acts greedily, checkpoint meta, weights hash) of a saved IPPO
     run; ``deterministic=None`` acts as the run's own evaluation did (``eval_deterministic``)."""
     dev = torch.device(device)
@@ -271,8 +296,9 @@ def load_team_policy(run_dir: str | Path, deterministic: bool | None = None, see
     return team_policy(actor, config.get("agent_ids", False), dev, greedy, seed), greedy, meta, sha
 
 
-def evaluate_run(run_dir: str | Path, episodes: int, seed: int, deterministic: bool = True, device: str = "cpu",
-                 adversary_run: str | Path | None = None) -> dict[str, Any]:
+def evaluate_run(
+    run_dir: str | Path, episodes: int, seed: int, deterministic: bool = True, device: str = "cpu", adversary_run: str | Path | None = None
+) -> dict[str, Any]:
     """Evaluate a saved multi-agent run (on Combat: ippo, or a policy learnt from a Combat
     dataset; on MPE: maddpg): the fixed metric keys (``win_rate``, or
     ``adversary_return_mean`` / ``good_return_mean``) plus returns.
@@ -285,8 +311,15 @@ def evaluate_run(run_dir: str | Path, episodes: int, seed: int, deterministic: b
     dev = resolve_device(device)
     actor, meta, sha = _load_actor(run_dir, dev)
     config = meta.get("config", {})
-    head = {"run_dir": str(run_dir), "algo": meta["algo"], "env_id": meta["env_id"], "episodes": episodes, "seed": seed,
-            "deterministic": deterministic, "checkpoint_sha256": sha}
+    head = {
+        "run_dir": str(run_dir),
+        "algo": meta["algo"],
+        "env_id": meta["env_id"],
+        "episodes": episodes,
+        "seed": seed,
+        "deterministic": deterministic,
+        "checkpoint_sha256": sha,
+    }
     if meta["env_id"] == "Combat-v0":
         if adversary_run is not None:  # the opponents are the env's scripted bots
             raise RlpipeError("--adversary-run applies to MPE runs only: Combat-v0's opponents are its bots")
@@ -295,16 +328,28 @@ def evaluate_run(run_dir: str | Path, episodes: int, seed: int, deterministic: b
         # IPPO's rules are config fields; a policy learnt from a dataset keeps the dataset's in its meta.
         rules = meta.get("env_kwargs") or {k: v for k, v in config.items() if k in CombatRules.__dataclass_fields__}
         res = evaluate_combat(team_policy(actor, config.get("agent_ids", False), dev, deterministic, seed), episodes, seed, rules)
-        return {**head, "win_rate": res.win_rate, "team_return_mean": res.mean, "team_return_std": res.std,
-                "agent_returns": list(res.agent_returns), "episode_length_mean": float(np.mean(res.lengths))}
+        return {
+            **head,
+            "win_rate": res.win_rate,
+            "team_return_mean": res.mean,
+            "team_return_std": res.std,
+            "agent_returns": list(res.agent_returns),
+            "episode_length_mean": float(np.mean(res.lengths)),
+        }
 
     policies = {a: AgentPolicy(actor, i, dev, deterministic, seed) for i, a in enumerate(actor.agents)}
     if adversary_run is not None:
         other, other_meta, _ = _load_actor(adversary_run, dev)
         if other_meta["env_id"] != meta["env_id"] or getattr(other, "agents", None) != actor.agents:
             raise RlpipeError(f"--adversary-run {adversary_run} is not a run of {meta['env_id']} with the same agents")
-        policies.update({a: AgentPolicy(other, i, dev, deterministic, seed) for i, a in enumerate(other.agents) if a.startswith("adversary")})
+        policies.update(
+            {a: AgentPolicy(other, i, dev, deterministic, seed) for i, a in enumerate(other.agents) if a.startswith("adversary")}
+        )
         head["adversary_run"] = str(adversary_run)
     sides = evaluate_sides(policies, meta["env_id"], episodes, seed)
-    return {**head, "adversary_return_mean": sides.adversary_return_mean, "good_return_mean": sides.good_return_mean,
-            "agent_returns": sides.agent_returns}
+    return {
+        **head,
+        "adversary_return_mean": sides.adversary_return_mean,
+        "good_return_mean": sides.good_return_mean,
+        "agent_returns": sides.agent_returns,
+    }

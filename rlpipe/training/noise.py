@@ -25,7 +25,9 @@ class OUNoise:
     ``reset`` is a per-env mask: those envs restart from ``x0`` (= mu).
     """
 
-    def __init__(self, shape: tuple[int, ...], sigma: float, rng: np.random.Generator, theta: float = 0.15, mu: float = 0.0, dt: float = 1e-2) -> None:
+    def __init__(
+        self, shape: tuple[int, ...], sigma: float, rng: np.random.Generator, theta: float = 0.15, mu: float = 0.0, dt: float = 1e-2
+    ) -> None:
         self.shape, self.sigma, self.rng = shape, sigma, rng
         self.theta, self.mu, self.dt = theta, mu, dt
         self.x = np.full(shape, mu, dtype=np.float64)

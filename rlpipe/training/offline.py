@@ -19,14 +19,14 @@ from gymnasium import spaces
 from torch import nn
 
 from rlpipe.datasets.loader import TransitionArrays, load_shards, shards_digest
-from rlpipe.datasets.schema import map_columnar
 from rlpipe.datasets.mapped import MappedTransitions
+from rlpipe.datasets.schema import map_columnar
 from rlpipe.datasets.store import STEPS_DIR, DatasetInfo, open_dataset
 from rlpipe.envs import env_id_for_spec, trusted_env_id
 from rlpipe.envs.combat import CombatRules
 from rlpipe.envs.goals import flat_observation_space, flatten_obs, is_goal_space
-from rlpipe.errors import RlpipeError
 from rlpipe.envs.stepper import VecStepper
+from rlpipe.errors import RlpipeError
 from rlpipe.training.buffer import Batch, ReplayBuffer, Update
 from rlpipe.training.env import BOX, GOAL, ActionScaler, action_dim, env_spaces, make_vec_env, require_spaces, resolve_device
 from rlpipe.training.evaluation import policy_fn
@@ -103,7 +103,9 @@ def subset_rows(data: TransitionArrays, max_samples: int, seed: int) -> np.ndarr
 
 def take_rows(data: TransitionArrays, rows: np.ndarray) -> TransitionArrays:
     """A new TransitionArrays holding `rows` of `data`."""
-    return TransitionArrays(**{name: None if values is None else map_columnar(values, lambda a: a[rows]) for name, values in vars(data).items()})
+    return TransitionArrays(
+        **{name: None if values is None else map_columnar(values, lambda a: a[rows]) for name, values in vars(data).items()}
+    )
 
 
 @dataclass
@@ -198,8 +200,15 @@ class DatasetAndOnline:
         return Batch(*(torch.cat(columns) for columns in zip(*parts)))
 
 
-def finetune_online(run: Run, config: Any, data: OfflineData, actor: nn.Module, update: Update, updates: int,
-                    eval_policy: Callable[[np.ndarray], np.ndarray]) -> tuple[int, int]:
+def finetune_online(
+    run: Run,
+    config: Any,
+    data: OfflineData,
+    actor: nn.Module,
+    update: Update,
+    updates: int,
+    eval_policy: Callable[[np.ndarray], np.ndarray],
+) -> tuple[int, int]:
     """Continue an offline run in its dataset's env for ``config.finetune_env_steps`` steps:
     the actor explores with sampled actions, every step is stored and earns one update on a
     minibatch of the dataset and the online data together, and the policy is evaluated every
@@ -263,8 +272,14 @@ def train_offline(
         raise RlpipeError(f"{algo} does not support --checkpoint-every yet")
     checkpoints = Checkpointer(run, {**modules, **(optimizers or {}), "sampler": data.sampler})
     eval_policy = policy_fn(actor, ActionScaler(data.action_space), data.device, deterministic_eval)
-    step = UpdateStepper(update, data.sampler, config.batch_size, config.updates,
-                         graph=graphs_enabled(data.device) and isinstance(data.sampler, TransitionSampler), period=update_period)
+    step = UpdateStepper(
+        update,
+        data.sampler,
+        config.batch_size,
+        config.updates,
+        graph=graphs_enabled(data.device) and isinstance(data.sampler, TransitionSampler),
+        period=update_period,
+    )
     try:
         updates = (checkpoints.restore() or {}).get("updates", 0)
         while True:

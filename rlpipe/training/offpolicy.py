@@ -143,8 +143,7 @@ def train_off_policy(
         raise RlpipeError(f"{algo} does not support --checkpoint-every yet")
     eval_policy = policy_fn(agent.actor, scaler, env.device)
     run = Run(algo, config, out_dir, progress)
-    checkpoints = Checkpointer(run, {**agent.modules, **(agent.resume_state or {}), "buffer": buffer, "stepper": stepper,
-                                     "rng": env.rng})
+    checkpoints = Checkpointer(run, {**agent.modules, **(agent.resume_state or {}), "buffer": buffer, "stepper": stepper, "rng": env.rng})
     try:
         loop = checkpoints.restore() or {"updates": 0, "credit": 0.0}
         updates, credit = loop["updates"], loop["credit"]

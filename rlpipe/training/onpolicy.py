@@ -96,16 +96,13 @@ class PPOBatch:
 class RolloutStorage:
     """``[T, N]`` tensors of one rollout on ``device``, refilled by :meth:`collect`."""
 
-    def __init__(self, num_steps: int, num_rows: int, obs_dim: int, act_dim: int, discrete: bool,
-                 device: torch.device) -> None:
+    def __init__(self, num_steps: int, num_rows: int, obs_dim: int, act_dim: int, discrete: bool, device: torch.device) -> None:
         T, N = num_steps, num_rows
         self.device = device
         self.obs = torch.zeros(T, N, obs_dim, device=device)
-        self.actions = torch.zeros((T, N) if discrete else (T, N, act_dim),
-                                   dtype=torch.long if discrete else torch.float32, device=device)
+        self.actions = torch.zeros((T, N) if discrete else (T, N, act_dim), dtype=torch.long if discrete else torch.float32, device=device)
         self.log_probs, self.values, self.rewards = (torch.zeros(T, N, device=device) for _ in range(3))
-        self.terminated, self.truncated, self.valid, self.acting = (
-            torch.zeros(T, N, dtype=torch.bool, device=device) for _ in range(4))
+        self.terminated, self.truncated, self.valid, self.acting = (torch.zeros(T, N, dtype=torch.bool, device=device) for _ in range(4))
         self.has_passive_rows = False  # whether some valid rows are not acting (see RowStep.acting)
         self.next_value = torch.zeros(N, device=device)
 
@@ -134,12 +131,17 @@ class RolloutStorage:
         """Advantages and returns of ``rewards`` (the env's, or a learnt reward), and the
         valid rows flattened for the update."""
         with torch.no_grad():
-            adv, ret = compute_gae(rewards, self.values, self.next_value, self.terminated, self.truncated, self.valid,
-                                   gamma, gae_lambda)
+            adv, ret = compute_gae(rewards, self.values, self.next_value, self.terminated, self.truncated, self.valid, gamma, gae_lambda)
         keep = self.valid.reshape(-1)
         rows = lambda x: x.reshape(-1, *x.shape[2:])[keep]  # noqa: E731
-        return PPOBatch(rows(self.obs), rows(self.actions), rows(self.log_probs), rows(adv), rows(ret),
-                        rows(self.acting) if self.has_passive_rows else None)
+        return PPOBatch(
+            rows(self.obs),
+            rows(self.actions),
+            rows(self.log_probs),
+            rows(adv),
+            rows(ret),
+            rows(self.acting) if self.has_passive_rows else None,
+        )
 
 
 def clipped_loss(

@@ -39,6 +39,7 @@ def optimizer_step(optimizer: torch.optim.Optimizer, loss: torch.Tensor, max_gra
 def polyak_update(target: nn.Module | Sequence[torch.Tensor], source: nn.Module | Sequence[torch.Tensor], tau: float) -> None:
     """target <- (1 - tau) * target + tau * source, in one fused call (modules or their
     parameters as tensor lists, e.g. stacked seeds' weights)."""
+
     def tensors(x: nn.Module | Sequence[torch.Tensor]) -> list[torch.Tensor]:
         return list(x.parameters()) if isinstance(x, nn.Module) else list(x)
 

@@ -79,9 +79,14 @@ def read_resume_info(run_dir: str | os.PathLike) -> dict[str, Any]:
         raise RlpipeError(f"{run_dir} holds no resumable state (train with --checkpoint-every N to write one)")
     if not (directory / STATE_FILE).is_file():
         legacy = (directory / LEGACY_STATE_FILE).exists()
-        raise RlpipeError(f"{run_dir} holds no resumable state" + (
-            f" ({directory / LEGACY_STATE_FILE} is a pickle of an older rlpipe, which is never loaded: train the run afresh)"
-            if legacy else f" (missing {directory / STATE_FILE})"))
+        raise RlpipeError(
+            f"{run_dir} holds no resumable state"
+            + (
+                f" ({directory / LEGACY_STATE_FILE} is a pickle of an older rlpipe, which is never loaded: train the run afresh)"
+                if legacy
+                else f" (missing {directory / STATE_FILE})"
+            )
+        )
     if path.stat().st_size > MAX_INFO_BYTES:
         raise RlpipeError(f"{path} is larger than a resume record can be ({MAX_INFO_BYTES} bytes)")
     try:
@@ -89,10 +94,14 @@ def read_resume_info(run_dir: str | os.PathLike) -> dict[str, Any]:
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
         raise RlpipeError(f"{path} is not valid JSON ({exc})") from None
     config = info.get("config") if isinstance(info, dict) else None
-    if not isinstance(info, dict) or not isinstance(info.get("algo"), str) or not isinstance(config, dict) \
-            or not isinstance(config.get("env_id"), str) or type(config.get("checkpoint_every")) is not int:
-        raise RlpipeError(f'{path} is not a resume record ({{"algo": NAME, "config": {{"env_id": ID, '
-                          '"checkpoint_every": N, ...}}}})')
+    if (
+        not isinstance(info, dict)
+        or not isinstance(info.get("algo"), str)
+        or not isinstance(config, dict)
+        or not isinstance(config.get("env_id"), str)
+        or type(config.get("checkpoint_every")) is not int
+    ):
+        raise RlpipeError(f'{path} is not a resume record ({{"algo": NAME, "config": {{"env_id": ID, "checkpoint_every": N, ...}}}}}}}})')
     if saved_config(directory / STATE_FILE) != config:  # else the run would silently start afresh
         raise RlpipeError(f"{path} and {STATE_FILE} name different configs: there is no state of this run to resume")
     return info
@@ -170,11 +179,14 @@ def _decode(node: Any, tensors: Mapping[str, torch.Tensor]) -> Any:
         return [_decode(item, tensors) for item in node]
     if type(node) is not dict or len(node) != 1:
         raise _Malformed(f"a JSON object with keys {sorted(node) if type(node) is dict else node!r}")
-    (tag, body), = node.items()
+    ((tag, body),) = node.items()
     if tag == "tuple" and type(body) is list:
         return tuple(_decode(item, tensors) for item in body)
-    if tag == "items" and type(body) is list and all(type(pair) is list and len(pair) == 2 and type(pair[0]) in (str, int)
-                                                      for pair in body):
+    if (
+        tag == "items"
+        and type(body) is list
+        and all(type(pair) is list and len(pair) == 2 and type(pair[0]) in (str, int) for pair in body)
+    ):
         return {key: _decode(item, tensors) for key, item in body}
     if tag in ("tensor", "array", "scalar") and type(body) is str and body in tensors:
         tensor = tensors[body]
@@ -269,8 +281,12 @@ class Checkpointer:
         self.next_save = self.every or 0
 
     def _state(self) -> dict[str, Any]:
-        return {"objects": {name: state_of(obj) for name, obj in self.objects.items()}, "rng": rng_states(),
-                "run": self.run.state(), "next_save": self.next_save}
+        return {
+            "objects": {name: state_of(obj) for name, obj in self.objects.items()},
+            "rng": rng_states(),
+            "run": self.run.state(),
+            "next_save": self.next_save,
+        }
 
     def restore(self) -> dict[str, Any] | None:
         """Load a saved state of this config into the objects, RNGs and run; returns the
@@ -314,5 +330,18 @@ class Checkpointer:
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
-__all__ = ["Checkpointer", "INFO_FILE", "LEGACY_STATE_FILE", "STATE_FILE", "load_state", "read_resume_info", "read_state",
-           "resume_dir", "rng_states", "saved_config", "set_rng_states", "state_of", "write_state"]
+__all__ = [
+    "Checkpointer",
+    "INFO_FILE",
+    "LEGACY_STATE_FILE",
+    "STATE_FILE",
+    "load_state",
+    "read_resume_info",
+    "read_state",
+    "resume_dir",
+    "rng_states",
+    "saved_config",
+    "set_rng_states",
+    "state_of",
+    "write_state",
+]

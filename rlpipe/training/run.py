@@ -102,9 +102,15 @@ class Run:
     when the config does not hold them, e.g. a Combat dataset's rules) go into the checkpoint's meta.
     """
 
-    def __init__(self, algo: str, config: OnlineConfig | OfflineConfig, out_dir: str | Path | None = None,
-                 progress: bool = True, evaluator: Callable[[Any, int, int], EvalResult] | None = None,
-                 env_kwargs: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        algo: str,
+        config: OnlineConfig | OfflineConfig,
+        out_dir: str | Path | None = None,
+        progress: bool = True,
+        evaluator: Callable[[Any, int, int], EvalResult] | None = None,
+        env_kwargs: dict[str, Any] | None = None,
+    ) -> None:
         self.algo, self.config, self.env_kwargs = algo, config, env_kwargs
         self.evaluator = evaluator or (lambda policy, episodes, seed: evaluate(policy, config.env_id, episodes, seed))
         self.unit = "steps" if isinstance(config, OnlineConfig) else "updates"

@@ -34,8 +34,8 @@ from rlpipe.envs.goals import flatten_obs
 from rlpipe.envs.stepper import VecStepper
 from rlpipe.errors import RlpipeError
 from rlpipe.training.buffer import Batch, ReplayBuffer, Update
-from rlpipe.training.evaluation import policy_fn
 from rlpipe.training.env import ActionScaler
+from rlpipe.training.evaluation import policy_fn
 from rlpipe.training.graphs import UpdateStepper, graphs_enabled
 from rlpipe.training.offline import OfflineData, dataset_metrics
 from rlpipe.training.offpolicy import OffPolicySetup, earned_updates, run_replay_buffer, warmup_actions
@@ -247,8 +247,9 @@ def train_off_policy_seeds(
                 stepper = seeds[k].stepper
                 if k not in results and runs[k].maybe_evaluate(policies[k], stepper.env_steps):
                     extra = {"train_episodes": stepper.episodes, **(extra_metrics(k) if extra_metrics else {})}
-                    results[k] = runs[k].finish(policies[k], modules[k]["policy"], modules[k], setups[k].action_space,
-                                                stepper.env_steps, updates, extra)
+                    results[k] = runs[k].finish(
+                        policies[k], modules[k]["policy"], modules[k], setups[k].action_space, stepper.env_steps, updates, extra
+                    )
         return [results[k] for k in range(k_seeds)]
     finally:
         for run in runs:
