@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from enum import Enum
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -53,7 +54,18 @@ def resolve(reference: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
-@dataclass(frozen=True)
+class Family(str, Enum):
+    """How an algorithm learns (``rlpipe train --help`` groups them so)."""
+
+    ON_POLICY = "on-policy"
+    OFF_POLICY = "off-policy"
+    OFFLINE = "offline"
+    IMITATION = "imitation"
+    MODEL_BASED = "model-based"
+    MULTI_AGENT = "multi-agent"
+
+
+@dataclass(frozen=True, kw_only=True)
 class AlgoSpec:
     """What the rest of rlpipe needs to know about one algorithm.
 
@@ -63,7 +75,7 @@ class AlgoSpec:
     """
 
     name: str
-    family: str  # on-policy, off-policy, offline, imitation, model-based, multi-agent
+    family: Family
     online: bool  # learns by acting in ``--env``; False: learns from ``--dataset`` (its env from the metadata)
     module: str  # the algorithm's module: its config class, TUNED, train and ACTION_SPACES
     config_name: str = "Config"  # the config class's name in ``module``
@@ -130,106 +142,145 @@ class AlgoSpec:
 
 def _her(base: str) -> AlgoSpec:
     return AlgoSpec(
-        f"{base}-her",
-        "off-policy",
-        True,
-        "rlpipe.algos.her",
-        f"{base.upper()}HerConfig",
-        "rlpipe.algos.her:OBSERVATION_SPACES",
+        name=f"{base}-her",
+        family=Family.OFF_POLICY,
+        online=True,
+        module="rlpipe.algos.her",
+        config_name=f"{base.upper()}HerConfig",
+        observation_kinds_ref="rlpipe.algos.her:OBSERVATION_SPACES",
         records_training=True,
         summary=f"{base.upper()} with hindsight experience replay, on goal envs",
     )
 
 
 SPECS: tuple[AlgoSpec, ...] = (
-    AlgoSpec("ppo", "on-policy", True, "rlpipe.algos.ppo", records_training=True, resumable=True, summary="clipped PPO with GAE"),
     AlgoSpec(
-        "sac",
-        "off-policy",
-        True,
-        "rlpipe.algos.sac",
+        name="ppo",
+        family=Family.ON_POLICY,
+        online=True,
+        module="rlpipe.algos.ppo",
+        records_training=True,
+        resumable=True,
+        summary="clipped PPO with GAE",
+    ),
+    AlgoSpec(
+        name="sac",
+        family=Family.OFF_POLICY,
+        online=True,
+        module="rlpipe.algos.sac",
         records_training=True,
         resumable=True,
         batched_seeds=True,
         summary="soft actor-critic",
     ),
-    AlgoSpec("ddpg", "off-policy", True, "rlpipe.algos.ddpg", records_training=True, summary="deep deterministic policy gradient"),
-    AlgoSpec("td3", "off-policy", True, "rlpipe.algos.td3", records_training=True, summary="twin delayed DDPG"),
+    AlgoSpec(
+        name="ddpg",
+        family=Family.OFF_POLICY,
+        online=True,
+        module="rlpipe.algos.ddpg",
+        records_training=True,
+        summary="deep deterministic policy gradient",
+    ),
+    AlgoSpec(
+        name="td3", family=Family.OFF_POLICY, online=True, module="rlpipe.algos.td3", records_training=True, summary="twin delayed DDPG"
+    ),
     _her("ddpg"),
     _her("td3"),
     _her("sac"),
     AlgoSpec(
-        "bc",
-        "imitation",
-        False,
-        "rlpipe.algos.bc",
+        name="bc",
+        family=Family.IMITATION,
+        online=False,
+        module="rlpipe.algos.bc",
         observation_kinds_ref=OFFLINE_OBSERVATION_KINDS,
         resumable=True,
         summary="behaviour cloning",
     ),
-    AlgoSpec("gail", "imitation", False, "rlpipe.algos.gail", summary="generative adversarial imitation (PPO generator, env-steps budget)"),
     AlgoSpec(
-        "dac",
-        "imitation",
-        False,
-        "rlpipe.algos.dac",
+        name="gail",
+        family=Family.IMITATION,
+        online=False,
+        module="rlpipe.algos.gail",
+        summary="generative adversarial imitation (PPO generator, env-steps budget)",
+    ),
+    AlgoSpec(
+        name="dac",
+        family=Family.IMITATION,
+        online=False,
+        module="rlpipe.algos.dac",
         summary="discriminator-actor-critic: adversarial imitation with a SAC learner (env-steps budget)",
     ),
     AlgoSpec(
-        "cql",
-        "offline",
-        False,
-        "rlpipe.algos.cql",
+        name="cql",
+        family=Family.OFFLINE,
+        online=False,
+        module="rlpipe.algos.cql",
         observation_kinds_ref=OFFLINE_OBSERVATION_KINDS,
         batched_seeds=True,
         summary="conservative Q-learning",
     ),
     AlgoSpec(
-        "bcq", "offline", False, "rlpipe.algos.bcq", observation_kinds_ref=OFFLINE_OBSERVATION_KINDS, summary="batch-constrained Q-learning"
+        name="bcq",
+        family=Family.OFFLINE,
+        online=False,
+        module="rlpipe.algos.bcq",
+        observation_kinds_ref=OFFLINE_OBSERVATION_KINDS,
+        summary="batch-constrained Q-learning",
     ),
     AlgoSpec(
-        "td3bc",
-        "offline",
-        False,
-        "rlpipe.algos.td3_bc",
+        name="td3bc",
+        family=Family.OFFLINE,
+        online=False,
+        module="rlpipe.algos.td3_bc",
         observation_kinds_ref=OFFLINE_OBSERVATION_KINDS,
         summary="TD3 with a behaviour-cloning term",
     ),
-    AlgoSpec("iql", "offline", False, "rlpipe.algos.iql", observation_kinds_ref=OFFLINE_OBSERVATION_KINDS, summary="implicit Q-learning"),
     AlgoSpec(
-        "ippo",
-        "multi-agent",
-        True,
-        "rlpipe.algos.ippo",
+        name="iql",
+        family=Family.OFFLINE,
+        online=False,
+        module="rlpipe.algos.iql",
+        observation_kinds_ref=OFFLINE_OBSERVATION_KINDS,
+        summary="implicit Q-learning",
+    ),
+    AlgoSpec(
+        name="ippo",
+        family=Family.MULTI_AGENT,
+        online=True,
+        module="rlpipe.algos.ippo",
         multi_agent=True,
         summary="independent PPO, one policy shared by a team (Combat-v0)",
     ),
     AlgoSpec(
-        "maddpg",
-        "multi-agent",
-        True,
-        "rlpipe.algos.maddpg",
+        name="maddpg",
+        family=Family.MULTI_AGENT,
+        online=True,
+        module="rlpipe.algos.maddpg",
         multi_agent=True,
         summary="MADDPG: centralised critics, Gumbel-softmax actors (MPE)",
     ),
     AlgoSpec(
-        "pets",
-        "model-based",
-        True,
-        "rlpipe.algos.pets",
+        name="pets",
+        family=Family.MODEL_BASED,
+        online=True,
+        module="rlpipe.algos.pets",
         loader_ref=PLANNER_LOADER,
         summary="dynamics ensemble + CEM planning (no policy network)",
     ),
-    AlgoSpec("mbpo", "model-based", True, "rlpipe.algos.mbpo", summary="SAC on real and short model rollouts"),
     AlgoSpec(
-        "dynamics",
-        "model-based",
-        False,
-        "rlpipe.algos.dynamics",
+        name="mbpo", family=Family.MODEL_BASED, online=True, module="rlpipe.algos.mbpo", summary="SAC on real and short model rollouts"
+    ),
+    AlgoSpec(
+        name="dynamics",
+        family=Family.MODEL_BASED,
+        online=False,
+        module="rlpipe.algos.dynamics",
         loader_ref=PLANNER_LOADER,
         summary="fit a dynamics ensemble to a dataset (reused by mopo)",
     ),
-    AlgoSpec("mopo", "model-based", False, "rlpipe.algos.mopo", summary="offline MBPO with an uncertainty penalty"),
+    AlgoSpec(
+        name="mopo", family=Family.MODEL_BASED, online=False, module="rlpipe.algos.mopo", summary="offline MBPO with an uncertainty penalty"
+    ),
 )
 REGISTRY: dict[str, AlgoSpec] = {spec.name: spec for spec in SPECS}
 ONLINE: tuple[str, ...] = tuple(spec.name for spec in SPECS if spec.online)
