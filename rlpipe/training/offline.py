@@ -200,6 +200,12 @@ class DatasetAndOnline:
         return Batch(*(torch.cat(columns) for columns in zip(*parts)))
 
 
+def require_finetunable(data: OfflineData) -> None:
+    """Refuse fine-tuning, before any training, where the online phase does not apply."""
+    if not isinstance(data.sampler, TransitionSampler) or data.discrete or is_goal_space(data.info.observation_space):
+        raise RlpipeError("fine-tuning online needs a continuous-action dataset held in memory (not goal or multi-agent data)")
+
+
 def finetune_online(
     run: Run,
     config: Any,
@@ -214,8 +220,6 @@ def finetune_online(
     minibatch of the dataset and the online data together, and the policy is evaluated every
     ``config.finetune_eval_every`` env steps (the curve goes on in updates). Returns
     (env steps, updates)."""
-    if not isinstance(data.sampler, TransitionSampler) or data.discrete or is_goal_space(data.info.observation_space):
-        raise RlpipeError("fine-tuning online needs a continuous-action dataset held in memory (not goal or multi-agent data)")
     envs = make_vec_env(config.env_id, 1)
     scaler = ActionScaler(data.action_space)
     stepper = VecStepper(envs, scaler, config.seed + FINETUNE_SEED_OFFSET)
@@ -264,6 +268,8 @@ def train_offline(
     With ``config.checkpoint_every`` the full state (``modules``, ``optimizers``, sampler,
     RNGs) is saved for resuming (:mod:`rlpipe.training.resume`); ``optimizers`` are then required.
     """
+    if getattr(config, "finetune_env_steps", 0):
+        require_finetunable(data)
     # A multi-agent (Combat) dataset's policy is shared by the agents and scored by its win rate.
     combat = CombatDatasetEvaluator(dataset_combat_rules(data.info.metadata)) if data.info.metadata.get("multi_agent") else None
     run = Run(algo, config, out_dir, progress, evaluator=combat, env_kwargs=combat.rules if combat else None)
@@ -291,8 +297,14 @@ def train_offline(
         offline_end = run.evaluate_final(eval_policy, updates)  # before the Combat evaluator's win rate is read
         env_steps, phases = 0, {}
         if getattr(config, "finetune_env_steps", 0):
+            offline_heldout = {f"offline_{key}": value for key, value in run.heldout(eval_policy).items()}  # the same episodes as the end's
             env_steps, updates = finetune_online(run, config, data, actor, update, updates, eval_policy)
-            phases = {"offline_updates": offline_end.done, "offline_eval_return_mean": offline_end.mean, "finetune_env_steps": env_steps}
+            phases = {
+                "offline_updates": offline_end.done,
+                "offline_eval_return_mean": offline_end.mean,
+                **offline_heldout,
+                "finetune_env_steps": env_steps,
+            }
         extra = {**dataset_metrics(data), **phases, **(combat.metrics() if combat else {}), **(extra_metrics() if extra_metrics else {})}
         result = run.finish(eval_policy, actor, modules, data.action_space, env_steps, updates, extra)
         checkpoints.discard()

@@ -217,7 +217,7 @@ class Run:
         wall = self.elapsed()  # training time: the held-out evaluation is not part of it
         # A copy as training left them: an evaluator may append to lists they hold (IPPO's curve).
         extra_metrics = copy.deepcopy(extra_metrics or {})
-        heldout = self._heldout(policy)
+        heldout = self.heldout(policy)
         metrics = {
             "algo": self.algo,
             "env_id": self.config.env_id,
@@ -253,7 +253,7 @@ class Run:
             self._staging = None
         return TrainResult(self.algo, self.config.env_id, metrics, list(self.history), actor, self.out_dir, digest)
 
-    def _heldout(self, policy: PolicyFn) -> dict[str, Any]:
+    def heldout(self, policy: PolicyFn) -> dict[str, Any]:
         """The held-out evaluation's ``metrics.json`` keys (none when it is disabled)."""
         episodes = self.config.heldout_eval_episodes
         if episodes == 0:
