@@ -529,3 +529,38 @@ def test_ensemble_rows_use_the_member_that_acted_and_member_k_learns_from_its_ro
     # The control: a single policy averages over every row.
     single = AgentActors(["a", "b"], [3, 3], [4, 4], (8,))
     assert maddpg.actor_loss(0, batch, critics, single, logits_l2=0.0).item() == pytest.approx(-10 * obs[:, 0].mean().item(), rel=1e-5)
+
+
+def test_gumbel_targets_draw_from_the_target_actors_softmax_greedy_targets_take_its_argmax() -> None:
+    from rlpipe.models.networks import AgentActors
+
+    torch.manual_seed(0)
+    actors = AgentActors(["a", "b"], [3, 3], [4, 4], (8,))
+    probs = torch.tensor([0.1, 0.6, 0.3, 0.0])
+    with torch.no_grad():  # agent 0's logits are log(probs) whatever it observes
+        actors.nets[0][-1].weight.zero_()
+        actors.nets[0][-1].bias.copy_(probs.clamp(min=1e-9).log())
+    batch = {"next_obs": [torch.randn(20_000, 3)] * 2, "members": torch.zeros(20_000, 2, dtype=torch.long)}
+    sampled = maddpg.target_next_actions(batch, actors, sample=True)[0]
+    assert torch.equal(sampled.sum(-1), torch.ones(20_000))  # one-hot rows
+    assert torch.allclose(sampled.mean(0), probs, atol=0.015)
+    # The control: greedy targets always take the most probable action.
+    assert torch.equal(maddpg.target_next_actions(batch, actors)[0], torch.eye(4)[1].expand(20_000, 4))
+
+
+def test_replayed_others_put_the_others_replayed_actions_in_the_actor_loss() -> None:
+    from rlpipe.models.networks import AgentActors
+
+    torch.manual_seed(0)
+    actors = AgentActors(["a", "b"], [3, 3], [4, 4], (8,))
+    critics = maddpg.Critics([3, 3], [4, 4], (8,), centralised=True)
+    critics.forward = lambda i, o, a, copy=0: a[1][:, 2] + 0 * a[0].sum(-1)  # Q_0 = 1 where agent 1 took action 2
+    obs = [torch.randn(8, 3), torch.randn(8, 3)]
+    replayed = torch.tensor([2, 2, 2, 2, 0, 0, 1, 3])
+    batch = {"obs": obs, "actions": torch.stack([torch.zeros(8, dtype=torch.long), replayed], 1),
+             "members": torch.zeros(8, 2, dtype=torch.long)}
+    assert maddpg.actor_loss(0, batch, critics, actors, 0.0, replayed_others=True).item() == pytest.approx(-0.5)
+    # The control: by default agent 1's current greedy actions stand in for the replayed ones.
+    greedy = actors.logits(1, obs[1]).argmax(-1)
+    default = maddpg.actor_loss(0, batch, critics, actors, 0.0).item()
+    assert default == pytest.approx(-(greedy == 2).float().mean().item()) and default != pytest.approx(-0.5)

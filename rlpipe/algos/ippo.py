@@ -66,8 +66,8 @@ class Config(OnlineConfig):
     # MAPPO-style critic: the value also reads the teammates' observations (the policy still
     # acts on the agent's own); about 1.4x the CPU per game step.
     central_critic: bool = False
-    # Combat rules (defaults: ma-gym's 2 vs 2 with cooldown; the text's variant is
-    # cooldown=False, win_reward=100, step_reward=-0.1)
+    # Combat rules (defaults: the text's 2 vs 2 on 15x15 under ma-gym's rules with cooldown, where
+    # ma-gym's default is 5 vs 5; the text's variant is cooldown=False, win_reward=100, step_reward=-0.1)
     team_size: int = 2
     n_opponents: int = 2
     grid: int = 15

@@ -9,15 +9,18 @@ Acting samples a straight-through Gumbel-softmax of the logits (exploration); th
 targets use the target actors' greedy actions; agent i's actor ascends Q_i with its own
 action re-sampled through the Gumbel-softmax (so the gradient flows) and the others'
 current greedy actions; every network's gradient norm is clipped at 0.5 (the MADDPG paper's
-code). Truncated episodes (MPE ends every episode at ``max_cycles``) bootstrap. With
-``obs_deltas`` actors and critics read each observation next to its change since the previous
-step: MPE observes positions only, and the change is the velocities. Two options off by
-default: ``n_step`` critic targets (an ``NStepWindow`` turns the steps into n-step transitions) and
-``twin_critics`` (two Q_i per agent, targets from their minimum, as MATD3). With ``ensemble`` K > 1
-each agent has K sub-policies (the MADDPG paper's policy ensembles): every episode draws one per
-agent, the replay records which, critic targets and the other agents' actions in an actor loss come
-from the member that acted in that row, and member k learns from the rows where it acted. Read top to bottom:
-config, replay, n-step window, critics, the two losses, ``train``.
+code). openai/maddpg's sampled target actions and the paper's replayed actions of the others
+are options, off by default (``gumbel_targets``, ``replayed_others``; docs/algorithms/multi-agent.md
+lists both departures with their measured effect).
+Truncated episodes (MPE ends every episode at ``max_cycles``) bootstrap. With ``obs_deltas``
+actors and critics read each observation next to its change since the previous step: MPE
+observes positions only, and the change is the velocities. Two options off by default:
+``n_step`` critic targets (an ``NStepWindow`` turns the steps into n-step transitions) and
+``twin_critics`` (two Q_i per agent, targets from their minimum, as MATD3). With ``ensemble``
+K > 1 each agent has K sub-policies (the MADDPG paper's policy ensembles): every episode draws
+one per agent, the replay records which, critic targets and the other agents' actions in an
+actor loss come from the member that acted in that row, and member k learns from the rows where
+it acted. Read top to bottom: config, replay, n-step window, critics, the two losses, ``train``.
 """
 
 from __future__ import annotations
@@ -67,9 +70,11 @@ class Config(OnlineConfig):
     n_step: int = 1  # critic targets sum n rewards before bootstrapping (1: the text's one-step TD)
     # On simple_adversary the single-policy settings sit on the bar's edge (of 20 screened, none passed
     # adversary >= -12 and good >= 4 on seeds 0-2 in both evaluations; sessions 7-8). TUNED adds twin
-    # critics, 2-step targets and 3 members: seeds 0-4 give -10.11/4.00, -11.13/5.11, -9.74/4.12,
-    # -10.57/4.67, -10.19/4.42 in the run's 200-episode evaluation (README, Multi-agent).
+    # critics, 2-step targets and 3 members, chosen on seeds 0-4; held-out seeds 5-9 give adversary
+    # -10.33 +/- 0.14, good +4.32 +/- 0.09 over 2000 episodes each (docs/algorithms/multi-agent.md).
     ensemble: int = 1  # sub-policies per agent, one drawn per episode (1: a single policy, the text's)
+    gumbel_targets: bool = False  # critic targets from a sample of the target actors' softmax (openai/maddpg), not their argmax
+    replayed_others: bool = False  # the others' replayed actions in agent i's actor loss (the paper), not their current greedy ones
     max_grad_norm: float | None = 0.5  # clip each network's gradient norm (the MADDPG paper's code)
     # (stop_at_return, if set, applies to the good agents' mean return)
 
@@ -175,10 +180,12 @@ def greedy_onehot(logits: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def target_next_actions(batch: dict[str, Any], target_actors: AgentActors) -> list[torch.Tensor]:
-    """Every agent's greedy one-hot action at o' from its target actor (the member that acted in the
-    row): the critic targets' actions, the same for every agent's critic in one update."""
-    return [greedy_onehot(target_actors.member_logits(j, o, batch["members"][:, j])) for j, o in enumerate(batch["next_obs"])]
+def target_next_actions(batch: dict[str, Any], target_actors: AgentActors, sample: bool = False) -> list[torch.Tensor]:
+    """Every agent's one-hot action at o' from its target actor (the member that acted in the row):
+    the critic targets' actions, the same for every agent's critic in one update. Greedy, or with
+    ``sample`` drawn from the softmax of the logits (the argmax of logits plus Gumbel noise)."""
+    logits = [target_actors.member_logits(j, o, batch["members"][:, j]) for j, o in enumerate(batch["next_obs"])]
+    return [greedy_onehot(x - torch.empty_like(x).exponential_().log() if sample else x) for x in logits]
 
 
 def critic_loss(i: int, batch: dict[str, Any], critics: Critics, target_critics: Critics, next_actions: list[torch.Tensor],
@@ -193,13 +200,19 @@ def critic_loss(i: int, batch: dict[str, Any], critics: Critics, target_critics:
     return sum(F.mse_loss(critics(i, batch["obs"], actions, k), target) for k in range(critics.copies))
 
 
-def actor_loss(i: int, batch: dict[str, Any], critics: Critics, actors: AgentActors, logits_l2: float, member: int = 0) -> torch.Tensor:
+def actor_loss(i: int, batch: dict[str, Any], critics: Critics, actors: AgentActors, logits_l2: float, member: int = 0,
+               replayed_others: bool = False) -> torch.Tensor:
     """-Q_i with agent i's action from the Gumbel-softmax (straight-through) of its ``member`` and the
-    others' greedy ones (from the members that acted); with an ensemble, over the rows where agent i's
-    ``member`` acted."""
+    others' current greedy ones (from the members that acted), or with ``replayed_others`` their
+    actions in the replay; with an ensemble, over the rows where agent i's ``member`` acted."""
     logits = actors.logits(i, batch["obs"][i], member)
-    actions = [F.gumbel_softmax(logits, hard=True) if j == i else greedy_onehot(actors.member_logits(j, o, batch["members"][:, j])).detach()
-               for j, o in enumerate(batch["obs"])]
+
+    def other(j: int, o: torch.Tensor) -> torch.Tensor:
+        if replayed_others:
+            return F.one_hot(batch["actions"][:, j], actors.spec["n_actions"][j]).float()
+        return greedy_onehot(actors.member_logits(j, o, batch["members"][:, j])).detach()
+
+    actions = [F.gumbel_softmax(logits, hard=True) if j == i else other(j, o) for j, o in enumerate(batch["obs"])]
     q = critics(i, batch["obs"], actions)
     if actors.ensemble > 1:
         acted = (batch["members"][:, i] == member).float()
@@ -236,11 +249,12 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
         return evals[-1]
 
     def update(batch: dict[str, Any]) -> None:
-        next_actions = target_next_actions(batch, target_actors)  # target actors change only after the loop
+        next_actions = target_next_actions(batch, target_actors, config.gumbel_targets)  # target actors change only after the loop
         for i in range(len(agents)):
             optimizer_step(critic_opts[i], critic_loss(i, batch, critics, target_critics, next_actions, n_actions), config.max_grad_norm)
             for k in range(config.ensemble):
-                optimizer_step(actor_opts[k * len(agents) + i], actor_loss(i, batch, critics, actors, config.logits_l2, k), config.max_grad_norm)
+                optimizer_step(actor_opts[k * len(agents) + i], actor_loss(i, batch, critics, actors, config.logits_l2, k, config.replayed_others),
+                              config.max_grad_norm)
         polyak_update(target_actors, actors, config.tau)
         polyak_update(target_critics, critics, config.tau)
 

@@ -54,7 +54,8 @@ INIT_HP = 3
 
 @dataclass(frozen=True)
 class CombatRules:
-    """Board and rule options (defaults: ma-gym's 2 vs 2 Combat with cooldown)."""
+    """Board and rule options (defaults: the reference text's 2 vs 2 on a 15x15 grid, under ma-gym's
+    Combat rules with cooldown; ma-gym's own default is 5 vs 5)."""
 
     team_size: int = 2
     n_opponents: int = 2
