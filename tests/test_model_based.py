@@ -17,6 +17,7 @@ from rlpipe.errors import RlpipeError
 from rlpipe.models.checkpoint import save_checkpoint
 from rlpipe.models.dynamics import GaussianEnsemble, fit_ensemble
 from rlpipe.models.env_fns import never_terminates, reward_fn, termination_fn
+from rlpipe.training.evaluation import evaluate
 from rlpipe.training.model_based import DYNAMICS_MODULE, load_dynamics
 from rlpipe.training.planning import CEMPlanner, CEMSettings, ModelEnv
 
@@ -52,6 +53,29 @@ def test_ensemble_recovers_a_known_linear_system() -> None:
     assert after < 1e-3 < before  # the untrained model (the control) is far off
     assert max(report.holdout_mse) < 1e-3 and len(report.holdout_mse) == 3
     assert std.max() < 0.1  # noise-free data: the learned std shrinks
+
+
+def test_bootstrap_is_drawn_once_per_fit_and_scoring_reads_only_the_planned_outputs(monkeypatch) -> None:
+    x, y, _ = linear_system(500, seed=0)
+    y = torch.cat([y[:, :2], torch.randn(500, 1, generator=torch.Generator().manual_seed(1)) * 1e3], 1)  # reward: noise
+    draws = []
+    randint = torch.randint
+    monkeypatch.setattr(torch, "randint", lambda *a, **k: draws.append(a[2]) or randint(*a, **k))
+
+    def fit(scored: slice) -> tuple[int, list[float]]:
+        torch.manual_seed(0)
+        model = GaussianEnsemble(2, 1, members=3, hidden=(32, 32))
+        report = fit_ensemble(model, x, y, torch.optim.Adam(model.parameters(), 3e-3), max_epochs=100, patience=3,
+                              scored_outputs=scored, generator=torch.Generator().manual_seed(0))
+        return report.epochs, report.holdout_mse
+
+    epochs, mse = fit(slice(0, 2))
+    assert draws == [(3, 400)] and epochs > 3  # one bootstrap (members x training rows) for all epochs
+    # Scored on Δobs only, the fit runs until Δobs is learnt (measured: 40 epochs, Δobs MSE
+    # at most 8.0e-5); scored on the unlearnable reward too (the control), it stops earlier
+    # with a worse Δobs (35 epochs, 2.5e-4).
+    noise_epochs, noise_mse = fit(slice(None))
+    assert noise_epochs < epochs and max(mse[:2]) < 0.5 * max(noise_mse[:2]), (epochs, mse, noise_epochs, noise_mse)
 
 
 def test_batched_ensemble_equals_a_loop_over_members() -> None:
@@ -108,8 +132,28 @@ def test_planner_warm_starts_from_its_shifted_plan_and_checks_its_settings() -> 
     first = planner.plan.clone()
     torch.testing.assert_close(planner._initial_mean(1, torch.device("cpu"))[:, :3], first[:, 1:])
     assert planner._initial_mean(2, torch.device("cpu")).abs().sum() == 0  # another batch starts afresh
+    planner.act(torch.zeros(3, 2))
+    kept = planner.plan[[0, 2]].clone()
+    planner.reset(np.array([False, True, False]))  # env 1 starts a new episode
+    assert planner.plan[1].abs().sum() == 0 and torch.equal(planner.plan[[0, 2]], kept)
     with pytest.raises(RlpipeError, match="multiple of the 2 elite members"):
         CEMPlanner(env, CEMSettings(population=5), 1)
+
+
+def test_evaluation_starts_a_planners_episodes_afresh() -> None:
+    started = []
+
+    class Recorder:
+        def __call__(self, obs: np.ndarray) -> np.ndarray:
+            return np.zeros((len(obs), 1), np.float32)
+
+        def start_episodes(self, rows: np.ndarray) -> None:
+            started.append(rows.copy())
+
+    evaluate(Recorder(), "Pendulum-v1", episodes=4, seed=0, max_envs=2)
+    firsts = [i for i, rows in enumerate(started) if rows.any()]
+    assert all(started[i].all() for i in firsts)  # Pendulum's episodes end together
+    assert firsts == [0, 201], firsts  # the start, and after the first episodes' 200 steps and reset step
 
 
 def test_dynamics_checkpoint_round_trip(tmp_path: Path) -> None:

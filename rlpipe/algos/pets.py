@@ -80,8 +80,7 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
                 actions = planner.act(torch.as_tensor(np.asarray(stepper.obs, np.float32), device=env.device)).cpu().numpy()
             b = stepper.step(actions)
             buffer.store(b)
-            if b.done.any():
-                planner.reset()
+            planner.reset(~b.valid)  # envs that just reset start their plan afresh
             run.show(stepper.env_steps, stepper.last_return)
             if run.maybe_evaluate(eval_policy, stepper.env_steps):
                 break
