@@ -81,7 +81,9 @@ class CEMSettings:
     """Cross-entropy-method MPC, standalone or as a run config's fields (PETS, the dynamics
     trainer's evaluation). ``particles`` rollouts per candidate sequence, each fixed to a
     random elite member; the sampling std starts at ``init_std`` (policy units) each step
-    and the mean and std move by (1 - ``smoothing``) towards the elites' each iteration."""
+    and the mean and std move by (1 - ``smoothing``) towards the elites' each iteration.
+    The paper's planner (PETS, mbrl-lib) is ``population=400 particles=20``; the defaults,
+    50 x 1, cost ~50x less CPU per planning step (bench/model_based.py)."""
 
     horizon: int = 25
     population: int = 50
