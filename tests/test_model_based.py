@@ -213,8 +213,8 @@ def test_pets_learns_pendulum_in_four_episodes(tmp_path: Path, cli, learning_see
     controls = non_learning_returns("Pendulum-v1", learning_seed, episodes=PETS_TEST["eval_episodes"])
     record_property("pets_return", m["eval_return_mean"])
     record_property("controls", controls)
-    # Seeds 0-4 (1 random + 3 planning episodes, 3 eval episodes): -84.3, -124.7, -170.4, -165.0,
-    # -207.2 (72-87 CPU-s each under load; with minibatches of 256: -85.7, -756.0, -296.1, -868.2, -1027.8).
+    # Seeds 0-4 (1 random + 3 planning episodes, 3 eval episodes): -84.3, -125.3, -170.6, -166.4,
+    # -210.0 (~80 CPU-s each).
     # Controls on the same 3 eval episodes (zero torque / uniform random), seeds 0-4: -884.4/-965.1,
     # -1076.2/-934.0, -1153.9/-1067.6, -1258.4/-1233.6, -1381.1/-1523.5.
     assert max(controls.values()) < -600, controls
