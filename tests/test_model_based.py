@@ -156,6 +156,11 @@ def test_evaluation_starts_a_planners_episodes_afresh() -> None:
     assert firsts == [0, 201], firsts  # the start, and after the first episodes' 200 steps and reset step
 
 
+def test_mbpo_rollout_length_follows_its_schedule() -> None:
+    config = get_algo("mbpo").make_config("Pendulum-v1", rollout_schedule=(20_000, 100_000, 1, 15))
+    assert [config.rollout_length_at(n) for n in (0, 20_000, 60_000, 100_000, 200_000)] == [1, 1, 8, 15, 15]
+
+
 def test_dynamics_checkpoint_round_trip(tmp_path: Path) -> None:
     torch.manual_seed(0)
     model = GaussianEnsemble(3, 1, members=3, hidden=(16,), elites=2)
@@ -192,6 +197,7 @@ def test_bad_model_settings_are_refused_before_a_run_starts(cli, tmp_path: Path)
         ("pets", "population=7", "multiple of the 5 elite members"),
         ("mbpo", "elites=9", "elites=9: expected at most members (7)"),
         ("mbpo", "real_ratio=1.5", "real_ratio=1.5: expected a number in [0, 1]"),
+        ("mbpo", "rollout_schedule=[5,1,1,1]", "rollout_schedule=[5, 1, 1, 1]: expected [from_step, to_step"),
         ("pets", "reward=exact", "reward='exact': expected 'known' or 'learned'"),
         ("pets", "horizon=0", "horizon=0: expected a positive number"),
     ]:
