@@ -99,8 +99,8 @@ def measure(members: int, elites: int, hidden: tuple[int, ...], settings: CEMSet
 # name -> MBPO settings over its Pendulum defaults
 LEARNERS = {
     "mbpo": {},
-    "no-model": dict(real_ratio=1.0),
-    "sac-utd1": dict(real_ratio=1.0, updates_per_step=1.0),
+    "no-model": {"real_ratio": 1.0},
+    "sac-utd1": {"real_ratio": 1.0, "updates_per_step": 1.0},
 }
 TARGET = -200.0
 
@@ -127,14 +127,14 @@ def mean_se(values: list[float]) -> str:
 
 def learning_table(runs: list[dict], budgets: list[int]) -> str:
     rows = []
-    for variant in LEARNERS:
+    for variant, settings in LEARNERS.items():
         mine = [r for r in runs if r["variant"] == variant]
         if not mine:
             continue
         steps = [r["steps_to_target"] for r in mine]
         reached = [s for s in steps if s is not None]
         rows.append([
-            variant, f"{LEARNERS[variant] or 'defaults'}", ", ".join(str(r["seed"]) for r in mine),
+            variant, f"{settings or 'defaults'}", ", ".join(str(r["seed"]) for r in mine),
             f"{mean_se(reached)} ({len(reached)}/{len(mine)} reached)",
             *(mean_se([r["eval_at"][b] for r in mine]) for b in budgets),
             mean_se([r["heldout"] for r in mine]), mean_se([r["cpu_s"] for r in mine]),
