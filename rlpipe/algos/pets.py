@@ -47,7 +47,7 @@ TUNED: dict[str, dict[str, Any]] = {
     # 10 episodes (1 random, as the text) with a 15-step horizon (the text: 25). Model
     # minibatches of 32 give the first fits (160-800 training rows) 5-25 updates per epoch
     # instead of 1-3 (README, model-based section: tuned on seeds 0-2). The planner keeps
-    # CEMSettings' population 50 x 1 particle: the paper's 400 x 20 costs ~50x the CPU per
+    # CEMSettings' population 50 x 1 particle: the paper's 400 x 20 costs 45-90x the CPU per
     # planning step (bench/model_based.py), too much for a CPU-only pipeline stage.
     "Pendulum-v1": dict(env_steps=2_000, horizon=15, eval_every=2_000, model_batch_size=32),
 }

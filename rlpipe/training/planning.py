@@ -83,7 +83,7 @@ class CEMSettings:
     random elite member; the sampling std starts at ``init_std`` (policy units) each step
     and the mean and std move by (1 - ``smoothing``) towards the elites' each iteration.
     The paper's planner (PETS, mbrl-lib) is ``population=400 particles=20``; the defaults,
-    50 x 1, cost ~50x less CPU per planning step (bench/model_based.py)."""
+    50 x 1, cost 45-90x less CPU per planning step (docs/benchmarks.md)."""
 
     horizon: int = 25
     population: int = 50
