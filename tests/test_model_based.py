@@ -241,8 +241,8 @@ def test_mbpo_learns_pendulum_within_2500_steps(learning_seed: int, record_prope
     # Trains until its 5-episode evaluation (every 250 env steps) reaches -300, at most 2500
     # env steps, at the paper's data settings. Seeds 0-4 stopped at 2000, 1250, 2000, 2000 and
     # 2000 env steps with -122.8, -225.4, -146.8, -174.5 and -172.3 (77-149 CPU-s each). This shows MBPO learns, not that its model helps: the
-    # no-model ablation (real_ratio=1.0, same 10 updates per env step) stopped earlier, at
-    # 1000 env steps with -125.1 (seed 0), so on Pendulum it is no control. The controls on the
+    # no-model ablation (real_ratio=1.0, same 10 updates per env step) stopped earlier (seed 0:
+    # 1000 env steps, -125.1; seed 1: 750, -121.8), so on Pendulum it is no control. The controls on the
     # same eval episodes (zero torque / uniform random), seeds 0-4: -1028.0/-1122.3,
     # -1183.1/-1156.8, -1241.3/-1139.8, -1315.3/-1363.3, -1270.0/-1157.1.
     assert max(controls.values()) < -600, controls
