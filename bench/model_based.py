@@ -11,6 +11,16 @@ updates included). Times are the process's CPU time (one thread), so a machine s
 other jobs slows the figures less than wall time would (cache sharing still does).
 
     .venv/bin/python bench/model_based.py [--repeats 3]
+
+``--learning`` instead measures where MBPO's model helps on Pendulum: MBPO at its defaults,
+the same run without model data (``real_ratio=1.0``: SAC at MBPO's updates per env step)
+and SAC at 1 update per env step (MBPO's nets and settings otherwise), on training seeds
+that no setting was tuned on. Per run: the env steps at which the 10-episode evaluation
+(every 250 env steps) first reached -200, its return at each budget, the 100-episode
+held-out return at the last budget and the CPU seconds; then mean ± standard error over
+seeds. Each run's figures are also printed as a JSON line as soon as it ends.
+
+    .venv/bin/python bench/model_based.py --learning [--seeds 5-9] [--budgets 1000,2500] [--variants ...]
 """
 
 from __future__ import annotations
@@ -18,6 +28,8 @@ from __future__ import annotations
 import _common  # noqa: F401  (thread limits before numpy/torch)
 
 import argparse
+import json
+import statistics
 import time
 
 import numpy as np
@@ -25,6 +37,7 @@ import torch
 from _common import limit_threads, machine_description, median, table, today
 from gymnasium import spaces
 
+from rlpipe.algos import get_algo
 from rlpipe.models.dynamics import GaussianEnsemble
 from rlpipe.models.env_fns import never_terminates, pendulum_reward
 from rlpipe.training.planning import CEMPlanner, CEMSettings, ModelEnv
@@ -83,11 +96,77 @@ def measure(members: int, elites: int, hidden: tuple[int, ...], settings: CEMSet
     return plan_s, flops, timed(model_only, repeats)
 
 
+# name -> MBPO settings over its Pendulum defaults
+LEARNERS = {
+    "mbpo": {},
+    "no-model": {"real_ratio": 1.0},
+    "sac-utd1": {"real_ratio": 1.0, "updates_per_step": 1.0},
+}
+TARGET = -200.0
+
+
+def learning_run(variant: str, seed: int, budgets: list[int]) -> dict[str, object]:
+    """One MBPO-family run on Pendulum to the last budget: its curve's figures."""
+    mbpo = get_algo("mbpo")
+    config = mbpo.make_config("Pendulum-v1", seed=seed, env_steps=budgets[-1], eval_every=250, eval_episodes=10,
+                              heldout_eval_episodes=100, **LEARNERS[variant])
+    start = time.process_time()
+    result = mbpo.train(config, progress=False)
+    at = {p.done: p.mean for p in result.history}
+    reached = next((p.done for p in result.history if p.mean >= TARGET), None)
+    return {"variant": variant, "seed": seed, "steps_to_target": reached, "eval_at": {b: at.get(b) for b in budgets},
+            "heldout": result.metrics["heldout_return_mean"], "cpu_s": round(time.process_time() - start, 1)}
+
+
+def mean_se(values: list[float]) -> str:
+    if not values:
+        return "-"
+    se = statistics.stdev(values) / len(values) ** 0.5 if len(values) > 1 else float("nan")
+    return f"{statistics.mean(values):.1f} ± {se:.1f}"
+
+
+def learning_table(runs: list[dict], budgets: list[int]) -> str:
+    rows = []
+    for variant, settings in LEARNERS.items():
+        mine = [r for r in runs if r["variant"] == variant]
+        if not mine:
+            continue
+        steps = [r["steps_to_target"] for r in mine]
+        reached = [s for s in steps if s is not None]
+        rows.append([
+            variant, f"{settings or 'defaults'}", ", ".join(str(r["seed"]) for r in mine),
+            f"{mean_se(reached)} ({len(reached)}/{len(mine)} reached)",
+            *(mean_se([r["eval_at"][b] for r in mine]) for b in budgets),
+            mean_se([r["heldout"] for r in mine]), mean_se([r["cpu_s"] for r in mine]),
+        ])
+    return table(["variant", "settings", "seeds", f"env steps to {TARGET:.0f} (10-episode evals)",
+                  *(f"return at {b} (10 ep.)" for b in budgets), f"held-out at {budgets[-1]} (100 ep.)", "CPU-s"], rows)
+
+
+def seeds_arg(text: str) -> list[int]:
+    low, _, high = text.partition("-")
+    return list(range(int(low), int(high or low) + 1))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--learning", action="store_true", help="the MBPO / no-model / SAC learning table instead")
+    parser.add_argument("--seeds", type=seeds_arg, default=seeds_arg("5-9"))
+    parser.add_argument("--budgets", default="1000,2500", help="env steps, comma-separated; runs train to the last")
+    parser.add_argument("--variants", default=",".join(LEARNERS))
     args = parser.parse_args()
     limit_threads()
+    if args.learning:
+        budgets = sorted(int(b) for b in args.budgets.split(","))
+        runs = []
+        for variant in args.variants.split(","):
+            for seed in args.seeds:
+                runs.append(learning_run(variant, seed, budgets))
+                print(json.dumps(runs[-1]), flush=True)
+        print(f"{today()}, {machine_description()}, torch {torch.__version__}, 1 thread; Pendulum-v1, mean ± s.e. over seeds")
+        print(learning_table(runs, budgets))
+        return
     peak = matmul_peak(args.repeats)
     rows = []
     for name, members, elites, hidden, s in SETTINGS:

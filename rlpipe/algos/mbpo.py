@@ -4,7 +4,7 @@ mixed with short model rollouts branched from real states.
 Read top to bottom: config and tuned defaults, ``ModelAugmentedReplay`` (the replay SAC
 samples: real transitions as they arrive; every ``model_train_every`` env steps the
 dynamics ensemble is refitted on them and rolled out with the current policy from
-``rollout_batch`` real states for ``rollout_length`` steps into a model buffer; minibatches
+``rollout_batch`` real states for the ``rollout_schedule``'s length into a model buffer; minibatches
 are ``real_ratio`` real), then ``train``: SAC's agent (``rlpipe.algos.sac.make_agent``) in
 the shared off-policy loop with that replay.
 """
@@ -19,6 +19,7 @@ import torch
 
 from rlpipe.algos.sac import SACFields, make_agent
 from rlpipe.envs.stepper import EpisodeReturns
+from rlpipe.errors import RlpipeError
 from rlpipe.models.dynamics import FitReport
 from rlpipe.models.env_fns import reward_fn, termination_fn
 from rlpipe.training import Batch, OnlineConfig, ReplayBuffer, StepBatch, TrainResult
@@ -31,6 +32,7 @@ from rlpipe.training.offpolicy import Agent, OffPolicySetup, setup, train_off_po
 from rlpipe.training.planning import ModelEnv
 
 ACTION_SPACES = (BOX,)
+MODEL_SEED_OFFSET = 2  # the model's fits and rollouts draw from their own stream (the buffers: seed, seed + 1)
 
 
 @dataclass
@@ -41,16 +43,29 @@ class Config(ModelFields, SACFields, OnlineConfig):
     # The dynamics ensemble (see ModelFields): 7 members, 5 elites, the learned reward.
     reward: Literal["known", "learned"] = "learned"
     members: int = 7
-    # Branched rollouts.
+    # Branched rollouts, at the paper's data settings (Janner et al. 2019, appendix C).
     model_train_every: int = 250  # env steps between model refits (and rollouts)
-    rollout_batch: int = 2_000  # real start states per refit
-    rollout_length: int = 1
-    model_retain: int = 4  # refits whose rollouts the model buffer keeps
-    real_ratio: float = 0.5  # share of real transitions per minibatch (the text: 0.5)
+    rollout_batch: int = 100_000  # real start states per refit: 400 per env step
+    # Rollout length: (from_step, to_step, from_length, to_length), linear in env steps in
+    # between (the paper's schedule, in env steps instead of its 1000-step epochs). The
+    # default is InvertedPendulum's, length 1 throughout; Hopper's is (20_000, 100_000, 1, 15).
+    rollout_schedule: tuple[int, int, int, int] = (0, 15_000, 1, 1)
+    model_retain: int = 4  # refits whose rollouts the model buffer keeps (the paper: one epoch)
+    real_ratio: float = 0.05  # share of real transitions per minibatch; 1.0 fits no model
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_real_ratio(self.real_ratio)
+        schedule = self.rollout_schedule
+        if not (len(schedule) == 4 and 0 <= schedule[0] < schedule[1] and min(schedule[2:]) >= 1):
+            raise RlpipeError(f"setting rollout_schedule={list(self.rollout_schedule)}: expected [from_step, to_step, "
+                              "from_length, to_length] with from_step < to_step and lengths >= 1")
+
+    def rollout_length_at(self, env_steps: int) -> int:
+        """The model rollouts' length after ``env_steps``: the schedule's linear ramp."""
+        from_step, to_step, from_length, to_length = self.rollout_schedule
+        progress = min(max((env_steps - from_step) / (to_step - from_step), 0.0), 1.0)
+        return int(from_length + progress * (to_length - from_length))
 
 
 TUNED: dict[str, dict[str, Any]] = {
@@ -60,20 +75,21 @@ TUNED: dict[str, dict[str, Any]] = {
 
 
 class ModelAugmentedReplay:
-    """The replay interface of the off-policy loop over real and model transitions."""
+    """The replay interface of the off-policy loop over real and model transitions (with
+    ``real_ratio`` 1.0 no minibatch reads the model's, so no model is fitted)."""
 
     def __init__(self, config: Config, env: OffPolicySetup, agent: Agent, generator: torch.Generator) -> None:
         self.config, self.agent, self.generator = config, agent, generator
         capacity = min(config.buffer_size, config.env_steps + config.num_envs)
         self.real = ReplayBuffer(capacity, env.obs_dim, env.act_dim, env.device, seed=config.seed)
-        synthetic = config.model_retain * config.rollout_batch * config.rollout_length
+        synthetic = config.model_retain * config.rollout_batch * max(config.rollout_schedule[2:])
         self.synthetic = ReplayBuffer(synthetic, env.obs_dim, env.act_dim, env.device, seed=config.seed + 1)
         self.model, self.optimizer = build_ensemble(config, env.obs_dim, env.act_dim, env.device)
         terminated, reward = termination_fn("mbpo", config.env_id), reward_fn("mbpo", config.env_id, config.reward)
         self.model_env = ModelEnv(self.model, env.action_space, terminated, reward, generator)
         self.batches = MixedBatches(self.real.sample, self.synthetic, config.real_ratio)
         self.fits: list[FitReport] = []
-        self.next_refit = config.learning_starts
+        self.next_refit = config.learning_starts if config.real_ratio < 1.0 else float("inf")
 
     def __len__(self) -> int:
         return len(self.real)
@@ -88,7 +104,7 @@ class ModelAugmentedReplay:
         self.fits.append(fit_on(self.model, self.optimizer, buffer_contents(self.real), self.config, self.generator))
         start = self.real.sample(self.config.rollout_batch).obs
         policy = lambda obs: self.agent.actor.sample(obs)[0]  # noqa: E731
-        branched_rollout(self.model_env, policy, start, self.config.rollout_length, self.synthetic)
+        branched_rollout(self.model_env, policy, start, self.config.rollout_length_at(len(self.real)), self.synthetic)
 
     def sample(self, batch_size: int) -> Batch:
         return self.batches.sample(batch_size)
@@ -99,7 +115,7 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
     ``metrics.json`` (with every training episode's return) and the DVCLive curve."""
     env = setup("mbpo", config)
     agent = make_agent(config, env)
-    replay = ModelAugmentedReplay(config, env, agent, torch.Generator(device=env.device).manual_seed(config.seed))
+    replay = ModelAugmentedReplay(config, env, agent, torch.Generator(device=env.device).manual_seed(config.seed + MODEL_SEED_OFFSET))
     episodes = EpisodeReturns()
     sac_metrics = agent.extra_metrics
 

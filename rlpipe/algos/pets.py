@@ -44,11 +44,11 @@ class Config(ModelFields, CEMSettings, OnlineConfig):
 
 
 TUNED: dict[str, dict[str, Any]] = {
-    # 10 episodes (1 random, as the text) with a 15-step horizon (the text: 25): over 100
-    # held-out episodes seed 1 scored -219.3 after 5 episodes and -171.0 after 10, seed 2
-    # -191.7 after 10. Model minibatches of 32 give the first fits (160-800 training rows)
-    # 5-25 updates per epoch instead of 1-3: at 800 steps seeds 0-4 scored -84 to -207 with
-    # 32, and three of five below -750 with 256.
+    # 10 episodes (1 random, as the text) with a 15-step horizon (the text: 25). Model
+    # minibatches of 32 give the first fits (160-800 training rows) 5-25 updates per epoch
+    # instead of 1-3 (README, model-based section: tuned on seeds 0-2). The planner keeps
+    # CEMSettings' population 50 x 1 particle: the paper's 400 x 20 costs 45-90x the CPU per
+    # planning step (bench/model_based.py), too much for a CPU-only pipeline stage.
     "Pendulum-v1": dict(env_steps=2_000, horizon=15, eval_every=2_000, model_batch_size=32),
 }
 
@@ -80,8 +80,7 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
                 actions = planner.act(torch.as_tensor(np.asarray(stepper.obs, np.float32), device=env.device)).cpu().numpy()
             b = stepper.step(actions)
             buffer.store(b)
-            if b.done.any():
-                planner.reset()
+            planner.reset(~b.valid)  # envs that just reset start their plan afresh
             run.show(stepper.env_steps, stepper.last_return)
             if run.maybe_evaluate(eval_policy, stepper.env_steps):
                 break

@@ -118,10 +118,11 @@ def transitions_to_xy(obs: torch.Tensor, actions: torch.Tensor, rewards: torch.T
 
 
 def _holdout_mse(model: GaussianEnsemble, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Per member and output, the holdout MSE of the mean in data units: [E, out]."""
+    """Per member and output, the holdout MSE of the mean in normalised units (the fit's
+    target scale, so each output counts alike whatever its data units): [E, out]."""
     with torch.no_grad():
         mean, _ = model.normalized(((x - model.in_mean) / model.in_std).expand(model.members, -1, -1))
-        return ((model.out_mean + model.out_std * mean - y) ** 2).mean(1)
+        return (mean - (y - model.out_mean) / model.out_std).square().mean(1)
 
 
 def fit_ensemble(
@@ -136,15 +137,20 @@ def fit_ensemble(
     max_epochs: int = 100,
     patience: int = 5,
     max_updates: int | None = None,
+    scored_outputs: slice = slice(None),
     generator: torch.Generator | None = None,
 ) -> FitReport:
     """Fit ``model`` to ``inputs -> targets`` (see :func:`transitions_to_xy`) by Gaussian
     negative log-likelihood; refit the normaliser first.
 
     A random ``holdout_fraction`` (at most ``max_holdout`` rows) is held out. Each member
-    trains on its own bootstrap of the rest. An epoch that improves no member's holdout MSE
-    by 1% counts towards ``patience``; each member ends at its best epoch, and the
-    ``model.num_elites`` members with the lowest holdout MSE become the elites. The fit
+    trains on its own bootstrap of the rest, drawn once per fit (as PETS and mbrl-lib: the
+    members' disagreement, which trajectory sampling and MOPO's penalty use, comes from
+    it) and visited in a new order each epoch. A member's score is its holdout MSE in
+    normalised units averaged over ``scored_outputs`` (the outputs its user reads: Δobs
+    only when the env's known reward replaces the model's). An epoch that improves no
+    member's score by 1% counts towards ``patience``; each member ends at its best epoch,
+    and the ``model.num_elites`` members with the lowest score become the elites. The fit
     also ends after ``max_updates`` gradient updates (None: no cap).
     """
     start = time.perf_counter()
@@ -157,13 +163,15 @@ def fit_ensemble(
     x = (inputs[train] - model.in_mean) / model.in_std
     y = (targets[train] - model.out_mean) / model.out_std
     members, n_train = model.members, len(train)
-    best = _holdout_mse(model, x_hold, y_hold).mean(1)
+    score = lambda: _holdout_mse(model, x_hold, y_hold)[:, scored_outputs].mean(1)  # noqa: E731
+    best = score()
     best_state = {k: v.clone() for k, v in model.state_dict().items()}
     epochs, stale, updates = 0, 0, 0
     max_updates = max_updates if max_updates is not None else max_epochs * -(-n_train // batch_size)
+    boot = torch.randint(0, n_train, (members, n_train), generator=generator, device=x.device)
     while epochs < max_epochs and stale < patience and updates < max_updates:
-        boot = torch.randint(0, n_train, (members, n_train), generator=generator, device=x.device)
-        for rows in boot.split(batch_size, dim=1)[: max_updates - updates]:
+        order = boot[:, torch.randperm(n_train, generator=generator, device=x.device)]
+        for rows in order.split(batch_size, dim=1)[: max_updates - updates]:
             mean, logvar = model.normalized(x[rows])
             nll = ((mean - y[rows]).square() * (-logvar).exp() + logvar).mean((1, 2)).sum()
             loss = nll + 0.01 * (model.max_logvar.sum() - model.min_logvar.sum())
@@ -172,16 +180,15 @@ def fit_ensemble(
             optimizer.step()
             updates += 1
         epochs += 1
-        mse = _holdout_mse(model, x_hold, y_hold).mean(1)
-        improved = (best - mse) / best.clamp_min(1e-12) > 0.01
+        current = score()
+        improved = (best - current) / best.clamp_min(1e-12) > 0.01
         stale = 0 if improved.any() else stale + 1
         if improved.any():
             _keep_members(best_state, model.state_dict(), improved)
-            best = torch.where(improved, mse, best)
+            best = torch.where(improved, current, best)
     model.load_state_dict(best_state)
-    per_output = _holdout_mse(model, x_hold, y_hold)
-    model.elites.copy_(per_output.mean(1).argsort()[: model.num_elites].sort().values)
-    elite_mse = per_output[model.elites].mean(0)
+    model.elites.copy_(score().argsort()[: model.num_elites].sort().values)
+    elite_mse = (_holdout_mse(model, x_hold, y_hold)[model.elites] * model.out_std.square()).mean(0)  # data units
     return FitReport(epochs, updates, [float(v) for v in elite_mse], float(elite_mse.mean()), time.perf_counter() - start)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -16,6 +17,17 @@ from rlpipe.envs.stepper import VecStepper
 
 PolicyFn = Callable[[np.ndarray], np.ndarray]
 """A batch of observations -> a batch of env actions (already scaled to the env's bounds)."""
+
+
+@runtime_checkable
+class EpisodicPolicy(Protocol):
+    """A policy function that keeps state per env (a planner's warm start): :func:`evaluate`
+    calls ``start_episodes(rows)`` with the mask of envs whose next observation starts an
+    episode, so no state carries over from one episode into the next."""
+
+    def __call__(self, obs: np.ndarray) -> np.ndarray: ...
+
+    def start_episodes(self, rows: np.ndarray) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -58,8 +70,13 @@ def evaluate(policy: PolicyFn, env_id: str, episodes: int = 10, seed: int = 0, m
     successes: list[list[bool]] = [[] for _ in range(n)]
     try:
         stepper = VecStepper(envs, None, seed)
+        start_episodes = policy.start_episodes if isinstance(policy, EpisodicPolicy) else None
+        if start_episodes is not None:
+            start_episodes(np.ones(n, bool))
         while any(len(r) < q for r, q in zip(returns, quota)):
             step = stepper.step(policy(stepper.obs))
+            if start_episodes is not None:
+                start_episodes(~step.valid)  # those envs just reset (NEXT_STEP autoreset)
             infos = step.infos
             success = np.where(infos.get("_is_success", False), infos.get("is_success", False), step.terminated)
             for i in np.flatnonzero(step.finished):

@@ -68,11 +68,14 @@ def build_ensemble(config: Any, obs_dim: int, act_dim: int, device: torch.device
 def fit_on(model: GaussianEnsemble, optimizer: torch.optim.Optimizer, batch: Batch, config: Any, generator: torch.Generator,
            max_updates: int | None = None) -> FitReport:
     """Fit ``model`` on all transitions of ``batch`` with ``config``'s model_batch_size,
-    model_max_epochs, model_patience and holdout_fraction (and at most ``max_updates``)."""
+    model_max_epochs, model_patience and holdout_fraction (and at most ``max_updates``),
+    scored on the outputs that planning and rollouts read (Δobs only with the known reward)."""
     x, y = transitions_to_xy(batch.obs, batch.actions, batch.rewards, batch.next_obs)
+    scored = slice(0, model.obs_dim) if config.reward == "known" else slice(None)
     return fit_ensemble(
         model, x, y, optimizer, holdout_fraction=config.holdout_fraction, batch_size=config.model_batch_size,
-        max_epochs=config.model_max_epochs, patience=config.model_patience, max_updates=max_updates, generator=generator,
+        max_epochs=config.model_max_epochs, patience=config.model_patience, max_updates=max_updates,
+        scored_outputs=scored, generator=generator,
     )
 
 
