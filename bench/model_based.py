@@ -25,13 +25,12 @@ seeds. Each run's figures are also printed as a JSON line as soon as it ends.
 
 from __future__ import annotations
 
-import _common  # noqa: F401  (thread limits before numpy/torch)
-
 import argparse
 import json
 import statistics
 import time
 
+import _common  # noqa: F401  (thread limits before numpy/torch)
 import numpy as np
 import torch
 from _common import limit_threads, machine_description, median, table, today
@@ -108,14 +107,21 @@ TARGET = -200.0
 def learning_run(variant: str, seed: int, budgets: list[int]) -> dict[str, object]:
     """One MBPO-family run on Pendulum to the last budget: its curve's figures."""
     mbpo = get_algo("mbpo")
-    config = mbpo.make_config("Pendulum-v1", seed=seed, env_steps=budgets[-1], eval_every=250, eval_episodes=10,
-                              heldout_eval_episodes=100, **LEARNERS[variant])
+    config = mbpo.make_config(
+        "Pendulum-v1", seed=seed, env_steps=budgets[-1], eval_every=250, eval_episodes=10, heldout_eval_episodes=100, **LEARNERS[variant]
+    )
     start = time.process_time()
     result = mbpo.train(config, progress=False)
     at = {p.done: p.mean for p in result.history}
     reached = next((p.done for p in result.history if p.mean >= TARGET), None)
-    return {"variant": variant, "seed": seed, "steps_to_target": reached, "eval_at": {b: at.get(b) for b in budgets},
-            "heldout": result.metrics["heldout_return_mean"], "cpu_s": round(time.process_time() - start, 1)}
+    return {
+        "variant": variant,
+        "seed": seed,
+        "steps_to_target": reached,
+        "eval_at": {b: at.get(b) for b in budgets},
+        "heldout": result.metrics["heldout_return_mean"],
+        "cpu_s": round(time.process_time() - start, 1),
+    }
 
 
 def mean_se(values: list[float]) -> str:
@@ -133,14 +139,29 @@ def learning_table(runs: list[dict], budgets: list[int]) -> str:
             continue
         steps = [r["steps_to_target"] for r in mine]
         reached = [s for s in steps if s is not None]
-        rows.append([
-            variant, f"{settings or 'defaults'}", ", ".join(str(r["seed"]) for r in mine),
-            f"{mean_se(reached)} ({len(reached)}/{len(mine)} reached)",
-            *(mean_se([r["eval_at"][b] for r in mine]) for b in budgets),
-            mean_se([r["heldout"] for r in mine]), mean_se([r["cpu_s"] for r in mine]),
-        ])
-    return table(["variant", "settings", "seeds", f"env steps to {TARGET:.0f} (10-episode evals)",
-                  *(f"return at {b} (10 ep.)" for b in budgets), f"held-out at {budgets[-1]} (100 ep.)", "CPU-s"], rows)
+        rows.append(
+            [
+                variant,
+                f"{settings or 'defaults'}",
+                ", ".join(str(r["seed"]) for r in mine),
+                f"{mean_se(reached)} ({len(reached)}/{len(mine)} reached)",
+                *(mean_se([r["eval_at"][b] for r in mine]) for b in budgets),
+                mean_se([r["heldout"] for r in mine]),
+                mean_se([r["cpu_s"] for r in mine]),
+            ]
+        )
+    return table(
+        [
+            "variant",
+            "settings",
+            "seeds",
+            f"env steps to {TARGET:.0f} (10-episode evals)",
+            *(f"return at {b} (10 ep.)" for b in budgets),
+            f"held-out at {budgets[-1]} (100 ep.)",
+            "CPU-s",
+        ],
+        rows,
+    )
 
 
 def seeds_arg(text: str) -> list[int]:
@@ -171,14 +192,32 @@ def main() -> None:
     rows = []
     for name, members, elites, hidden, s in SETTINGS:
         plan_s, flops, model_s = measure(members, elites, hidden, s, args.repeats)
-        rows.append([
-            name, f"{members} ({elites} elites) x {len(hidden)}x{hidden[0]}",
-            f"{s.population} x {s.particles} x H{s.horizon} x {s.iterations} it",
-            f"{plan_s * 1e3:.1f}", f"{flops / model_s / 1e9:.1f}", f"{flops / model_s / peak:.2f}", f"{flops / plan_s / peak:.2f}",
-        ])
+        rows.append(
+            [
+                name,
+                f"{members} ({elites} elites) x {len(hidden)}x{hidden[0]}",
+                f"{s.population} x {s.particles} x H{s.horizon} x {s.iterations} it",
+                f"{plan_s * 1e3:.1f}",
+                f"{flops / model_s / 1e9:.1f}",
+                f"{flops / model_s / peak:.2f}",
+                f"{flops / plan_s / peak:.2f}",
+            ]
+        )
     print(f"{today()}, {machine_description()}, torch {torch.__version__}, 1 thread; matmul peak {peak / 1e9:.1f} GFLOP/s (2048^2 fp32)")
-    print(table(["setting", "ensemble", "population x particles x horizon x iterations", "ms / planning step",
-                 "model GFLOP/s", "model / peak", "plan / peak"], rows))
+    print(
+        table(
+            [
+                "setting",
+                "ensemble",
+                "population x particles x horizon x iterations",
+                "ms / planning step",
+                "model GFLOP/s",
+                "model / peak",
+                "plan / peak",
+            ],
+            rows,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -76,7 +76,9 @@ def test_same_seed_gives_identical_bytes(tmp_path: Path) -> None:
     digests = []
     for run in ("a", "b"):
         path = collect_dataset(tmp_path / run, "CartPole-v1", "data", episodes=30, num_envs=4, seed=5)
-        digests.append({p.relative_to(path).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(path.rglob("*")) if p.is_file()})
+        digests.append(
+            {p.relative_to(path).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(path.rglob("*")) if p.is_file()}
+        )
     assert digests[0] == digests[1]
     assert "data/main_data.hdf5" in digests[0] and "metadata.json" in digests[0]
     other = collect_dataset(tmp_path / "c", "CartPole-v1", "data", episodes=30, num_envs=4, seed=6)
@@ -100,8 +102,20 @@ def test_assembler_orders_interleaved_episodes_and_grows() -> None:
                 done[env] = True
                 env_episode[env] += 1
         actions, rewards = np.zeros(2, np.int64), np.ones(2, np.float32)
-        assembler.add_step(StepBatch(obs, actions, actions, rewards, obs + 1, done, np.zeros(2, bool), np.ones(2, bool),
-                                     env_counters.astype(np.float64), env_counters.copy()))
+        assembler.add_step(
+            StepBatch(
+                obs,
+                actions,
+                actions,
+                rewards,
+                obs + 1,
+                done,
+                np.zeros(2, bool),
+                np.ones(2, bool),
+                env_counters.astype(np.float64),
+                env_counters.copy(),
+            )
+        )
         env_counters[done] = 0
     assembler.close()
     episode_id = np.concatenate([block["episode_id"] for block in out])
@@ -124,8 +138,15 @@ def test_episode_cap_drops_the_extra_episodes(store: Path) -> None:
 def episode_lengths(num_envs: int, seed: int, **budget) -> np.ndarray:
     """Lengths of the episodes `collect` keeps from random CartPole (no dataset written)."""
     ids = []
-    collect("CartPole-v1", lambda space, n: RandomPolicy(space, n, seed), lambda rows: ids.append(rows["episode_id"]),
-            num_envs=num_envs, seed=seed, show_progress=False, **budget)
+    collect(
+        "CartPole-v1",
+        lambda space, n: RandomPolicy(space, n, seed),
+        lambda rows: ids.append(rows["episode_id"]),
+        num_envs=num_envs,
+        seed=seed,
+        show_progress=False,
+        **budget,
+    )
     return np.bincount(np.concatenate(ids))
 
 
@@ -209,7 +230,9 @@ def rows_of(blocks: list[dict]) -> dict:
     return {key: concat_columnar([block[key] for block in blocks]) for key in blocks[0]}
 
 
-@pytest.mark.parametrize("env_id,budget", [("CartPole-v1", {"steps": 700}), ("Pendulum-v1", {"episodes": 3}), ("GoalWorld-v0", {"episodes": 5})])
+@pytest.mark.parametrize(
+    "env_id,budget", [("CartPole-v1", {"steps": 700}), ("Pendulum-v1", {"episodes": 3}), ("GoalWorld-v0", {"episodes": 5})]
+)
 def test_one_env_path_equals_a_one_env_vector_env(env_id: str, budget: dict) -> None:
     """`collect` with one env steps a plain gym.make env (no vector env); its rows equal those
     of the vector path (VecStepper + EpisodeAssembler) over a 1-env SyncVectorEnv of the same env."""

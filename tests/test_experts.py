@@ -16,8 +16,24 @@ from tests.test_collector import assert_episodes_well_formed
 
 def test_expert_is_trained_once_then_reused(store: Path, tmp_path: Path, cli) -> None:
     run = tmp_path / "ppo-run"
-    args = ["collect", "--expert", "ppo", "--env", "CartPole-v1", "--expert-run", run, "--expert-steps", "2048",
-            "--episodes", "3", "--num-envs", "2", "--store", store, "--quiet"]
+    args = [
+        "collect",
+        "--expert",
+        "ppo",
+        "--env",
+        "CartPole-v1",
+        "--expert-run",
+        run,
+        "--expert-steps",
+        "2048",
+        "--episodes",
+        "3",
+        "--num-envs",
+        "2",
+        "--store",
+        store,
+        "--quiet",
+    ]
     first = cli(*args)
     assert first.code == 0, first.err
     meta = open_dataset("cartpole-expert", store).metadata
@@ -34,8 +50,21 @@ def test_expert_is_trained_once_then_reused(store: Path, tmp_path: Path, cli) ->
 
 
 def test_from_training_stores_every_transition(store: Path, tmp_path: Path, cli) -> None:
-    result = cli("collect", "--expert", "sac", "--from-training", "--env", "Pendulum-v1", "--expert-steps", "600",
-                 "--expert-run", tmp_path / "sac-run", "--store", store, "--quiet")
+    result = cli(
+        "collect",
+        "--expert",
+        "sac",
+        "--from-training",
+        "--env",
+        "Pendulum-v1",
+        "--expert-steps",
+        "600",
+        "--expert-run",
+        tmp_path / "sac-run",
+        "--store",
+        store,
+        "--quiet",
+    )
     assert result.code == 0, result.err
     data = load_dataset("pendulum-mixed", store)
     assert len(data) == 600 and len(data.episode_starts()) == 3
@@ -70,9 +99,24 @@ def test_default_expert_dir_is_never_overwritten_by_other_params(store: Path, tm
     first = open_dataset("cartpole-expert", store).metadata["producer"]
     assert first["checkpoint_sha256"] == load_policy(first["run_dir"]).checkpoint_sha256
     more = open_dataset("more", store).metadata["producer"]  # ... the new one has a dir of its own
-    assert Path(more["run_dir"]).name.startswith("ppo-cartpole-") and more["checkpoint_sha256"] == load_policy(more["run_dir"]).checkpoint_sha256
+    assert (
+        Path(more["run_dir"]).name.startswith("ppo-cartpole-")
+        and more["checkpoint_sha256"] == load_policy(more["run_dir"]).checkpoint_sha256
+    )
     assert cli(*args, "--expert-steps", "1024", "--seed", "1", "--name", "again").code == 0  # found again by its hash
     assert open_dataset("again", store).metadata["producer"]["run_dir"] == more["run_dir"]
-    wrong = cli("collect", "--expert", "sac", "--env", "Pendulum-v1", "--expert-run", tmp_path / "models" / "ppo-cartpole",
-                "--episodes", "1", "--store", store, "--quiet")
+    wrong = cli(
+        "collect",
+        "--expert",
+        "sac",
+        "--env",
+        "Pendulum-v1",
+        "--expert-run",
+        tmp_path / "models" / "ppo-cartpole",
+        "--episodes",
+        "1",
+        "--store",
+        store,
+        "--quiet",
+    )
     assert wrong.code == 2 and "holds a ppo run on CartPole-v1" in wrong.err

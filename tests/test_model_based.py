@@ -23,11 +23,11 @@ from rlpipe.training.planning import CEMPlanner, CEMSettings, ModelEnv
 
 # Small budgets for the learning tests (the sweep in this file's __main__ measures them).
 # PETS runs with its Pendulum defaults (model minibatches of 32) for 800 steps.
-PETS_TEST = dict(env_steps=800, eval_episodes=3,
-                 heldout_eval_episodes=0)  # planning ~0.4 CPU-s per 32-env step: no 100-episode held-out pass here
+PETS_TEST = dict(
+    env_steps=800, eval_episodes=3, heldout_eval_episodes=0
+)  # planning ~0.4 CPU-s per 32-env step: no 100-episode held-out pass here
 # MBPO trains until its 5-episode evaluation (every 250 env steps) reaches -300, at most 2500 steps.
-MBPO_TEST = dict(env_steps=2_500, stop_at_return=-300.0, model_hidden=(128, 128, 128), model_max_epochs=20, eval_every=250,
-                 eval_episodes=5)
+MBPO_TEST = dict(env_steps=2_500, stop_at_return=-300.0, model_hidden=(128, 128, 128), model_max_epochs=20, eval_every=250, eval_episodes=5)
 # MOPO keeps the paper's penalty 1 here: Pendulum's default 10 (stable to 10k updates on the
 # pipeline's dataset) learns too slowly for 3000 updates (seeds 0, 1: -264.3, -1026.1).
 MOPO_TEST = dict(updates=3_000, penalty=1.0, model_hidden=(128, 128, 128), model_max_epochs=10, eval_every=3_000, eval_episodes=5)
@@ -47,7 +47,9 @@ def test_ensemble_recovers_a_known_linear_system() -> None:
     model = GaussianEnsemble(2, 1, members=3, hidden=(32, 32))
     x_new, y_new, _ = linear_system(200, seed=1)
     before = (model(x_new[:, :2], x_new[:, 2:])[0] - y_new).square().mean()
-    report = fit_ensemble(model, x, y, torch.optim.Adam(model.parameters(), 3e-3), max_epochs=40, generator=torch.Generator().manual_seed(0))
+    report = fit_ensemble(
+        model, x, y, torch.optim.Adam(model.parameters(), 3e-3), max_epochs=40, generator=torch.Generator().manual_seed(0)
+    )
     mean, std = model(x_new[:, :2], x_new[:, 2:])
     after = (mean - y_new).square().mean()
     assert after < 1e-3 < before  # the untrained model (the control) is far off
@@ -65,8 +67,16 @@ def test_bootstrap_is_drawn_once_per_fit_and_scoring_reads_only_the_planned_outp
     def fit(scored: slice) -> tuple[int, list[float]]:
         torch.manual_seed(0)
         model = GaussianEnsemble(2, 1, members=3, hidden=(32, 32))
-        report = fit_ensemble(model, x, y, torch.optim.Adam(model.parameters(), 3e-3), max_epochs=100, patience=3,
-                              scored_outputs=scored, generator=torch.Generator().manual_seed(0))
+        report = fit_ensemble(
+            model,
+            x,
+            y,
+            torch.optim.Adam(model.parameters(), 3e-3),
+            max_epochs=100,
+            patience=3,
+            scored_outputs=scored,
+            generator=torch.Generator().manual_seed(0),
+        )
         return report.epochs, report.holdout_mse
 
     epochs, mse = fit(slice(0, 2))
@@ -166,8 +176,12 @@ def test_dynamics_checkpoint_round_trip(tmp_path: Path) -> None:
     model = GaussianEnsemble(3, 1, members=3, hidden=(16,), elites=2)
     model.set_normalizer(torch.randn(50, 4), torch.randn(50, 4))
     model.elites.copy_(torch.tensor([0, 2]))
-    meta = {"algo": "dynamics", "env_id": "Pendulum-v1", "policy": {"kind": model.kind, "spec": model.spec},
-            "action_space": space_to_json(spaces.Box(-2.0, 2.0, (1,), np.float32))}
+    meta = {
+        "algo": "dynamics",
+        "env_id": "Pendulum-v1",
+        "policy": {"kind": model.kind, "spec": model.spec},
+        "action_space": space_to_json(spaces.Box(-2.0, 2.0, (1,), np.float32)),
+    }
     save_checkpoint(tmp_path / "run", {DYNAMICS_MODULE: model}, meta)
     loaded, _ = load_dynamics(tmp_path / "run", "Pendulum-v1", 3, 1, torch.device("cpu"))
     obs, act = torch.randn(10, 3), torch.randn(10, 1)
@@ -204,15 +218,25 @@ def test_bad_model_settings_are_refused_before_a_run_starts(cli, tmp_path: Path)
         res = cli("train", algo, "--env", "Pendulum-v1", "--set", setting, "--out", tmp_path / algo, "--no-progress")
         assert res.code == 2 and message in res.err and "Traceback" not in res.err, (setting, res.err)
         assert not (tmp_path / algo).exists()
-    cheap = ["env_steps=1", "random_steps=1", "eval_episodes=1", "heldout_eval_episodes=0", "model_hidden=[8]", "model_max_epochs=1", "horizon=2",
-             "population=5", "iterations=1"]
-    res = cli("train", "pets", "--env", "Pendulum-v1", *(a for kv in cheap for a in ("--set", kv)), "--out", tmp_path / "ok", "--no-progress")
+    cheap = [
+        "env_steps=1",
+        "random_steps=1",
+        "eval_episodes=1",
+        "heldout_eval_episodes=0",
+        "model_hidden=[8]",
+        "model_max_epochs=1",
+        "horizon=2",
+        "population=5",
+        "iterations=1",
+    ]
+    res = cli(
+        "train", "pets", "--env", "Pendulum-v1", *(a for kv in cheap for a in ("--set", kv)), "--out", tmp_path / "ok", "--no-progress"
+    )
     assert res.code == 0, res.err  # the control: valid settings run
 
 
 @pytest.mark.slow
-def test_pets_learns_pendulum_in_four_episodes(tmp_path: Path, cli, learning_seed: int, record_property,
-                                               non_learning_returns) -> None:
+def test_pets_learns_pendulum_in_four_episodes(tmp_path: Path, cli, learning_seed: int, record_property, non_learning_returns) -> None:
     pets = get_algo("pets")
     result = pets.train(pets.make_config("Pendulum-v1", seed=learning_seed, **PETS_TEST), tmp_path / "pets", progress=False)
     m = result.metrics
@@ -249,6 +273,7 @@ def test_mbpo_learns_pendulum_within_2500_steps(learning_seed: int, record_prope
     assert m["eval_return_mean"] >= MBPO_TEST["stop_at_return"], m
     assert m["model_fits"] >= 1 and len(m["episode_returns"]) == m["env_steps"] // 200
 
+
 @pytest.mark.slow
 def test_mopo_learns_pendulum_from_a_mixed_dataset_and_reuses_a_dynamics_run(
     offline_store: Path, tmp_path: Path, cli, learning_seed: int, record_property
@@ -262,12 +287,47 @@ def test_mopo_learns_pendulum_from_a_mixed_dataset_and_reuses_a_dynamics_run(
     # (real_ratio=1.0) also clears the bar on this dataset (README).
     assert m["eval_return_mean"] > -600, m
     # A saved dynamics run is reused instead of refitting.
-    res = cli("train", "dynamics", "--dataset", "pendulum-mixed", "--store", offline_store, "--updates", "50",
-              "--set", "model_hidden=[32]", "--set", "eval_episodes=1", "--set", "heldout_eval_episodes=0", "--set", "horizon=3", "--out", tmp_path / "dyn", "--no-progress")
+    res = cli(
+        "train",
+        "dynamics",
+        "--dataset",
+        "pendulum-mixed",
+        "--store",
+        offline_store,
+        "--updates",
+        "50",
+        "--set",
+        "model_hidden=[32]",
+        "--set",
+        "eval_episodes=1",
+        "--set",
+        "heldout_eval_episodes=0",
+        "--set",
+        "horizon=3",
+        "--out",
+        tmp_path / "dyn",
+        "--no-progress",
+    )
     assert res.code == 0, res.err
-    res = cli("train", "mopo", "--dataset", "pendulum-mixed", "--store", offline_store, "--updates", "20",
-              "--set", f"dynamics={tmp_path / 'dyn'}", "--set", "eval_episodes=1", "--set", "rollout_every=10",
-              "--out", tmp_path / "mopo-reuse", "--no-progress")
+    res = cli(
+        "train",
+        "mopo",
+        "--dataset",
+        "pendulum-mixed",
+        "--store",
+        offline_store,
+        "--updates",
+        "20",
+        "--set",
+        f"dynamics={tmp_path / 'dyn'}",
+        "--set",
+        "eval_episodes=1",
+        "--set",
+        "rollout_every=10",
+        "--out",
+        tmp_path / "mopo-reuse",
+        "--no-progress",
+    )
     assert res.code == 0, res.err
     res = cli("train", "mopo", "--dataset", "pendulum-mixed", "--store", offline_store, "--set", f"dynamics={tmp_path / 'mopo'}x")
     assert res.code == 2 and "no checkpoint" in res.err
@@ -280,8 +340,16 @@ def store_for_sweeps(root: Path) -> Path:
     from rlpipe.pipeline.collect import collect_dataset
 
     if not (root / "datasets" / "pendulum-mixed").exists():
-        collect_dataset("Pendulum-v1", expert="sac", from_training=True, expert_run=root / "sac-mixed", seed=0,
-                        name="pendulum-mixed", store=root / "datasets", progress=False)
+        collect_dataset(
+            "Pendulum-v1",
+            expert="sac",
+            from_training=True,
+            expert_run=root / "sac-mixed",
+            seed=0,
+            name="pendulum-mixed",
+            store=root / "datasets",
+            progress=False,
+        )
     return root / "datasets"
 
 
@@ -294,6 +362,10 @@ if __name__ == "__main__":  # the seed sweep behind the thresholds: python tests
         data = dict(dataset="pendulum-mixed", store=str(store_for_sweeps(Path(sys.argv[1])))) if name == "mopo" else {}
         values = []
         for seed in range(5):
-            values.append(round(algo.train(algo.make_config("Pendulum-v1", seed=seed, **budget, **data), progress=False).metrics["eval_return_mean"], 1))
+            values.append(
+                round(
+                    algo.train(algo.make_config("Pendulum-v1", seed=seed, **budget, **data), progress=False).metrics["eval_return_mean"], 1
+                )
+            )
             print(name, seed, values[-1], flush=True)
         print(name, values, flush=True)

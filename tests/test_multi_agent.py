@@ -30,13 +30,35 @@ def test_bad_input_is_one_line_and_exit_2(cli, tmp_path: Path, args: list[str], 
 
 
 def test_ippo_run_writes_win_rate_and_eval_prints_it(cli, tmp_path: Path) -> None:
-    result = cli("train", "ippo", "--env", "Combat-v0", "--env-steps", "2048", "--out", tmp_path / "run", "--no-progress",
-                 "--num-envs", "16", "--set", "num_steps=64", "--set", "eval_episodes=8")
+    result = cli(
+        "train",
+        "ippo",
+        "--env",
+        "Combat-v0",
+        "--env-steps",
+        "2048",
+        "--out",
+        tmp_path / "run",
+        "--no-progress",
+        "--num-envs",
+        "16",
+        "--set",
+        "num_steps=64",
+        "--set",
+        "eval_episodes=8",
+    )
     assert result.code == 0, result.err
     assert "win rate" in result.out
     metrics = json.loads((tmp_path / "run/metrics.json").read_text())
-    for key in ("eval_win_rate", "eval_team_return_mean", "eval_return_agent_0", "eval_return_agent_1",
-                "eval_episode_length_mean", "agent_steps", "eval_curve"):
+    for key in (
+        "eval_win_rate",
+        "eval_team_return_mean",
+        "eval_return_agent_0",
+        "eval_return_agent_1",
+        "eval_episode_length_mean",
+        "agent_steps",
+        "eval_curve",
+    ):
         assert key in metrics
     assert metrics["eval_win_rate"] == metrics["eval_success_rate"]
     report = json.loads(cli("eval", tmp_path / "run", "--episodes", "6", "--json").out)
@@ -47,8 +69,21 @@ def test_ippo_run_writes_win_rate_and_eval_prints_it(cli, tmp_path: Path) -> Non
     assert crossed.code == 2 and "--adversary-run applies to MPE runs only" in crossed.err
     with pytest.raises(RlpipeError, match="multi-agent ippo run: evaluate it with `rlpipe eval`"):
         load_policy(tmp_path / "run")  # no single observation -> action map
-    collected = cli("collect", "--env", "Combat-v0", "--expert", "ippo", "--expert-run", tmp_path / "run", "--episodes", "4",
-                    "--store", tmp_path / "store", "--quiet", "--stochastic")
+    collected = cli(
+        "collect",
+        "--env",
+        "Combat-v0",
+        "--expert",
+        "ippo",
+        "--expert-run",
+        tmp_path / "run",
+        "--episodes",
+        "4",
+        "--store",
+        tmp_path / "store",
+        "--quiet",
+        "--stochastic",
+    )
     assert collected.code == 0, collected.err
     meta = json.loads((tmp_path / "store/combat-expert/metadata.json").read_text())
     assert meta["producer"]["checkpoint_sha256"] == metrics["checkpoint_sha256"] and meta["multi_agent"]
@@ -60,17 +95,37 @@ def test_ippo_run_writes_win_rate_and_eval_prints_it(cli, tmp_path: Path) -> Non
 @pytest.mark.parametrize("obs_deltas", [False, True])
 def test_maddpg_run_writes_side_returns_and_eval_prints_them(cli, tmp_path: Path, obs_deltas: bool) -> None:
     extra = ["--set", "n_step=3", "--set", "twin_critics=true", "--set", "ensemble=2"] if obs_deltas else []
-    result = cli("train", "maddpg", "--env", "simple_adversary_v3", "--env-steps", "300", "--out", tmp_path / "run",
-                 "--no-progress", "--set", "learning_starts=100", "--set", "batch_size=64", "--set", "update_every=50",
-                 "--set", "eval_episodes=2", "--set", f"obs_deltas={str(obs_deltas).lower()}", *extra)
+    result = cli(
+        "train",
+        "maddpg",
+        "--env",
+        "simple_adversary_v3",
+        "--env-steps",
+        "300",
+        "--out",
+        tmp_path / "run",
+        "--no-progress",
+        "--set",
+        "learning_starts=100",
+        "--set",
+        "batch_size=64",
+        "--set",
+        "update_every=50",
+        "--set",
+        "eval_episodes=2",
+        "--set",
+        f"obs_deltas={str(obs_deltas).lower()}",
+        *extra,
+    )
     assert result.code == 0, result.err
     metrics = json.loads((tmp_path / "run/metrics.json").read_text())
     assert metrics["gradient_updates"] == 5 and metrics["centralised"] is True
     report = json.loads(cli("eval", tmp_path / "run", "--episodes", "2", "--seed", "10000", "--json").out)  # training's eval seed
     assert report["adversary_return_mean"] == pytest.approx(metrics["adversary_return_mean"])
     assert report["good_return_mean"] == pytest.approx(metrics["good_return_mean"])
-    crossed = json.loads(cli("eval", tmp_path / "run", "--episodes", "2", "--seed", "10000", "--json",
-                             "--adversary-run", tmp_path / "run").out)  # cross-play with itself is self-play
+    crossed = json.loads(
+        cli("eval", tmp_path / "run", "--episodes", "2", "--seed", "10000", "--json", "--adversary-run", tmp_path / "run").out
+    )  # cross-play with itself is self-play
     assert crossed["good_return_mean"] == report["good_return_mean"] and crossed["adversary_run"] == str(tmp_path / "run")
     wrong = cli("eval", tmp_path / "run", "--adversary-run", tmp_path / "nowhere")
     assert wrong.code == 2 and "no checkpoint" in wrong.err
@@ -180,7 +235,7 @@ def test_ippo_win_bonus_shapes_its_rows_reward_and_not_the_envs(monkeypatch: pyt
     assert step.rewards.tolist() == [11.0, 11.0] and rows.wins == 1
 
 
-def _death_then_win(monkeypatch: pytest.MonkeyPatch, **options: bool) -> tuple[list, "torch.Tensor"]:
+def _death_then_win(monkeypatch: pytest.MonkeyPatch, **options: bool) -> tuple[list, torch.Tensor]:
     """Agent 0 is shot dead, then agent 1 kills the last bot: the two rows' steps and their
     GAE advantages (values 0, gamma = lambda = 1: each step's return-to-go)."""
     from rlpipe.envs.combat import NOOP, CombatVectorEnv
@@ -195,8 +250,9 @@ def _death_then_win(monkeypatch: pytest.MonkeyPatch, **options: bool) -> tuple[l
     monkeypatch.setattr(envs.games, "bot_actions", lambda rng: next(bot_moves))
     steps = [rows.step(np.array([NOOP, NOOP])), rows.step(np.array([NOOP, 5]))]  # agent 1 shoots bot 2: a win
     field = lambda name: torch.tensor(np.stack([getattr(s, name) for s in steps]))  # noqa: E731
-    adv, _ = compute_gae(field("rewards").float(), torch.zeros(2, 2), torch.zeros(2), field("terminated"),
-                         field("truncated"), field("valid"), 1.0, 1.0)
+    adv, _ = compute_gae(
+        field("rewards").float(), torch.zeros(2, 2), torch.zeros(2), field("terminated"), field("truncated"), field("valid"), 1.0, 1.0
+    )
     return steps, adv
 
 
@@ -265,8 +321,7 @@ def test_ippo_central_critic_values_teammates_observations_the_policy_only_its_o
 def test_combat_dataset_has_one_row_per_living_agent_per_step(cli, store: Path) -> None:
     import polars as pl
 
-    result = cli("collect", "--env", "Combat-v0", "--policy", "random", "--episodes", "12", "--num-envs", "4",
-                 "--store", store, "--quiet")
+    result = cli("collect", "--env", "Combat-v0", "--policy", "random", "--episodes", "12", "--num-envs", "4", "--store", store, "--quiet")
     assert result.code == 0, result.err
     rows = pl.read_ipc(next((store / "combat-random/steps").glob("*.arrow")))
     assert set(rows["agent"].unique()) == {"agent_0", "agent_1"} and rows["episode_id"].n_unique() == 12
@@ -277,8 +332,22 @@ def test_combat_dataset_has_one_row_per_living_agent_per_step(cli, store: Path) 
     assert (centre[:, 0] == 1.0).all() and (centre[:, 2] >= 1).all()
     ends = rows.group_by("episode_id").agg((pl.col("terminated") | pl.col("truncated")).sum().alias("ends"), pl.col("step").max())
     assert (ends["ends"] >= 1).all() and (ends["step"] < 100).all()
-    again = cli("collect", "--env", "Combat-v0", "--policy", "random", "--episodes", "12", "--num-envs", "4",
-                "--store", store, "--quiet", "--name", "again")
+    again = cli(
+        "collect",
+        "--env",
+        "Combat-v0",
+        "--policy",
+        "random",
+        "--episodes",
+        "12",
+        "--num-envs",
+        "4",
+        "--store",
+        store,
+        "--quiet",
+        "--name",
+        "again",
+    )
     assert again.code == 0
     assert pl.read_ipc(next((store / "again/steps").glob("*.arrow"))).equals(rows)  # same seed, same rows
 
@@ -289,12 +358,14 @@ def test_every_combat_episode_starts_at_step_0_and_validates(cli, store: Path) -
     whose first step is missing (the control)."""
     import polars as pl
 
-    from rlpipe.datasets.store import list_datasets
     from rlpipe.datasets.checks import multi_agent_row_problems
+    from rlpipe.datasets.store import list_datasets
     from rlpipe.datasets.validate import validate_dataset
 
-    assert cli("collect", "--env", "Combat-v0", "--policy", "random", "--episodes", "4", "--num-envs", "1",
-               "--store", store, "--quiet").code == 0
+    assert (
+        cli("collect", "--env", "Combat-v0", "--policy", "random", "--episodes", "4", "--num-envs", "1", "--store", store, "--quiet").code
+        == 0
+    )
     rows = pl.read_ipc(next((store / "combat-random/steps").glob("*.arrow")))
     assert rows.group_by("episode_id", "agent").agg(pl.col("step").min())["step"].to_list() == [0] * 8
     assert validate_dataset(list_datasets(store)[0]) == []
@@ -313,7 +384,9 @@ def test_every_combat_episode_starts_at_step_0_and_validates(cli, store: Path) -
     ],
 )
 def test_bad_multi_agent_collection_is_exit_2(cli, store: Path, args: list[str], message: str) -> None:
-    result = cli("collect", "--env", "Combat-v0", "--store", store, "--quiet", *(["--episodes", "3"] if "--steps" not in args else []), *args)
+    result = cli(
+        "collect", "--env", "Combat-v0", "--store", store, "--quiet", *(["--episodes", "3"] if "--steps" not in args else []), *args
+    )
     assert result.code == 2 and message in result.err, result.err
     assert not any(store.iterdir())
 
@@ -350,11 +423,31 @@ def test_bc_learns_one_shared_policy_from_an_ippo_teams_combat_data(cli, tmp_pat
     from rlpipe.datasets.summary import agent_table
 
     ippo = get_algo("ippo")
-    ippo.train(ippo.make_config("Combat-v0", env_steps=2048, num_envs=16, num_steps=64, eval_episodes=4,
-                                eval_deterministic=True), tmp_path / "ippo", progress=False)
+    ippo.train(
+        ippo.make_config("Combat-v0", env_steps=2048, num_envs=16, num_steps=64, eval_episodes=4, eval_deterministic=True),
+        tmp_path / "ippo",
+        progress=False,
+    )
     store = tmp_path / "store"
-    assert cli("collect", "--env", "Combat-v0", "--expert", "ippo", "--expert-run", tmp_path / "ippo", "--episodes", "16",
-               "--num-envs", "8", "--store", store, "--quiet").code == 0
+    assert (
+        cli(
+            "collect",
+            "--env",
+            "Combat-v0",
+            "--expert",
+            "ippo",
+            "--expert-run",
+            tmp_path / "ippo",
+            "--episodes",
+            "16",
+            "--num-envs",
+            "8",
+            "--store",
+            store,
+            "--quiet",
+        ).code
+        == 0
+    )
     inspect = cli("datasets", "inspect", "combat-expert", "--store", store)
     assert "per-agent episode returns" in inspect.out and "agent_0" in inspect.out and "agent_1" in inspect.out
     rows = pl.read_ipc(next((store / "combat-expert/steps").glob("*.arrow")))
@@ -367,8 +460,7 @@ def test_bc_learns_one_shared_policy_from_an_ippo_teams_combat_data(cli, tmp_pat
     bc = get_algo("bc")
 
     def agreement(learn: bool = True) -> float:
-        config = bc.make_config("Combat-v0", dataset="combat-expert", store=str(store), updates=300, eval_every=300,
-                                eval_episodes=4)
+        config = bc.make_config("Combat-v0", dataset="combat-expert", store=str(store), updates=300, eval_every=300, eval_episodes=4)
         if not learn:  # the control: set on the built config, whose checks refuse a zero rate
             config.learning_rate = 0.0
         actor = bc.train(config, progress=False).policy
@@ -380,8 +472,25 @@ def test_bc_learns_one_shared_policy_from_an_ippo_teams_combat_data(cli, tmp_pat
     assert agreement() >= 0.9
     assert agreement(learn=False) < 0.5
 
-    result = cli("train", "bc", "--dataset", "combat-expert", "--store", store, "--updates", "50", "--set", "eval_every=50",
-                 "--set", "eval_episodes=6", "--out", tmp_path / "bc", "--no-progress", "--device", "cpu")
+    result = cli(
+        "train",
+        "bc",
+        "--dataset",
+        "combat-expert",
+        "--store",
+        store,
+        "--updates",
+        "50",
+        "--set",
+        "eval_every=50",
+        "--set",
+        "eval_episodes=6",
+        "--out",
+        tmp_path / "bc",
+        "--no-progress",
+        "--device",
+        "cpu",
+    )
     assert result.code == 0 and "win rate" in result.out, result.err
     metrics = json.loads((tmp_path / "bc/metrics.json").read_text())
     assert metrics["eval_win_rate"] == metrics["eval_success_rate"] and "eval_return_agent_1" in metrics
@@ -423,8 +532,25 @@ def test_ippo_attack_mask_is_exactly_the_attacks_that_can_hit() -> None:
 
 def test_ippo_attack_mask_survives_the_checkpoint(cli, tmp_path: Path) -> None:
     """A masked run is rebuilt with its mask for `rlpipe eval` and `collect --expert ippo`."""
-    result = cli("train", "ippo", "--env", "Combat-v0", "--env-steps", "2048", "--out", tmp_path / "run", "--no-progress",
-                 "--num-envs", "16", "--set", "num_steps=64", "--set", "eval_episodes=8", "--set", "mask_attacks=true")
+    result = cli(
+        "train",
+        "ippo",
+        "--env",
+        "Combat-v0",
+        "--env-steps",
+        "2048",
+        "--out",
+        tmp_path / "run",
+        "--no-progress",
+        "--num-envs",
+        "16",
+        "--set",
+        "num_steps=64",
+        "--set",
+        "eval_episodes=8",
+        "--set",
+        "mask_attacks=true",
+    )
     assert result.code == 0, result.err
     from rlpipe.training.multiagent import _load_actor
 
@@ -432,8 +558,20 @@ def test_ippo_attack_mask_survives_the_checkpoint(cli, tmp_path: Path) -> None:
     assert actor.mask_attacks and actor(torch.zeros(1, 152))[0][0, 5:].max() < -1e8  # a dead agent cannot attack
     report = json.loads(cli("eval", tmp_path / "run", "--episodes", "8", "--json").out)
     assert 0.0 <= report["win_rate"] <= 1.0 and report["episodes"] == 8
-    collected = cli("collect", "--env", "Combat-v0", "--expert", "ippo", "--expert-run", tmp_path / "run", "--episodes", "4",
-                    "--store", tmp_path / "store", "--quiet")
+    collected = cli(
+        "collect",
+        "--env",
+        "Combat-v0",
+        "--expert",
+        "ippo",
+        "--expert-run",
+        tmp_path / "run",
+        "--episodes",
+        "4",
+        "--store",
+        tmp_path / "store",
+        "--quiet",
+    )
     assert collected.code == 0, collected.err
 
 
@@ -458,8 +596,14 @@ def test_twin_critics_regress_both_copies_on_the_smaller_target() -> None:
     from rlpipe.models.networks import AgentActors
 
     actors = AgentActors(["a", "b"], [3, 3], [4, 4], (8,))
-    batch = {"obs": [torch.randn(16, 3)] * 2, "next_obs": [torch.randn(16, 3)] * 2, "actions": torch.zeros(16, 2, dtype=torch.long),
-             "rewards": torch.zeros(16, 2), "discount": torch.ones(16), "members": torch.zeros(16, 2, dtype=torch.long)}
+    batch = {
+        "obs": [torch.randn(16, 3)] * 2,
+        "next_obs": [torch.randn(16, 3)] * 2,
+        "actions": torch.zeros(16, 2, dtype=torch.long),
+        "rewards": torch.zeros(16, 2),
+        "discount": torch.ones(16),
+        "members": torch.zeros(16, 2, dtype=torch.long),
+    }
 
     def constant(critics: maddpg.Critics, values: list[float]) -> maddpg.Critics:
         for net, v in zip([critics.nets[0], *(critics.twins or [])[:1]], values):
@@ -557,8 +701,11 @@ def test_replayed_others_put_the_others_replayed_actions_in_the_actor_loss() -> 
     critics.forward = lambda i, o, a, copy=0: a[1][:, 2] + 0 * a[0].sum(-1)  # Q_0 = 1 where agent 1 took action 2
     obs = [torch.randn(8, 3), torch.randn(8, 3)]
     replayed = torch.tensor([2, 2, 2, 2, 0, 0, 1, 3])
-    batch = {"obs": obs, "actions": torch.stack([torch.zeros(8, dtype=torch.long), replayed], 1),
-             "members": torch.zeros(8, 2, dtype=torch.long)}
+    batch = {
+        "obs": obs,
+        "actions": torch.stack([torch.zeros(8, dtype=torch.long), replayed], 1),
+        "members": torch.zeros(8, 2, dtype=torch.long),
+    }
     assert maddpg.actor_loss(0, batch, critics, actors, 0.0, replayed_others=True).item() == pytest.approx(-0.5)
     # The control: by default agent 1's current greedy actions stand in for the replayed ones.
     greedy = actors.logits(1, obs[1]).argmax(-1)

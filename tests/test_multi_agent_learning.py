@@ -19,8 +19,7 @@ from rlpipe.training.multiagent import evaluate_run
 
 def _ippo(seed: int, learn: bool = True) -> dict:
     ippo = get_algo("ippo")
-    config = ippo.make_config("Combat-v0", seed=seed, env_steps=100_000, num_envs=32, num_steps=64,
-                              eval_every=100_000, eval_episodes=100)
+    config = ippo.make_config("Combat-v0", seed=seed, env_steps=100_000, num_envs=32, num_steps=64, eval_every=100_000, eval_episodes=100)
     if not learn:  # the control: set on the built config, whose checks refuse a zero rate
         config.learning_rate = 0.0
     return ippo.train(config, progress=False).metrics
@@ -41,8 +40,7 @@ def test_ippo_team_learns_to_trade_hits_with_the_bots(learning_seed: int, record
 
 # MADDPG's test budget: 12,000 env steps (440 updates) with the tuned settings (velocity inputs,
 # logits penalty 1e-4, twin critics, 2-step targets, policy ensembles of 3).
-MADDPG_BUDGET = dict(env_steps=12_000, learning_starts=1000, update_every=25, eval_every=12_000, eval_episodes=50,
-                     heldout_eval_episodes=0)
+MADDPG_BUDGET = dict(env_steps=12_000, learning_starts=1000, update_every=25, eval_every=12_000, eval_episodes=50, heldout_eval_episodes=0)
 MADDPG_RUNS = {
     "maddpg": {},
     "ddpg": {"centralised": False},  # independent DDPG: each critic sees only its own agent
@@ -83,8 +81,9 @@ def test_maddpg_adversary_learns_to_shadow_the_good_agents(maddpg_runs: dict[str
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("maddpg-runs")  # one worker trains the shared runs once
-def test_maddpg_good_agents_learn_to_cover_the_goal_against_its_adversary(maddpg_runs: dict[str, Path], learning_seed: int,
-                                                                          record_property) -> None:
+def test_maddpg_good_agents_learn_to_cover_the_goal_against_its_adversary(
+    maddpg_runs: dict[str, Path], learning_seed: int, record_property
+) -> None:
     # Good agents' mean return against MADDPG's adversary, 100 episodes. Seeds 0-4: +5.93, +5.73,
     # +5.85, +6.94, +6.27; the control, the seed's untrained good agents against the same
     # adversary: -9.29, -11.72, -9.34, -6.93, -18.86.

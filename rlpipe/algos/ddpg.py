@@ -45,8 +45,13 @@ class Config(OnlineConfig):
 
 TUNED: dict[str, dict[str, Any]] = {
     "Pendulum-v1": dict(
-        env_steps=20_000, buffer_size=100_000, batch_size=128, actor_lr=1e-3, critic_lr=1e-3,
-        hidden=(64, 64), learning_starts=1_000,
+        env_steps=20_000,
+        buffer_size=100_000,
+        batch_size=128,
+        actor_lr=1e-3,
+        critic_lr=1e-3,
+        hidden=(64, 64),
+        learning_starts=1_000,
     ),
 }
 

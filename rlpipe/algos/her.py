@@ -73,8 +73,16 @@ TUNED: dict[str, dict[str, Any]] = {
     # With HER, 10k steps are ~1650 episodes (the reference's budget is 2000): episodes
     # shorten to ~4 steps once the goal is reached. Without HER 2000 episodes are 100k steps.
     "GoalWorld-v0": dict(
-        env_steps=10_000, buffer_size=100_000, batch_size=256, gamma=0.98, actor_lr=1e-3, critic_lr=1e-3,
-        hidden=(128, 128), learning_starts=1_000, eval_every=1_000, eval_episodes=100,
+        env_steps=10_000,
+        buffer_size=100_000,
+        batch_size=256,
+        gamma=0.98,
+        actor_lr=1e-3,
+        critic_lr=1e-3,
+        hidden=(128, 128),
+        learning_starts=1_000,
+        eval_every=1_000,
+        eval_episodes=100,
     ),
 }
 
@@ -105,8 +113,13 @@ class HerReplayBuffer:
     ) -> None:
         obs_dim, goal_dim = observation_space["observation"].shape[0], observation_space["desired_goal"].shape[0]
         shapes = {
-            "observation": (obs_dim,), "desired_goal": (goal_dim,), "action": (act_dim,), "reward": (),
-            "terminated": (), "next_observation": (obs_dim,), "next_achieved_goal": (goal_dim,),
+            "observation": (obs_dim,),
+            "desired_goal": (goal_dim,),
+            "action": (act_dim,),
+            "reward": (),
+            "terminated": (),
+            "next_observation": (obs_dim,),
+            "next_achieved_goal": (goal_dim,),
         }
         self.capacity, self.size = int(capacity), 0
         self.data = {key: np.zeros((self.capacity, *shape), np.float32) for key, shape in shapes.items()}
@@ -131,9 +144,13 @@ class HerReplayBuffer:
         if t.max() >= self._stage["reward"].shape[1]:  # an episode longer than any so far
             self._stage = {key: np.concatenate([a, np.zeros_like(a)], axis=1) for key, a in self._stage.items()}
         values = {
-            "observation": step.obs["observation"][v], "desired_goal": step.obs["desired_goal"][v],
-            "action": step.actions[v], "reward": step.rewards[v], "terminated": step.terminated[v],
-            "next_observation": step.next_obs["observation"][v], "next_achieved_goal": step.next_obs["achieved_goal"][v],
+            "observation": step.obs["observation"][v],
+            "desired_goal": step.obs["desired_goal"][v],
+            "action": step.actions[v],
+            "reward": step.rewards[v],
+            "terminated": step.terminated[v],
+            "next_observation": step.next_obs["observation"][v],
+            "next_achieved_goal": step.next_obs["achieved_goal"][v],
         }
         for key, value in values.items():
             self._stage[key][v, t] = value
@@ -208,8 +225,15 @@ def train(
         raise
     agent = BASES[config.base].make_agent(config, env)
     buffer = HerReplayBuffer(
-        min(config.buffer_size, config.env_steps + config.num_envs), env.envs.single_observation_space, env.act_dim,
-        config.num_envs, compute_reward, compute_terminated, strategy=config.strategy, k=config.k if config.her else 0,
-        device=env.device, rng=env.rng.spawn(1)[0],
+        min(config.buffer_size, config.env_steps + config.num_envs),
+        env.envs.single_observation_space,
+        env.act_dim,
+        config.num_envs,
+        compute_reward,
+        compute_terminated,
+        strategy=config.strategy,
+        k=config.k if config.her else 0,
+        device=env.device,
+        rng=env.rng.spawn(1)[0],
     )
     return train_off_policy(name, config, env, agent, out_dir, progress, step_sink, buffer)

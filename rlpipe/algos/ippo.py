@@ -129,8 +129,9 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
     rng = seed_everything(config.seed, config.torch_threads)
     n_agents, obs_dim = envs.rules.team_size, envs.rules.obs_dim
     in_dim = obs_dim + (n_agents if config.agent_ids else 0)
-    actor = CombatActorCritic(obs_dim, envs.rules.n_actions, envs.rules.n_opponents, config.hidden,
-                              n_agents if config.agent_ids else 0, config.mask_attacks).to(device)
+    actor = CombatActorCritic(
+        obs_dim, envs.rules.n_actions, envs.rules.n_opponents, config.hidden, n_agents if config.agent_ids else 0, config.mask_attacks
+    ).to(device)
     row_dim = in_dim + ((n_agents - 1) * obs_dim if config.central_critic else 0)
     learner = CentralCriticActorCritic(actor, in_dim, row_dim, config.hidden).to(device) if config.central_critic else actor
     params = list(learner.parameters())
@@ -142,13 +143,18 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
 
     def evaluator(policy: TeamPolicy, episodes: int, seed: int) -> CombatEval:
         evals.append(evaluate_combat(policy, episodes, seed, rules))
-        curve.append({"env_steps": game_steps, "wall_seconds": round(run.elapsed(), 2),
-                      "cpu_seconds": round(time.process_time() - cpu_start, 2), "win_rate": evals[-1].win_rate})
+        curve.append(
+            {
+                "env_steps": game_steps,
+                "wall_seconds": round(run.elapsed(), 2),
+                "cpu_seconds": round(time.process_time() - cpu_start, 2),
+                "win_rate": evals[-1].win_rate,
+            }
+        )
         return evals[-1]
 
     run = Run("ippo", config, out_dir, progress, evaluator=evaluator)
-    rows = CombatRows(envs, config.agent_ids, config.seed, config.win_bonus, config.team_reward, config.carry_dead,
-                      config.central_critic)
+    rows = CombatRows(envs, config.agent_ids, config.seed, config.win_bonus, config.team_reward, config.carry_dead, config.central_critic)
     storage = RolloutStorage(config.num_steps, config.num_envs * n_agents, row_dim, 1, True, device)
     perm_gen = torch.Generator(device=device).manual_seed(int(rng.integers(2**31)))
     cpu_start = time.process_time()
@@ -173,13 +179,21 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
                 break
         run.evaluate_final(eval_policy, game_steps)
         final = evals[-1]
-        return run.finish(eval_policy, actor, {"policy": actor}, envs.single_action_space, game_steps, updates, {
-            **combat_metrics(final),
-            "agent_steps": agent_steps,  # living agents' steps trained on
-            "train_episodes": rows.episodes,
-            "train_win_rate": rows.wins / max(rows.episodes, 1),
-            "eval_curve": curve,
-        })
+        return run.finish(
+            eval_policy,
+            actor,
+            {"policy": actor},
+            envs.single_action_space,
+            game_steps,
+            updates,
+            {
+                **combat_metrics(final),
+                "agent_steps": agent_steps,  # living agents' steps trained on
+                "train_episodes": rows.episodes,
+                "train_win_rate": rows.wins / max(rows.episodes, 1),
+                "eval_curve": curve,
+            },
+        )
     finally:
         run.close()
         envs.close()

@@ -94,7 +94,9 @@ class Config(OnlineConfig):
 # velocities to the inputs, a lighter logits penalty, twin critics, 2-step targets and policy
 # ensembles of 3 (measured above).
 TUNED: dict[str, dict[str, Any]] = {
-    "simple_adversary_v3": dict(obs_deltas=True, logits_l2=1e-4, twin_critics=True, n_step=2, ensemble=3), "simple_spread_v3": {}}
+    "simple_adversary_v3": dict(obs_deltas=True, logits_l2=1e-4, twin_critics=True, n_step=2, ensemble=3),
+    "simple_spread_v3": {},
+}
 
 
 class MultiAgentReplay:
@@ -111,8 +113,15 @@ class MultiAgentReplay:
         self.discount = np.zeros(capacity, np.float32)
         self.members = np.zeros((capacity, len(obs_dims)), np.int64)
 
-    def add(self, obs: list[np.ndarray], actions: np.ndarray, rewards: np.ndarray, next_obs: list[np.ndarray], discount: float,
-            members: np.ndarray) -> None:
+    def add(
+        self,
+        obs: list[np.ndarray],
+        actions: np.ndarray,
+        rewards: np.ndarray,
+        next_obs: list[np.ndarray],
+        discount: float,
+        members: np.ndarray,
+    ) -> None:
         for buf, o in zip(self.obs, obs):
             buf[self.pos] = o
         for buf, o in zip(self.next_obs, next_obs):
@@ -128,8 +137,14 @@ class MultiAgentReplay:
         def t(x: np.ndarray) -> torch.Tensor:
             return torch.as_tensor(x[idx], device=device)
 
-        return {"obs": [t(o) for o in self.obs], "next_obs": [t(o) for o in self.next_obs], "actions": t(self.actions),
-                "rewards": t(self.rewards), "discount": t(self.discount), "members": t(self.members)}
+        return {
+            "obs": [t(o) for o in self.obs],
+            "next_obs": [t(o) for o in self.next_obs],
+            "actions": t(self.actions),
+            "rewards": t(self.rewards),
+            "discount": t(self.discount),
+            "members": t(self.members),
+        }
 
 
 class NStepWindow:
@@ -141,8 +156,15 @@ class NStepWindow:
         self.n, self.gamma = n, gamma
         self.pending: list[tuple[list[np.ndarray], np.ndarray, np.ndarray]] = []
 
-    def push(self, obs: list[np.ndarray], actions: np.ndarray, rewards: np.ndarray, next_obs: list[np.ndarray],
-             terminated: bool, episode_end: bool) -> list[tuple[list[np.ndarray], np.ndarray, np.ndarray, list[np.ndarray], float]]:
+    def push(
+        self,
+        obs: list[np.ndarray],
+        actions: np.ndarray,
+        rewards: np.ndarray,
+        next_obs: list[np.ndarray],
+        terminated: bool,
+        episode_end: bool,
+    ) -> list[tuple[list[np.ndarray], np.ndarray, np.ndarray, list[np.ndarray], float]]:
         """Add one step; return the transitions now complete (oldest first)."""
         self.pending.append((obs, actions, rewards))
         out = []
@@ -188,8 +210,9 @@ def target_next_actions(batch: dict[str, Any], target_actors: AgentActors, sampl
     return [greedy_onehot(x - torch.empty_like(x).exponential_().log() if sample else x) for x in logits]
 
 
-def critic_loss(i: int, batch: dict[str, Any], critics: Critics, target_critics: Critics, next_actions: list[torch.Tensor],
-                n_actions: list[int]) -> torch.Tensor:
+def critic_loss(
+    i: int, batch: dict[str, Any], critics: Critics, target_critics: Critics, next_actions: list[torch.Tensor], n_actions: list[int]
+) -> torch.Tensor:
     """TD error of Q_i against r_i + discount * Q_i'(o', ``next_actions``: :func:`target_next_actions`)
     (n-step r_i and o' with ``n_step``); with twin critics both copies regress on the smaller of the two
     target copies."""
@@ -200,8 +223,9 @@ def critic_loss(i: int, batch: dict[str, Any], critics: Critics, target_critics:
     return sum(F.mse_loss(critics(i, batch["obs"], actions, k), target) for k in range(critics.copies))
 
 
-def actor_loss(i: int, batch: dict[str, Any], critics: Critics, actors: AgentActors, logits_l2: float, member: int = 0,
-               replayed_others: bool = False) -> torch.Tensor:
+def actor_loss(
+    i: int, batch: dict[str, Any], critics: Critics, actors: AgentActors, logits_l2: float, member: int = 0, replayed_others: bool = False
+) -> torch.Tensor:
     """-Q_i with agent i's action from the Gumbel-softmax (straight-through) of its ``member`` and the
     others' current greedy ones (from the members that acted), or with ``replayed_others`` their
     actions in the replay; with an ensemble, over the rows where agent i's ``member`` acted."""
@@ -245,7 +269,9 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
         return [with_obs_delta(obs[a], prev[a]) if config.obs_deltas else obs[a] for a in agents]
 
     def evaluator(_policy: Any, episodes: int, seed: int) -> SideEval:
-        evals.append(evaluate_sides({a: AgentPolicy(actors, i, device, seed=seed) for i, a in enumerate(agents)}, config.env_id, episodes, seed))
+        evals.append(
+            evaluate_sides({a: AgentPolicy(actors, i, device, seed=seed) for i, a in enumerate(agents)}, config.env_id, episodes, seed)
+        )
         return evals[-1]
 
     def update(batch: dict[str, Any]) -> None:
@@ -253,8 +279,11 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
         for i in range(len(agents)):
             optimizer_step(critic_opts[i], critic_loss(i, batch, critics, target_critics, next_actions, n_actions), config.max_grad_norm)
             for k in range(config.ensemble):
-                optimizer_step(actor_opts[k * len(agents) + i], actor_loss(i, batch, critics, actors, config.logits_l2, k, config.replayed_others),
-                              config.max_grad_norm)
+                optimizer_step(
+                    actor_opts[k * len(agents) + i],
+                    actor_loss(i, batch, critics, actors, config.logits_l2, k, config.replayed_others),
+                    config.max_grad_norm,
+                )
         polyak_update(target_actors, actors, config.tau)
         polyak_update(target_critics, critics, config.tau)
 
@@ -270,8 +299,10 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
             episode_return = 0.0
             while env.agents and not stop:
                 with torch.no_grad():  # exploration: a Gumbel-softmax sample of each actor's logits
-                    action = [int(F.gumbel_softmax(actors.logits(i, torch.as_tensor(o, device=device), int(members[i])), hard=True).argmax())
-                              for i, o in enumerate(obs)]
+                    action = [
+                        int(F.gumbel_softmax(actors.logits(i, torch.as_tensor(o, device=device), int(members[i])), hard=True).argmax())
+                        for i, o in enumerate(obs)
+                    ]
                 next_raw, rewards, terminated, _, _ = env.step(dict(zip(agents, action)))
                 next_obs = inputs(next_raw, raw)
                 reward = np.array([rewards[a] for a in agents], np.float32)
@@ -286,13 +317,21 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
             episodes += 1
         run.evaluate_final(None, steps)
         final = evals[-1]
-        return run.finish(None, actors, {"policy": actors, "critics": critics}, env.action_space(agents[0]), steps, updates, {
-            "adversary_return_mean": final.adversary_return_mean,
-            "good_return_mean": final.good_return_mean,
-            **{f"eval_return_{a}": r for a, r in final.agent_returns.items()},
-            "train_episodes": episodes,
-            "centralised": config.centralised,
-        })
+        return run.finish(
+            None,
+            actors,
+            {"policy": actors, "critics": critics},
+            env.action_space(agents[0]),
+            steps,
+            updates,
+            {
+                "adversary_return_mean": final.adversary_return_mean,
+                "good_return_mean": final.good_return_mean,
+                **{f"eval_return_{a}": r for a, r in final.agent_returns.items()},
+                "train_episodes": episodes,
+                "centralised": config.centralised,
+            },
+        )
     finally:
         run.close()
         env.close()

@@ -25,8 +25,15 @@ from rlpipe.models.env_fns import reward_fn, termination_fn
 from rlpipe.training import Batch, OnlineConfig, ReplayBuffer, StepBatch, TrainResult
 from rlpipe.training.env import BOX
 from rlpipe.training.model_based import (
-    DYNAMICS_MODULE, MixedBatches, ModelFields, branched_rollout, buffer_contents, build_ensemble, check_real_ratio,
-    fit_on, fits_metrics,
+    DYNAMICS_MODULE,
+    MixedBatches,
+    ModelFields,
+    branched_rollout,
+    buffer_contents,
+    build_ensemble,
+    check_real_ratio,
+    fit_on,
+    fits_metrics,
 )
 from rlpipe.training.offpolicy import Agent, OffPolicySetup, setup, train_off_policy
 from rlpipe.training.planning import ModelEnv
@@ -58,8 +65,10 @@ class Config(ModelFields, SACFields, OnlineConfig):
         check_real_ratio(self.real_ratio)
         schedule = self.rollout_schedule
         if not (len(schedule) == 4 and 0 <= schedule[0] < schedule[1] and min(schedule[2:]) >= 1):
-            raise RlpipeError(f"setting rollout_schedule={list(self.rollout_schedule)}: expected [from_step, to_step, "
-                              "from_length, to_length] with from_step < to_step and lengths >= 1")
+            raise RlpipeError(
+                f"setting rollout_schedule={list(self.rollout_schedule)}: expected [from_step, to_step, "
+                "from_length, to_length] with from_step < to_step and lengths >= 1"
+            )
 
     def rollout_length_at(self, env_steps: int) -> int:
         """The model rollouts' length after ``env_steps``: the schedule's linear ramp."""

@@ -22,8 +22,15 @@ from rlpipe.models.env_fns import reward_fn, termination_fn
 from rlpipe.training import Batch, OfflineConfig, ReplayBuffer, TrainResult
 from rlpipe.training.env import BOX
 from rlpipe.training.model_based import (
-    DYNAMICS_MODULE, MixedBatches, ModelFields, branched_rollout, build_ensemble, check_real_ratio, dataset_batch,
-    fit_on, load_dynamics,
+    DYNAMICS_MODULE,
+    MixedBatches,
+    ModelFields,
+    branched_rollout,
+    build_ensemble,
+    check_real_ratio,
+    dataset_batch,
+    fit_on,
+    load_dynamics,
 )
 from rlpipe.training.offline import OfflineData, load_offline, train_offline
 from rlpipe.training.planning import ModelEnv
@@ -57,8 +64,7 @@ TUNED: dict[str, dict[str, Any]] = {
     # Penalty 10, chosen on seeds 0-2: the model is confident on pendulum-mixed (the penalty
     # is ~0.15 per unit of lambda per step, rewards -1 to -2), and with lambda 1 or 2.5 SAC
     # learnt, then fell into spinning the pendulum through the top on some seeds.
-    "Pendulum-v1": dict(updates=10_000, eval_every=2_000, hidden=(64, 64), actor_lr=1e-3, critic_lr=1e-3, alpha_lr=1e-3,
-                        penalty=10.0),
+    "Pendulum-v1": dict(updates=10_000, eval_every=2_000, hidden=(64, 64), actor_lr=1e-3, critic_lr=1e-3, alpha_lr=1e-3, penalty=10.0),
 }
 
 
@@ -70,8 +76,12 @@ def dynamics_for(config: Config, data: OfflineData, generator: torch.Generator) 
         return model, {"dynamics_run": str(config.dynamics), "dynamics_sha256": meta["sha256"]}
     model, optimizer = build_ensemble(config, data.obs_dim, data.act_dim, data.device)
     fit = fit_on(model, optimizer, dataset_batch(data), config, generator)
-    return model, {"model_holdout_mse": fit.holdout_mse, "model_holdout_loss": fit.holdout_loss,
-                   "model_fit_epochs": fit.epochs, "model_fit_seconds": round(fit.seconds, 3)}
+    return model, {
+        "model_holdout_mse": fit.holdout_mse,
+        "model_holdout_loss": fit.holdout_loss,
+        "model_fit_epochs": fit.epochs,
+        "model_fit_seconds": round(fit.seconds, 3),
+    }
 
 
 def train(config: Config, out_dir: str | Path | None = None, *, progress: bool = True) -> TrainResult:
@@ -83,8 +93,9 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
     model, model_metrics = dynamics_for(config, data, generator)
     model_env = ModelEnv(model, data.action_space, terminated, reward, generator)
     sac = SoftActorCritic.build(config, data.obs_dim, data.act_dim, data.device)
-    synthetic = ReplayBuffer(config.model_retain * config.rollout_batch * config.rollout_length, data.obs_dim, data.act_dim,
-                             data.device, seed=config.seed + 1)
+    synthetic = ReplayBuffer(
+        config.model_retain * config.rollout_batch * config.rollout_length, data.obs_dim, data.act_dim, data.device, seed=config.seed + 1
+    )
     dataset_sampler = data.sampler
     stats = {"rollout_reward": float("nan")}
 
@@ -92,7 +103,9 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
         if i % config.rollout_every == 0:
             before = synthetic.pos
             start = dataset_sampler.sample(config.rollout_batch).obs
-            added = branched_rollout(model_env, lambda obs: sac.actor.sample(obs)[0], start, config.rollout_length, synthetic, config.penalty)
+            added = branched_rollout(
+                model_env, lambda obs: sac.actor.sample(obs)[0], start, config.rollout_length, synthetic, config.penalty
+            )
             rows = (before + torch.arange(added)) % synthetic.capacity
             stats["rollout_reward"] = float(synthetic.rewards[rows].mean())
         target = sac.soft_target(b, b.rewards, config.gamma)

@@ -22,7 +22,12 @@ from rlpipe.models.env_fns import reward_fn, termination_fn
 from rlpipe.training import OnlineConfig, ReplayBuffer, Run, TrainResult, VecStepper
 from rlpipe.training.env import BOX, ActionScaler
 from rlpipe.training.model_based import (
-    DYNAMICS_MODULE, ModelFields, buffer_contents, build_ensemble, fit_on, fits_metrics,
+    DYNAMICS_MODULE,
+    ModelFields,
+    buffer_contents,
+    build_ensemble,
+    fit_on,
+    fits_metrics,
 )
 from rlpipe.training.offpolicy import setup
 from rlpipe.training.planning import CEMPlanner, CEMSettings, ModelEnv, planner_policy

@@ -59,8 +59,14 @@ class Config(SACFields, OnlineConfig):
 TUNED: dict[str, dict[str, Any]] = {
     "Pendulum-v1": dict(
         # Small nets and batches learn Pendulum as well as 256x256 and update ~3x faster.
-        env_steps=10_000, buffer_size=100_000, batch_size=128, actor_lr=1e-3, critic_lr=1e-3,
-        alpha_lr=1e-3, hidden=(64, 64), learning_starts=1_000,
+        env_steps=10_000,
+        buffer_size=100_000,
+        batch_size=128,
+        actor_lr=1e-3,
+        critic_lr=1e-3,
+        alpha_lr=1e-3,
+        hidden=(64, 64),
+        learning_starts=1_000,
     ),
 }
 
@@ -100,8 +106,13 @@ class SoftActorCritic:
         temperature = Temperature(config.init_alpha).to(device)
         target_entropy = -float(act_dim) if config.target_entropy is None else config.target_entropy
         return cls(
-            actor, critic, target_copy(critic), temperature, target_entropy,
-            adam(actor.parameters(), config.actor_lr), adam(critic.parameters(), config.critic_lr),
+            actor,
+            critic,
+            target_copy(critic),
+            temperature,
+            target_entropy,
+            adam(actor.parameters(), config.actor_lr),
+            adam(critic.parameters(), config.critic_lr),
             adam(temperature.parameters(), config.alpha_lr),
         )
 
@@ -171,9 +182,14 @@ class StackedSoftActorCritic:
             seed_everything(config.seed, config.torch_threads)
             seeds.append(SoftActorCritic.build(config, obs_dim, act_dim, device))
         stack, config = SeedStack([sac.parts() for sac in seeds]), configs[0]
-        return cls(seeds, stack, adam(stack.parameters("actor"), config.actor_lr),
-                   adam(stack.parameters("critic"), config.critic_lr), adam(stack.parameters("temperature"), config.alpha_lr),
-                   config.tau)
+        return cls(
+            seeds,
+            stack,
+            adam(stack.parameters("actor"), config.actor_lr),
+            adam(stack.parameters("critic"), config.critic_lr),
+            adam(stack.parameters("temperature"), config.alpha_lr),
+            config.tau,
+        )
 
     @property
     def template(self) -> SoftActorCritic:
@@ -216,8 +232,7 @@ def make_agent(config: Config, env: OffPolicySetup) -> Agent:
             return sac.actor.sample(torch.as_tensor(obs, dtype=torch.float32, device=env.device))[0].cpu().numpy()
 
     modules = {"policy": sac.actor, "critic": sac.critic, "critic_target": sac.critic_target}
-    resume_state = {"actor_opt": sac.actor_opt, "critic_opt": sac.critic_opt, "alpha_opt": sac.alpha_opt,
-                    "temperature": sac.temperature}
+    resume_state = {"actor_opt": sac.actor_opt, "critic_opt": sac.critic_opt, "alpha_opt": sac.alpha_opt, "temperature": sac.temperature}
     return Agent(sac.actor, modules, explore, update, lambda: {"alpha": sac.alpha()}, resume_state)
 
 
@@ -267,5 +282,15 @@ def train_seeds(configs: Sequence[Config], out_dirs: Sequence[str | Path | None]
         for env in setups:
             env.envs.close()
         raise
-    return train_off_policy_seeds("sac", configs, setups, stacked.stack, stacked.modules(), stacked.explore, update, out_dirs,
-                                  progress, lambda k: {"alpha": stacked.seeds[k].alpha()})
+    return train_off_policy_seeds(
+        "sac",
+        configs,
+        setups,
+        stacked.stack,
+        stacked.modules(),
+        stacked.explore,
+        update,
+        out_dirs,
+        progress,
+        lambda k: {"alpha": stacked.seeds[k].alpha()},
+    )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -17,34 +16,57 @@ from rlpipe.limits import MAX_NUM_ENVS
 @app.command("collect")
 def collect_command(
     env: str = typer.Option(..., "--env", help="Gymnasium environment id, e.g. CartPole-v1."),
-    name: Optional[str] = typer.Option(None, "--name", help="Dataset name (default: <env>-random, <env>-expert or <env>-mixed)."),
+    name: str | None = typer.Option(None, "--name", help="Dataset name (default: <env>-random, <env>-expert or <env>-mixed)."),
     policy: str = typer.Option("random", "--policy", help="Behaviour policy when no --expert is given: 'random'."),
-    expert: Optional[str] = typer.Option(None, "--expert", help="Collect with a trained expert: ppo or sac (trained first if missing)."),
-    expert_run: Optional[Path] = typer.Option(
-        None, "--expert-run", help="Use this expert run as it is (trained there if missing). Default: models/<expert>-<env>, "
-        "retrained when its params differ."
+    expert: str | None = typer.Option(None, "--expert", help="Collect with a trained expert: ppo or sac (trained first if missing)."),
+    expert_run: Path | None = typer.Option(
+        None,
+        "--expert-run",
+        help="Use this expert run as it is (trained there if missing). Default: models/<expert>-<env>, retrained when its params differ.",
     ),
-    expert_steps: Optional[int] = typer.Option(None, "--expert-steps", help="Env steps for training the expert (default: the tuned budget)."),
+    expert_steps: int | None = typer.Option(None, "--expert-steps", help="Env steps for training the expert (default: the tuned budget)."),
     from_training: bool = typer.Option(
         False, "--from-training", help="Store every transition the expert saw while training from scratch (mixed quality)."
     ),
-    stochastic: bool = typer.Option(False, "--stochastic", help="Sample expert actions instead of taking the mode (an IPPO team acts as in its evaluation unless given)."),
-    episodes: Optional[int] = typer.Option(None, "--episodes", help="Number of whole episodes to store (an even quota per env)."),
-    steps: Optional[int] = typer.Option(None, "--steps", help="Store at least this many transitions in whole episodes (each env "
-                                        "keeps whole episodes until its even share is reached)."),
+    stochastic: bool = typer.Option(
+        False,
+        "--stochastic",
+        help="Sample expert actions instead of taking the mode (an IPPO team acts as in its evaluation unless given).",
+    ),
+    episodes: int | None = typer.Option(None, "--episodes", help="Number of whole episodes to store (an even quota per env)."),
+    steps: int | None = typer.Option(
+        None,
+        "--steps",
+        help="Store at least this many transitions in whole episodes (each env keeps whole episodes until its even share is reached).",
+    ),
     seed: int = seed_option(0, "Seed for the envs and the policy; same seed, same bytes."),
-    num_envs: str = typer.Option("auto", "--num-envs", help="Parallel environments (gymnasium vector env), 1 to 4096, or auto: up to 256 for "
-                                 "envs with a numpy-batched vector env (CartPole), else 1 (8 with --expert)."),
-    fmt: Optional[str] = typer.Option(None, "--format", help="arrow (default), hdf5 (Minari layout, plus Arrow) or both; the HDF5 copy costs ~1 ms per episode, far more than collecting; multi-agent envs: arrow only."),
-    store: Optional[Path] = typer.Option(None, "--store", help="Dataset store (default: $RLPIPE_DATASETS or ./datasets)."),
+    num_envs: str = typer.Option(
+        "auto",
+        "--num-envs",
+        help="Parallel environments (gymnasium vector env), 1 to 4096, or auto: up to 256 for "
+        "envs with a numpy-batched vector env (CartPole), else 1 (8 with --expert).",
+    ),
+    fmt: str | None = typer.Option(
+        None,
+        "--format",
+        help="arrow (default), hdf5 (Minari layout, plus Arrow) or both; the HDF5 copy costs ~1 ms per episode, far more than collecting; multi-agent envs: arrow only.",
+    ),
+    store: Path | None = typer.Option(None, "--store", help="Dataset store (default: $RLPIPE_DATASETS or ./datasets)."),
     force: bool = typer.Option(False, "--force", help="Replace an existing dataset of the same name."),
-    metrics: Optional[Path] = typer.Option(None, "--metrics", help="Also write collection statistics to this JSON file."),
-    info_keys: list[str] = typer.Option(["is_success"], "--info-key", help="Env info key to store as info/next_info columns when the env "
-                                        "reports it (repeatable; default: is_success)."),
+    metrics: Path | None = typer.Option(None, "--metrics", help="Also write collection statistics to this JSON file."),
+    info_keys: list[str] = typer.Option(
+        ["is_success"],
+        "--info-key",
+        help="Env info key to store as info/next_info columns when the env reports it (repeatable; default: is_success).",
+    ),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
-    backend: Optional[str] = typer.Option(None, "--backend", help="Split the budget into tasks run by worker processes (local) "
-                                          "or Ray tasks (ray; $RAY_ADDRESS joins a cluster): the same bytes for any --workers."),
-    workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Tasks run at once (implies --backend local)."),
+    backend: str | None = typer.Option(
+        None,
+        "--backend",
+        help="Split the budget into tasks run by worker processes (local) "
+        "or Ray tasks (ray; $RAY_ADDRESS joins a cluster): the same bytes for any --workers.",
+    ),
+    workers: int | None = typer.Option(None, "--workers", min=1, help="Tasks run at once (implies --backend local)."),
     trust_env_spec: bool = TRUST_ENV_SPEC_OPTION,
 ) -> None:
     """Collect trajectories from ENV into a versioned dataset (Arrow shards + metadata, Minari HDF5)."""
@@ -53,9 +75,25 @@ def collect_command(
     if metrics is not None:
         check_output_file(metrics)  # before anything is collected
     collected = collect_dataset(
-        env, policy=policy, expert=expert, expert_run=expert_run, expert_steps=expert_steps, from_training=from_training,
-        stochastic=stochastic, episodes=episodes, steps=steps, seed=seed, num_envs=_num_envs(num_envs), name=name, fmt=fmt, store=store,
-        force=force, progress=not quiet, info_keys=tuple(info_keys), backend=backend, workers=workers,
+        env,
+        policy=policy,
+        expert=expert,
+        expert_run=expert_run,
+        expert_steps=expert_steps,
+        from_training=from_training,
+        stochastic=stochastic,
+        episodes=episodes,
+        steps=steps,
+        seed=seed,
+        num_envs=_num_envs(num_envs),
+        name=name,
+        fmt=fmt,
+        store=store,
+        force=force,
+        progress=not quiet,
+        info_keys=tuple(info_keys),
+        backend=backend,
+        workers=workers,
     )
     summary = collected.summary()
     if metrics is not None:

@@ -145,9 +145,12 @@ class CombatGames:
         """Each agent's 5x5x6 window, flattened channel-major: [N, team_size, 150] float32."""
         r = self.rules
         alive = self.hp > 0
-        feat = np.stack(np.broadcast_arrays(
-            self.team, self.unit_id, self.hp, np.where(self.cooling, -1.0, 1.0),
-            self.pos[..., 0] / r.grid, self.pos[..., 1] / r.grid), axis=-1).astype(np.float32)  # [N, U, 6]
+        feat = np.stack(
+            np.broadcast_arrays(
+                self.team, self.unit_id, self.hp, np.where(self.cooling, -1.0, 1.0), self.pos[..., 0] / r.grid, self.pos[..., 1] / r.grid
+            ),
+            axis=-1,
+        ).astype(np.float32)  # [N, U, 6]
         rel = self.pos[:, None, :, :] - self.pos[:, self.agents, None, :] + VIEW // 2  # [N, A, U, 2]
         seen = ((rel >= 0) & (rel < VIEW)).all(-1) & alive[:, None, :] & alive[:, self.agents, None]
         g, a, u = np.nonzero(seen)
@@ -172,8 +175,9 @@ class CombatGames:
         vertical = np.where(to_target[..., 0] > 0, 0, 2)  # down / up
         horizontal = np.where(to_target[..., 1] > 0, 3, 1)  # right / left
         coin = rng.random(target.shape) < 0.5
-        approach = np.where(to_target[..., 0] == 0, horizontal,
-                            np.where(to_target[..., 1] == 0, vertical, np.where(coin, vertical, horizontal)))
+        approach = np.where(
+            to_target[..., 0] == 0, horizontal, np.where(to_target[..., 1] == 0, vertical, np.where(coin, vertical, horizontal))
+        )
         wander = rng.integers(0, N_MOVES, size=target.shape)
         act = np.where(fire, N_MOVES + target, np.where(has_target, approach, wander))
         return np.where(alive[:, self.bots], act, NOOP)

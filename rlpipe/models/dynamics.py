@@ -30,7 +30,9 @@ class GaussianEnsemble(nn.Module):
 
     kind = "gaussian-ensemble"
 
-    def __init__(self, obs_dim: int, act_dim: int, members: int = 5, hidden: Sequence[int] = (200, 200, 200, 200), elites: int | None = None) -> None:
+    def __init__(
+        self, obs_dim: int, act_dim: int, members: int = 5, hidden: Sequence[int] = (200, 200, 200, 200), elites: int | None = None
+    ) -> None:
         super().__init__()
         self.obs_dim, self.act_dim, self.members = obs_dim, act_dim, members
         self.num_elites = members if elites is None else elites
@@ -93,7 +95,9 @@ class GaussianEnsemble(nn.Module):
         mean, logvar = self._mlp(x, layers)
         return self.out_mean + self.out_std * mean, self.out_std * (0.5 * logvar).exp()
 
-    def sample(self, obs: torch.Tensor, actions: torch.Tensor, layers: Layers | None = None, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def sample(
+        self, obs: torch.Tensor, actions: torch.Tensor, layers: Layers | None = None, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """One draw of (next observation, reward) per row: [K, N, obs_dim] and [K, N]."""
         mean, std = self(obs, actions, layers)
         draw = mean + std * torch.randn(mean.shape, generator=generator, device=mean.device)
@@ -112,7 +116,9 @@ class FitReport:
     seconds: float
 
 
-def transitions_to_xy(obs: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor, next_obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def transitions_to_xy(
+    obs: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor, next_obs: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Training pairs: inputs concat(obs, action), targets concat(next_obs - obs, reward)."""
     return torch.cat([obs, actions], -1), torch.cat([next_obs - obs, rewards.reshape(-1, 1)], -1)
 
@@ -200,4 +206,3 @@ def _keep_members(best: dict[str, torch.Tensor], current: dict[str, torch.Tensor
             best[key][members] = value[members]
         elif key != "elites":
             best[key].copy_(value)
-

@@ -75,8 +75,13 @@ class CollectedDataset:
         """Name, episode and step counts and return statistics (what `--metrics` writes)."""
         meta = self.metadata
         returns = meta["episode_return"]
-        return {"dataset": meta["name"], "episodes": meta["total_episodes"], "steps": meta["total_steps"],
-                "return_mean": returns["mean"], "return_std": returns["std"]}
+        return {
+            "dataset": meta["name"],
+            "episodes": meta["total_episodes"],
+            "steps": meta["total_steps"],
+            "return_mean": returns["mean"],
+            "return_std": returns["std"],
+        }
 
 
 def dataset_name(env_id: str, kind: str) -> str:
@@ -130,9 +135,21 @@ def collect_dataset(
     if num_envs is not None:
         check_num_envs(num_envs)
     if is_multi_agent(env_id):
-        return collect_multi_agent(env_id, policy=policy, expert=expert, expert_run=expert_run, stochastic=stochastic,
-                                   episodes=episodes, steps=steps, seed=seed, num_envs=num_envs or 8, name=name,
-                                   fmt=fmt or "arrow", store=store, force=force)
+        return collect_multi_agent(
+            env_id,
+            policy=policy,
+            expert=expert,
+            expert_run=expert_run,
+            stochastic=stochastic,
+            episodes=episodes,
+            steps=steps,
+            seed=seed,
+            num_envs=num_envs or 8,
+            name=name,
+            fmt=fmt or "arrow",
+            store=store,
+            force=force,
+        )
     fmt = fmt or "arrow"
     _check_choice(policy, expert, from_training, episodes, steps, expert_steps)
     if from_training and (backend is not None or workers is not None):
@@ -142,13 +159,21 @@ def collect_dataset(
     kind = "mixed" if from_training else ("expert" if expert else policy)
     obs_space, act_space = env_spaces(env_id)  # validates the id before any file is made
     info_space = None if from_training else probe_info_space(env_id, info_keys)
-    rollout: dict[str, Any] = {"episodes": episodes, "steps": steps, "num_envs": num_envs, "seed": seed, "show_progress": progress,
-                               "info_space": info_space}
-    with DatasetWriter(name or dataset_name(env_id, kind), obs_space, act_space, env_id=env_id, store=store, fmt=fmt, force=force,
-                       info_space=info_space) as writer:
+    rollout: dict[str, Any] = {
+        "episodes": episodes,
+        "steps": steps,
+        "num_envs": num_envs,
+        "seed": seed,
+        "show_progress": progress,
+        "info_space": info_space,
+    }
+    with DatasetWriter(
+        name or dataset_name(env_id, kind), obs_space, act_space, env_id=env_id, store=store, fmt=fmt, force=force, info_space=info_space
+    ) as writer:
         if backend is not None or workers is not None:
-            producer, expert_return = _collect_in_tasks(expert, env_id, writer, expert_run, expert_steps, stochastic, rollout,
-                                                        backend or "local", workers or 1)
+            producer, expert_return = _collect_in_tasks(
+                expert, env_id, writer, expert_run, expert_steps, stochastic, rollout, backend or "local", workers or 1
+            )
         elif expert is None:
             collect(env_id, lambda space, n: RandomPolicy(space, n, seed=seed), writer.write, **rollout)
             producer: Producer = RandomProducer(seed, num_envs, {"episodes": episodes, "steps": steps})
@@ -183,8 +208,9 @@ def auto_num_envs(env_id: str, episodes: int | None, steps: int | None, batched_
     return int(min(AUTO_MAX_ENVS, max(1, share)))
 
 
-def _check_choice(policy: str, expert: str | None, from_training: bool, episodes: int | None, steps: int | None,
-                  expert_steps: int | None) -> None:
+def _check_choice(
+    policy: str, expert: str | None, from_training: bool, episodes: int | None, steps: int | None, expert_steps: int | None
+) -> None:
     """One-line errors for a policy/expert/budget combination that makes no dataset (before
     the store is touched)."""
     if expert is None and policy not in POLICIES:
@@ -203,46 +229,71 @@ def _check_choice(policy: str, expert: str | None, from_training: bool, episodes
         experts.check_expert(expert)
 
 
-def _collect_in_tasks(expert: str | None, env_id: str, writer: DatasetWriter, expert_run: Path | None, expert_steps: int | None,
-                      stochastic: bool, rollout: dict[str, Any], backend: str,
-                      workers: int) -> tuple[RandomProducer | ExpertProducer, float | None]:
+def _collect_in_tasks(
+    expert: str | None,
+    env_id: str,
+    writer: DatasetWriter,
+    expert_run: Path | None,
+    expert_steps: int | None,
+    stochastic: bool,
+    rollout: dict[str, Any],
+    backend: str,
+    workers: int,
+) -> tuple[RandomProducer | ExpertProducer, float | None]:
     """Collect `rollout`'s budget as tasks (`rlpipe.pipeline.tasks`); the expert, if any, is
     loaded (or trained) here first and reloaded from its run directory by each task."""
     from rlpipe.pipeline.tasks import TaskPolicy, collect_tasks
 
     budget = {"episodes": rollout["episodes"], "steps": rollout["steps"]}
-    policy, producer, expert_return = TaskPolicy(), None, None
+    policy = TaskPolicy()
     if expert is not None:
         from rlpipe.pipeline import experts
 
         run_dir = expert_run or experts.default_run_dir(expert, env_id)
-        loaded, _ = experts.ensure_expert(expert, env_id, run_dir, {"env_steps": expert_steps, "seed": rollout["seed"]},
-                                          match_params=expert_run is None, deterministic=not stochastic,
-                                          progress=rollout["show_progress"])
+        loaded, _ = experts.ensure_expert(
+            expert,
+            env_id,
+            run_dir,
+            {"env_steps": expert_steps, "seed": rollout["seed"]},
+            match_params=expert_run is None,
+            deterministic=not stochastic,
+            progress=rollout["show_progress"],
+        )
         policy = TaskPolicy(str(Path(run_dir).resolve()), not stochastic)
-    tasks, mean_return = collect_tasks(writer, env_id, policy, **budget, seed=rollout["seed"], num_envs=rollout["num_envs"], backend=backend,
-                          workers=workers)
+    tasks, mean_return = collect_tasks(
+        writer, env_id, policy, **budget, seed=rollout["seed"], num_envs=rollout["num_envs"], backend=backend, workers=workers
+    )
     params = {**budget, "tasks": tasks}
     if expert is None:
         return RandomProducer(rollout["seed"], rollout["num_envs"], params), None
-    return ExpertProducer(expert, loaded.checkpoint_sha256, str(run_dir), not stochastic, rollout["seed"], rollout["num_envs"],
-                          params), mean_return
+    return ExpertProducer(
+        expert, loaded.checkpoint_sha256, str(run_dir), not stochastic, rollout["seed"], rollout["num_envs"], params
+    ), mean_return
 
 
-def _store_training_run(expert: str, env_id: str, writer: DatasetWriter, expert_run: Path | None, expert_steps: int | None,
-                        seed: int, progress: bool) -> TrainingReplayProducer:
+def _store_training_run(
+    expert: str, env_id: str, writer: DatasetWriter, expert_run: Path | None, expert_steps: int | None, seed: int, progress: bool
+) -> TrainingReplayProducer:
     """Train `expert` from scratch into its run directory, every transition going to `writer`."""
     from rlpipe.pipeline import experts
 
     overrides = {"env_steps": expert_steps, "seed": seed}
     run_dir = expert_run or experts.expert_run_dir(expert, env_id, overrides)
     training = experts.collect_training_transitions(expert, env_id, writer, run_dir, overrides, progress=progress)
-    return TrainingReplayProducer(expert, training["checkpoint_sha256"], str(run_dir), seed, {"expert_steps": expert_steps},
-                                  training.get("eval_return_mean"))
+    return TrainingReplayProducer(
+        expert, training["checkpoint_sha256"], str(run_dir), seed, {"expert_steps": expert_steps}, training.get("eval_return_mean")
+    )
 
 
-def _roll_out_expert(expert: str, env_id: str, writer: DatasetWriter, expert_run: Path | None, expert_steps: int | None,
-                     stochastic: bool, rollout: dict[str, Any]) -> tuple[ExpertProducer, float]:
+def _roll_out_expert(
+    expert: str,
+    env_id: str,
+    writer: DatasetWriter,
+    expert_run: Path | None,
+    expert_steps: int | None,
+    stochastic: bool,
+    rollout: dict[str, Any],
+) -> tuple[ExpertProducer, float]:
     """Load (or first train) the expert and collect `rollout`'s budget of its episodes into
     `writer`; returns the producer record and the mean return of the stored episodes.
 
@@ -253,11 +304,19 @@ def _roll_out_expert(expert: str, env_id: str, writer: DatasetWriter, expert_run
 
     overrides = {"env_steps": expert_steps, "seed": rollout["seed"]}
     run_dir = expert_run or experts.expert_run_dir(expert, env_id, overrides)
-    loaded, _ = experts.ensure_expert(expert, env_id, run_dir, overrides, match_params=expert_run is None,
-                                      deterministic=not stochastic, progress=rollout["show_progress"])
+    loaded, _ = experts.ensure_expert(
+        expert, env_id, run_dir, overrides, match_params=expert_run is None, deterministic=not stochastic, progress=rollout["show_progress"]
+    )
     stats = collect(env_id, lambda space, n: loaded, writer.write, **rollout)
-    producer = ExpertProducer(expert, loaded.checkpoint_sha256, str(run_dir), not stochastic, rollout["seed"], rollout["num_envs"],
-                              {"episodes": rollout["episodes"], "steps": rollout["steps"]})
+    producer = ExpertProducer(
+        expert,
+        loaded.checkpoint_sha256,
+        str(run_dir),
+        not stochastic,
+        rollout["seed"],
+        rollout["num_envs"],
+        {"episodes": rollout["episodes"], "steps": rollout["steps"]},
+    )
     return producer, stats.mean_return
 
 
@@ -286,7 +345,9 @@ def collect_multi_agent(
     if env_id != "Combat-v0":
         raise RlpipeError(f"multi-agent collection supports Combat-v0; got {env_id!r}")
     if fmt != "arrow":
-        raise RlpipeError(f"--format {fmt}: multi-agent datasets are Arrow-only (Minari's HDF5 has no multi-agent layout); use --format arrow")
+        raise RlpipeError(
+            f"--format {fmt}: multi-agent datasets are Arrow-only (Minari's HDF5 has no multi-agent layout); use --format arrow"
+        )
     if steps is not None or episodes is None:
         raise RlpipeError("multi-agent collection counts whole episodes: give --episodes N")
     check_budget(episodes, steps)
@@ -312,8 +373,16 @@ def collect_multi_agent(
     else:
         make_policy = lambda envs: random_team_policy(envs.rules.n_actions, seed)  # noqa: E731
     game = CombatRules(**rules)
-    with DatasetWriter(name or f"combat-{'expert' if expert else policy}", game.observation_space(), game.action_space(),
-                       env_id=env_id, store=store, fmt="arrow", force=force, multi_agent=True) as writer:
+    with DatasetWriter(
+        name or f"combat-{'expert' if expert else policy}",
+        game.observation_space(),
+        game.action_space(),
+        env_id=env_id,
+        store=store,
+        fmt="arrow",
+        force=force,
+        multi_agent=True,
+    ) as writer:
         collect_combat(writer.write, make_policy, episodes, num_envs, seed, rules)
         producer.update({"seed": seed, "num_envs": num_envs, "params": {"episodes": episodes}, "rules": rules})
         path = writer.finalize(producer)

@@ -65,17 +65,31 @@ def build_ensemble(config: Any, obs_dim: int, act_dim: int, device: torch.device
     return model, torch.optim.Adam(model.parameters(), config.model_lr, weight_decay=config.model_weight_decay)
 
 
-def fit_on(model: GaussianEnsemble, optimizer: torch.optim.Optimizer, batch: Batch, config: Any, generator: torch.Generator,
-           max_updates: int | None = None) -> FitReport:
+def fit_on(
+    model: GaussianEnsemble,
+    optimizer: torch.optim.Optimizer,
+    batch: Batch,
+    config: Any,
+    generator: torch.Generator,
+    max_updates: int | None = None,
+) -> FitReport:
     """Fit ``model`` on all transitions of ``batch`` with ``config``'s model_batch_size,
     model_max_epochs, model_patience and holdout_fraction (and at most ``max_updates``),
     scored on the outputs that planning and rollouts read (Δobs only with the known reward)."""
     x, y = transitions_to_xy(batch.obs, batch.actions, batch.rewards, batch.next_obs)
     scored = slice(0, model.obs_dim) if config.reward == "known" else slice(None)
     return fit_ensemble(
-        model, x, y, optimizer, holdout_fraction=config.holdout_fraction, batch_size=config.model_batch_size,
-        max_epochs=config.model_max_epochs, patience=config.model_patience, max_updates=max_updates,
-        scored_outputs=scored, generator=generator,
+        model,
+        x,
+        y,
+        optimizer,
+        holdout_fraction=config.holdout_fraction,
+        batch_size=config.model_batch_size,
+        max_epochs=config.model_max_epochs,
+        patience=config.model_patience,
+        max_updates=max_updates,
+        scored_outputs=scored,
+        generator=generator,
     )
 
 
@@ -100,7 +114,9 @@ def dataset_batch(data: OfflineData) -> Batch:
     return Batch(as_t(a.obs), as_t(actions), as_t(a.reward), as_t(a.next_obs), as_t(a.terminated))
 
 
-def load_dynamics(run_dir: str | Path, env_id: str, obs_dim: int, act_dim: int, device: torch.device) -> tuple[GaussianEnsemble, dict[str, Any]]:
+def load_dynamics(
+    run_dir: str | Path, env_id: str, obs_dim: int, act_dim: int, device: torch.device
+) -> tuple[GaussianEnsemble, dict[str, Any]]:
     """The ensemble saved in ``run_dir`` (a ``dynamics`` or ``pets`` run) and its metrics
     record; it must have been trained in ``env_id`` with these sizes."""
     ckpt = load_checkpoint(run_dir, device)
@@ -111,7 +127,9 @@ def load_dynamics(run_dir: str | Path, env_id: str, obs_dim: int, act_dim: int, 
         raise RlpipeError(f"the dynamics model in {run_dir} was trained for {ckpt.meta.get('env_id')}, not {env_id}")
     spec = policy["spec"]
     if (spec["obs_dim"], spec["act_dim"]) != (obs_dim, act_dim):
-        raise RlpipeError(f"the dynamics model in {run_dir} has obs/action sizes {spec['obs_dim']}/{spec['act_dim']}, not {obs_dim}/{act_dim}")
+        raise RlpipeError(
+            f"the dynamics model in {run_dir} has obs/action sizes {spec['obs_dim']}/{spec['act_dim']}, not {obs_dim}/{act_dim}"
+        )
     model = GaussianEnsemble(**spec).to(device)
     model.load_state_dict(ckpt.state_dict(DYNAMICS_MODULE))
     return model, ckpt.meta
@@ -119,8 +137,12 @@ def load_dynamics(run_dir: str | Path, env_id: str, obs_dim: int, act_dim: int, 
 
 @torch.no_grad()
 def branched_rollout(
-    env: ModelEnv, policy: Callable[[torch.Tensor], torch.Tensor], start: torch.Tensor, length: int,
-    into: ReplayBuffer, penalty: float = 0.0,
+    env: ModelEnv,
+    policy: Callable[[torch.Tensor], torch.Tensor],
+    start: torch.Tensor,
+    length: int,
+    into: ReplayBuffer,
+    penalty: float = 0.0,
 ) -> int:
     """Roll ``policy`` out in the model for ``length`` steps from the states ``start`` [N, o]
     and add every model transition to ``into``, with reward ``r - penalty * uncertainty``
@@ -152,6 +174,9 @@ class MixedBatches:
         if len(self.model) == 0:
             return self.real(batch_size)
         n_real = int(round(batch_size * self.real_ratio))
-        parts = [b for b in (self.real(n_real) if n_real else None, self.model.sample(batch_size - n_real) if n_real < batch_size else None) if b is not None]
+        parts = [
+            b
+            for b in (self.real(n_real) if n_real else None, self.model.sample(batch_size - n_real) if n_real < batch_size else None)
+            if b is not None
+        ]
         return parts[0] if len(parts) == 1 else Batch(*(torch.cat(cols) for cols in zip(*parts)))
-

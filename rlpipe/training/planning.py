@@ -31,8 +31,14 @@ class ModelEnv:
     ``terminated`` its known termination function.
     """
 
-    def __init__(self, model: GaussianEnsemble, action_space: spaces.Box, terminated: EnvFn, reward: EnvFn | None = None,
-                 generator: torch.Generator | None = None) -> None:
+    def __init__(
+        self,
+        model: GaussianEnsemble,
+        action_space: spaces.Box,
+        terminated: EnvFn,
+        reward: EnvFn | None = None,
+        generator: torch.Generator | None = None,
+    ) -> None:
         self.model, self.terminated_fn, self.reward_fn, self.generator = model, terminated, reward, generator
         device = next(model.parameters()).device
         low, high = (torch.as_tensor(np.asarray(b, np.float32), device=device) for b in (action_space.low, action_space.high))
@@ -41,7 +47,9 @@ class ModelEnv:
     def to_env(self, actions: torch.Tensor) -> torch.Tensor:
         return self.action_offset + self.action_scale * actions
 
-    def step(self, obs: torch.Tensor, actions: torch.Tensor, layers: Layers | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def step(
+        self, obs: torch.Tensor, actions: torch.Tensor, layers: Layers | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Rows [K, N, .] of K members (``layers``, default all) -> sampled next obs, reward
         and terminated flags."""
         next_obs, reward = self.model.sample(obs, actions, layers, self.generator)
