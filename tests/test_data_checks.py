@@ -3,7 +3,7 @@ loader, mapped reading, `datasets inspect` and `datasets validate` run one set o
 (`rlpipe.datasets.checks`): nulls, row and episode counts, NaN/inf, actions inside the space,
 chained next_obs for episodes datasets. Each case is a consistent dataset (sizes and hashes
 re-recorded), so only these checks can catch it. Also: the HDF5 copy against the Arrow data,
-and metadata JSON with NaN or Infinity (issue 22)."""
+and metadata JSON with NaN or Infinity."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Env specs read from datasets and runs build only registered envs: a spec or id that names
 other code is refused with one line before anything is imported or called, unless the user
-trusts it (--trust-env-spec or RLPIPE_TRUST_ENV_SPEC=1) (issue 22)."""
+trusts it (--trust-env-spec or RLPIPE_TRUST_ENV_SPEC=1)."""
 
 from __future__ import annotations
 

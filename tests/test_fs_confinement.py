@@ -1,4 +1,4 @@
-"""Locks, clean-up and names stay inside what rlpipe owns (issue 22): lock and cache files are
+"""Locks, clean-up and names stay inside what rlpipe owns: lock and cache files are
 never followed through links, recovery runs only in roots rlpipe created, and every name that
 becomes a path stays under its root."""
 

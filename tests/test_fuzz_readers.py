@@ -1,7 +1,7 @@
 """Fuzzing the readers of stored files: random mutations of a real dataset's metadata.json,
 truncated and bit-flipped shards, mutated checkpoint.json. Every outcome must be a clean
 RlpipeError (one line, exit 2 through the CLI) or a correct result: never another exception,
-never different numbers (issue 9). Derandomized, so failures reproduce; about 20 s."""
+never different numbers. Derandomized, so failures reproduce; about 20 s."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Multi-agent learning tests at small budgets, each beside a control that must fail.
 
-The full bars (issue 12: IPPO wins >= 0.80 on Combat, MADDPG's adversary >= -12 and good
+The full bars (IPPO wins >= 0.80 on Combat, MADDPG's adversary >= -12 and good
 agents >= 4 on simple_adversary after 5000 episodes) take minutes to tens of minutes; these
 budgets (~12-23 s of CPU per run) still need real learning. The MADDPG tests share one module
 fixture per seed: a MADDPG run, an independent-DDPG run and an untrained control.

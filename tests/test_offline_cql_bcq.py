@@ -119,9 +119,9 @@ def test_bcq_policy_picks_its_best_candidate_and_rebuilds_from_json() -> None:
 @pytest.mark.slow
 def test_discrete_cql_matches_the_cartpole_expert(offline_store: Path, learning_seed: int, record_property) -> None:
     """Trains until a 10-episode eval reaches 475, at most 3k updates: 1k fixed updates gave
-    343.1 on an Intel Xeon (issue 10), where floating-point paths differ as seeds do, and
+    343.1 on an Intel Xeon, where floating-point paths differ as seeds do, and
     gave 343.1 for seed 0 here too. Seeds 0-4 reach 500.0 after 2000, 1500, 2000, 1500 and
-    1000 updates (measured again in session 4: the same)."""
+    1000 updates (measured twice: the same)."""
     cql = get_algo("cql")
     config = cql.make_config(
         "CartPole-v1",

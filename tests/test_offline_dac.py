@@ -74,7 +74,7 @@ def test_dac_imitates_the_pendulum_expert_and_a_constant_reward_does_not(offline
     assert constant["discriminator_updates"] == 0  # the control never trains D
     # Measured (env steps, DAC on 20 fresh episodes, control), seeds 0-4: 4000, -527.7, -1291.8;
     # 5000, -478.2, -1288.8; 8000 (cap), -369.5, -1575.6; 8000 (cap), -912.1, -1577.8; 7000,
-    # -396.9, -1654.4 (seeds 0-3 reproduced to the digit in session 4; seed 4, whose earlier sweep
+    # -396.9, -1654.4 (seeds 0-3 reproduced to the digit; seed 4, whose earlier sweep
     # run errored without a trace, passes with no NaN or divergence). The runs' 100-episode
     # held-out returns, seeds 0-3: -516.3, -520.9, -444.3, -707.6.
     # At this budget DAC is early in its swing-up; trained on (15k env steps) seeds 0-2 score

@@ -51,7 +51,7 @@ def test_gail_learns_cartpole_from_30_expert_pairs(offline_store: Path, learning
     """A smoke and regression test of GAIL's loop (D trained on every rollout, PPO on its
     reward), not evidence of imitation: -log D is always positive and CartPole ends only on
     failure, so a constant reward learns it as well (PPO with reward 1 and these settings:
-    500.0, 500.0, 407.5 for seeds 0-2, issue 10). Imitation that survival cannot explain is
+    500.0, 500.0, 407.5 for seeds 0-2). Imitation that survival cannot explain is
     shown by DAC on Pendulum (tests/test_offline_dac.py)."""
     config = get_algo("gail").make_config(
         "CartPole-v1",

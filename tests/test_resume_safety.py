@@ -1,4 +1,4 @@
-"""Reading a run's resume state never runs code and refuses bad files with one line (issue 22).
+"""Reading a run's resume state never runs code and refuses bad files with one line.
 
 A saved SAC state (``.resume-run``: resume.safetensors + resume.json) is altered the way an
 attacker or a broken disk would alter it. `rlpipe train sac --resume RUN` and a fresh run of

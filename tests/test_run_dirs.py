@@ -1,4 +1,4 @@
-"""Run directories are written like datasets: locked, staged, published by renames (issue 9)."""
+"""Run directories are written like datasets: locked, staged, published by renames."""
 
 from __future__ import annotations
 

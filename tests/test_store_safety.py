@@ -1,5 +1,5 @@
 """Crashes, races and bad input around the store: verified loading, locks, atomic replace
-with recovery, stale work files, signals, bad paths and bad metadata (issue 9)."""
+with recovery, stale work files, signals, bad paths and bad metadata."""
 
 from __future__ import annotations
 
