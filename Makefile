@@ -13,7 +13,7 @@ D3RLPY_VENV := .bench-venvs/d3rlpy
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q $(PIP_FLAGS) -e '.[dev,ray,deploy]'
+	$(PY) -m pip install -q $(PIP_FLAGS) -e '.[dev,ray,deploy,mujoco,robotics]'
 	touch $(STAMP)
 
 install: $(STAMP)
