@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
@@ -24,6 +24,8 @@ def collect_command(
         "retrained when its params differ."
     ),
     expert_steps: Optional[int] = typer.Option(None, "--expert-steps", help="Env steps for training the expert (default: the tuned budget)."),
+    expert_set: list[str] = typer.Option([], "--expert-set", help="Set a config field of the expert's training, KEY=VALUE "
+                                         "(repeatable, checked like `rlpipe train --set`), e.g. --expert-set stop_at_return=1078."),
     from_training: bool = typer.Option(
         False, "--from-training", help="Store every transition the expert saw while training from scratch (mixed quality)."
     ),
@@ -51,7 +53,8 @@ def collect_command(
     if metrics is not None:
         check_output_file(metrics)  # before anything is collected
     collected = collect_dataset(
-        env, policy=policy, expert=expert, expert_run=expert_run, expert_steps=expert_steps, from_training=from_training,
+        env, policy=policy, expert=expert, expert_run=expert_run, expert_steps=expert_steps,
+        expert_settings=_expert_settings(expert, expert_set), from_training=from_training,
         stochastic=stochastic, episodes=episodes, steps=steps, seed=seed, num_envs=_num_envs(num_envs), name=name, fmt=fmt, store=store,
         force=force, progress=not quiet, info_keys=tuple(info_keys), backend=backend, workers=workers,
     )
@@ -60,6 +63,20 @@ def collect_command(
         atomic_write_text(metrics, json_text(summary))
     mean = "n/a (non-finite rewards)" if summary["return_mean"] is None else f"{summary['return_mean']:.2f}"
     typer.echo(f"wrote {collected.path}: {summary['episodes']} episodes, {summary['steps']} steps, mean return {mean}")
+
+
+def _expert_settings(expert: str | None, pairs: list[str]) -> dict[str, Any]:
+    """`--expert-set KEY=VALUE` pairs typed against the expert's config (torch is imported only then)."""
+    if not pairs:
+        return {}
+    if expert is None:
+        raise RlpipeError("--expert-set needs --expert (the algorithm whose training it sets)")
+    from rlpipe.algos import get_algo
+    from rlpipe.pipeline.experts import check_expert
+    from rlpipe.training.config import parse_settings
+
+    check_expert(expert)
+    return parse_settings(pairs, get_algo(expert).config_class)
 
 
 def _num_envs(value: str) -> int | None:

@@ -44,7 +44,7 @@ class ExpertProducer:
     deterministic: bool
     seed: int
     num_envs: int
-    params: dict[str, int | None]  # the collection budget: episodes or steps
+    params: dict[str, Any]  # the collection budget (episodes or steps), and expert_settings when given
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ class TrainingReplayProducer:
     checkpoint_sha256: str
     run_dir: str
     seed: int
-    params: dict[str, int | None]  # the training budget: expert_steps
+    params: dict[str, Any]  # the training budget (expert_steps), and expert_settings when given
     final_eval_return_mean: float | None
     mode: str = "training-replay"
 
@@ -90,6 +90,7 @@ def collect_dataset(
     expert: str | None = None,
     expert_run: Path | None = None,
     expert_steps: int | None = None,
+    expert_settings: dict[str, Any] | None = None,
     from_training: bool = False,
     stochastic: bool = False,
     episodes: int | None = None,
@@ -111,7 +112,9 @@ def collect_dataset(
     run in `expert_run` (default models/<expert>-<env>, retrained when its params differ) is
     loaded, or trained first, and rolled out (`stochastic`: sampled actions). With
     `from_training` the expert is trained from scratch and every transition it saw is
-    stored (a mixed-quality dataset). Give `episodes` or `steps` (whole episodes either way),
+    stored (a mixed-quality dataset). `expert_settings` are config fields of the expert's
+    training (typed, e.g. from `--expert-set`; `stop_at_return` stops it at a medium policy),
+    on top of `expert_steps` and `seed`. Give `episodes` or `steps` (whole episodes either way),
     except with `from_training`, whose budget is `expert_steps`. The default name is
     `<env>-random`, `<env>-expert` or `<env>-mixed`. Those `info_keys` the env reports are
     stored as `info`/`next_info` columns (not for training runs). The metadata gets reference
@@ -125,12 +128,15 @@ def collect_dataset(
     `workers` processes or Ray tasks (`rlpipe.pipeline.tasks`): the same bytes for any
     number of workers and either backend (but not the bytes of a single-process collection).
     """
+    if expert_settings and (expert is None or is_multi_agent(env_id)):
+        raise RlpipeError("--expert-set sets how an --expert sac|ppo is trained: give --expert (not with multi-agent envs)")
     if is_multi_agent(env_id):
         return collect_multi_agent(env_id, policy=policy, expert=expert, expert_run=expert_run, stochastic=stochastic,
                                    episodes=episodes, steps=steps, seed=seed, num_envs=num_envs or 8, name=name,
                                    fmt=fmt or "arrow", store=store, force=force)
     fmt = fmt or "arrow"
     _check_choice(policy, expert, from_training, episodes, steps)
+    overrides = expert_overrides(expert_steps, seed, expert_settings or {})
     if from_training and (backend is not None or workers is not None):
         raise RlpipeError("--from-training is one training run: it cannot be split over --workers/--backend")
     if num_envs is None:
@@ -143,17 +149,17 @@ def collect_dataset(
     with DatasetWriter(name or dataset_name(env_id, kind), obs_space, act_space, env_id=env_id, store=store, fmt=fmt, force=force,
                        info_space=info_space) as writer:
         if backend is not None or workers is not None:
-            producer, expert_return = _collect_in_tasks(expert, env_id, writer, expert_run, expert_steps, stochastic, rollout,
+            producer, expert_return = _collect_in_tasks(expert, env_id, writer, expert_run, overrides, stochastic, rollout,
                                                         backend or "local", workers or 1)
         elif expert is None:
             collect(env_id, lambda space, n: RandomPolicy(space, n, seed=seed), writer.write, **rollout)
             producer: Producer = RandomProducer(seed, num_envs, {"episodes": episodes, "steps": steps})
             expert_return = None
         elif from_training:
-            producer = _store_training_run(expert, env_id, writer, expert_run, expert_steps, seed, progress)
+            producer = _store_training_run(expert, env_id, writer, expert_run, overrides, progress)
             expert_return = producer.final_eval_return_mean
         else:
-            producer, expert_return = _roll_out_expert(expert, env_id, writer, expert_run, expert_steps, stochastic, rollout)
+            producer, expert_return = _roll_out_expert(expert, env_id, writer, expert_run, overrides, stochastic, rollout)
         path = writer.finalize(asdict(producer), reference_scores(env_id, expert_return))
     return CollectedDataset(path, writer.metadata)
 
@@ -193,7 +199,23 @@ def _check_choice(policy: str, expert: str | None, from_training: bool, episodes
         experts.check_expert(expert)
 
 
-def _collect_in_tasks(expert: str | None, env_id: str, writer: DatasetWriter, expert_run: Path | None, expert_steps: int | None,
+def expert_overrides(expert_steps: int | None, seed: int, settings: dict[str, Any]) -> dict[str, Any]:
+    """The expert's config overrides: `settings` (config fields) plus the budget and seed,
+    which have options of their own (`--expert-steps`, `--seed`) and are refused as settings."""
+    for key, option in (("seed", "--seed"), ("env_steps", "--expert-steps")):
+        if key in settings:
+            raise RlpipeError(f"--expert-set {key}: use {option}")
+    return {**settings, "env_steps": expert_steps, "seed": seed}
+
+
+def _expert_params(overrides: dict[str, Any]) -> dict[str, Any]:
+    """The producer's record of the expert's training settings (none: nothing, so older
+    datasets' metadata stays as it was)."""
+    settings = {k: v for k, v in overrides.items() if k not in ("env_steps", "seed")}
+    return {"expert_settings": settings} if settings else {}
+
+
+def _collect_in_tasks(expert: str | None, env_id: str, writer: DatasetWriter, expert_run: Path | None, overrides: dict[str, Any],
                       stochastic: bool, rollout: dict[str, Any], backend: str,
                       workers: int) -> tuple[RandomProducer | ExpertProducer, float | None]:
     """Collect `rollout`'s budget as tasks (`rlpipe.pipeline.tasks`); the expert, if any, is
@@ -206,8 +228,7 @@ def _collect_in_tasks(expert: str | None, env_id: str, writer: DatasetWriter, ex
         from rlpipe.pipeline import experts
 
         run_dir = expert_run or experts.default_run_dir(expert, env_id)
-        loaded, _ = experts.ensure_expert(expert, env_id, run_dir, {"env_steps": expert_steps, "seed": rollout["seed"]},
-                                          match_params=expert_run is None, deterministic=not stochastic,
+        loaded, _ = experts.ensure_expert(expert, env_id, run_dir, overrides, match_params=expert_run is None, deterministic=not stochastic,
                                           progress=rollout["show_progress"])
         policy = TaskPolicy(str(Path(run_dir).resolve()), not stochastic)
     tasks, mean_return = collect_tasks(writer, env_id, policy, **budget, seed=rollout["seed"], num_envs=rollout["num_envs"], backend=backend,
@@ -216,22 +237,22 @@ def _collect_in_tasks(expert: str | None, env_id: str, writer: DatasetWriter, ex
     if expert is None:
         return RandomProducer(rollout["seed"], rollout["num_envs"], params), None
     return ExpertProducer(expert, loaded.checkpoint_sha256, str(run_dir), not stochastic, rollout["seed"], rollout["num_envs"],
-                          params), mean_return
+                          {**params, **_expert_params(overrides)}), mean_return
 
 
-def _store_training_run(expert: str, env_id: str, writer: DatasetWriter, expert_run: Path | None, expert_steps: int | None,
-                        seed: int, progress: bool) -> TrainingReplayProducer:
+def _store_training_run(expert: str, env_id: str, writer: DatasetWriter, expert_run: Path | None, overrides: dict[str, Any],
+                        progress: bool) -> TrainingReplayProducer:
     """Train `expert` from scratch into its run directory, every transition going to `writer`."""
     from rlpipe.pipeline import experts
 
-    overrides = {"env_steps": expert_steps, "seed": seed}
     run_dir = expert_run or experts.expert_run_dir(expert, env_id, overrides)
     training = experts.collect_training_transitions(expert, env_id, writer, run_dir, overrides, progress=progress)
-    return TrainingReplayProducer(expert, training["checkpoint_sha256"], str(run_dir), seed, {"expert_steps": expert_steps},
+    return TrainingReplayProducer(expert, training["checkpoint_sha256"], str(run_dir), overrides["seed"],
+                                  {"expert_steps": overrides["env_steps"], **_expert_params(overrides)},
                                   training.get("eval_return_mean"))
 
 
-def _roll_out_expert(expert: str, env_id: str, writer: DatasetWriter, expert_run: Path | None, expert_steps: int | None,
+def _roll_out_expert(expert: str, env_id: str, writer: DatasetWriter, expert_run: Path | None, overrides: dict[str, Any],
                      stochastic: bool, rollout: dict[str, Any]) -> tuple[ExpertProducer, float]:
     """Load (or first train) the expert and collect `rollout`'s budget of its episodes into
     `writer`; returns the producer record and the mean return of the stored episodes.
@@ -241,13 +262,12 @@ def _roll_out_expert(expert: str, env_id: str, writer: DatasetWriter, expert_run
     """
     from rlpipe.pipeline import experts
 
-    overrides = {"env_steps": expert_steps, "seed": rollout["seed"]}
     run_dir = expert_run or experts.expert_run_dir(expert, env_id, overrides)
     loaded, _ = experts.ensure_expert(expert, env_id, run_dir, overrides, match_params=expert_run is None,
                                       deterministic=not stochastic, progress=rollout["show_progress"])
     stats = collect(env_id, lambda space, n: loaded, writer.write, **rollout)
     producer = ExpertProducer(expert, loaded.checkpoint_sha256, str(run_dir), not stochastic, rollout["seed"], rollout["num_envs"],
-                              {"episodes": rollout["episodes"], "steps": rollout["steps"]})
+                              {"episodes": rollout["episodes"], "steps": rollout["steps"], **_expert_params(overrides)})
     return producer, stats.mean_return
 
 
