@@ -7,7 +7,7 @@ BROWSER_STAMP := $(VENV)/.browser
 # d3rlpy pins gymnasium 1.0.0, so the offline peer gets a virtualenv of its own.
 D3RLPY_VENV := .bench-venvs/d3rlpy
 
-.PHONY: install repro test bench clean
+.PHONY: install repro d4rl test bench clean
 
 # Re-install only when the project's dependency files change.
 $(STAMP): pyproject.toml constraints.txt
@@ -21,6 +21,10 @@ install: $(STAMP)
 # Stage commands call `rlpipe`, so the venv's bin goes first on PATH.
 repro: $(STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/dvc repro
+
+# The D4RL-style MuJoCo datasets and offline runs (benchmarks/d4rl; days of CPU at full size: docs/d4rl.md).
+d4rl: $(STAMP)
+	cd benchmarks/d4rl && PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(CURDIR)/$(VENV)/bin/dvc repro
 
 # The report's browser test opens report pages in Debian's chromium, installed here where apt-get can.
 $(BROWSER_STAMP): $(STAMP)
