@@ -5,10 +5,7 @@ reference returns."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import minari
@@ -19,7 +16,7 @@ import yaml
 from rlpipe.datasets.loader import load_dataset
 from rlpipe.datasets.store import list_datasets
 from rlpipe.datasets.validate import validate_dataset
-from tests.test_pipeline import BASE_DEPS, PACKAGES, key_paths
+from tests.test_pipeline import BASE_DEPS, PACKAGES, dvc_repro_in_copy, key_paths
 
 REPO = Path(__file__).resolve().parents[1]
 PIPELINE = REPO / "benchmarks" / "d4rl"
@@ -65,18 +62,8 @@ def test_root_pipeline_does_not_run_it() -> None:
 
 @pytest.mark.slow
 def test_dvc_repro_builds_every_dataset_and_run(tmp_path: Path) -> None:
-    work = tmp_path / "repo"
-    pipeline = work / "benchmarks" / "d4rl"
-    pipeline.mkdir(parents=True)
-    shutil.copy(PIPELINE / "dvc.yaml", pipeline / "dvc.yaml")
-    shutil.copy(REPO / "tests" / "d4rl_smoke_params.yaml", pipeline / "params.yaml")
-    shutil.copytree(REPO / "rlpipe", work / "rlpipe", ignore=shutil.ignore_patterns("__pycache__"))
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    env.pop("RLPIPE_DATASETS", None)
-    dvc = [sys.executable, "-m", "dvc"]
-    subprocess.run([*dvc, "init", "--no-scm", "-q"], cwd=work, env=env, check=True)
-    run = subprocess.run([*dvc, "repro"], cwd=pipeline, env=env, capture_output=True, text=True)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    pipeline = tmp_path / "repo" / "benchmarks" / "d4rl"
+    dvc, env = dvc_repro_in_copy(tmp_path / "repo", "benchmarks/d4rl", REPO / "tests" / "d4rl_smoke_params.yaml")
     status = subprocess.run([*dvc, "status", "--json"], cwd=pipeline, env=env, capture_output=True, text=True, check=True)
     assert json.loads(status.stdout) == {}  # every stage ran and is up to date
 
