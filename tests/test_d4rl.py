@@ -62,6 +62,7 @@ def test_root_pipeline_does_not_run_it() -> None:
 
 @pytest.mark.slow
 def test_dvc_repro_builds_every_dataset_and_run(tmp_path: Path) -> None:
+    """Every stage with the smoke profile: about 170 CPU-s (16 rlpipe processes)."""
     pipeline = tmp_path / "repo" / "benchmarks" / "d4rl"
     dvc, env = dvc_repro_in_copy(tmp_path / "repo", "benchmarks/d4rl", REPO / "tests" / "d4rl_smoke_params.yaml")
     status = subprocess.run([*dvc, "status", "--json"], cwd=pipeline, env=env, capture_output=True, text=True, check=True)
