@@ -209,8 +209,8 @@ def expert_overrides(expert_steps: int | None, seed: int, settings: dict[str, An
 
 
 def _expert_params(overrides: dict[str, Any]) -> dict[str, Any]:
-    """The producer's record of the expert's training settings (none: nothing, so older
-    datasets' metadata stays as it was)."""
+    """The producer's record of the expert's training settings, only when some were given
+    (a collection without them keeps the plain budget record)."""
     settings = {k: v for k, v in overrides.items() if k not in ("env_steps", "seed")}
     return {"expert_settings": settings} if settings else {}
 
