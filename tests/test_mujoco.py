@@ -96,7 +96,7 @@ def test_ddpg_her_solves_fetch_reach_and_without_her_does_not(learning_seed: int
     above it (env steps, seeds 0-4): 8000, 6000, 7000, 9000, 9000; success at 10k: 0.85, 1.0,
     1.0, 1.0, 1.0 (evaluations of 20 episodes dip: seed 1 was at 0.65 at 8000, hence the first
     reaching, not the last, is asserted). The control, the same runs with her=false: success
-    0.0 at every evaluation (seeds 0-3 measured). About 95 CPU-s per run."""
+    0.0 at every evaluation for seeds 0-4. About 95 CPU-s per run."""
     her = get_algo("ddpg-her")
     best = {}
     for relabel in (True, False):
