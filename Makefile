@@ -4,7 +4,7 @@ FIND_LINKS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 PIP_FLAGS := -c constraints.txt $(FIND_LINKS)
 STAMP := $(VENV)/.installed
 # The extras make install, make test and make lock use.
-EXTRAS := dev,ray,deploy
+EXTRAS := dev,ray,deploy,mujoco,robotics
 BENCH_STAMP := $(VENV)/.installed-bench
 BROWSER_STAMP := $(VENV)/.browser
 # d3rlpy pins gymnasium 1.0.0, so the offline peer gets a virtualenv of its own, pinned
@@ -13,7 +13,7 @@ D3RLPY_VENV := .bench-venvs/d3rlpy
 TORCH_PIN = $(shell grep '^torch==' constraints.txt)
 LOCK_VENV := .lock-venv
 
-.PHONY: install deps lock repro test check docs results bench clean
+.PHONY: install deps lock repro d4rl test check docs results bench clean
 
 # Re-install only when the project's dependency files change.
 $(STAMP): pyproject.toml constraints.txt
@@ -41,6 +41,10 @@ deps: $(STAMP)
 repro: $(STAMP)
 	$(PY) -m rlpipe.pipeline.stage_deps  # a stale dvc.yaml would skip stages an edit touched
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/dvc repro
+
+# The D4RL-style MuJoCo datasets and offline runs (benchmarks/d4rl; days of CPU at full size: docs/d4rl.md).
+d4rl: $(STAMP)
+	cd benchmarks/d4rl && PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(CURDIR)/$(VENV)/bin/dvc repro
 
 # The report's browser test opens report pages in Debian's chromium, installed here where apt-get can.
 $(BROWSER_STAMP): $(STAMP)

@@ -120,3 +120,49 @@ def test_default_expert_dir_is_never_overwritten_by_other_params(store: Path, tm
         "--quiet",
     )
     assert wrong.code == 2 and "holds a ppo run on CartPole-v1" in wrong.err
+
+
+def test_expert_set_reaches_the_experts_training(store: Path, tmp_path: Path, cli) -> None:
+    # A bar every evaluation clears stops the training run at its first evaluation (200 of 600
+    # steps); the same settings without it store all 600 steps (the control).
+    common = [
+        "collect",
+        "--expert",
+        "sac",
+        "--from-training",
+        "--env",
+        "Pendulum-v1",
+        "--expert-steps",
+        "600",
+        "--store",
+        store,
+        "--quiet",
+        "--expert-set",
+        "eval_every=200",
+        "--expert-set",
+        "eval_episodes=1",
+        "--expert-set",
+        "hidden=[16, 16]",
+        "--expert-set",
+        "heldout_eval_episodes=0",
+    ]
+    stopped = cli(*common, "--expert-set", "stop_at_return=-1e9", "--expert-run", tmp_path / "stopped", "--name", "stopped")
+    full = cli(*common, "--expert-run", tmp_path / "full", "--name", "full")
+    assert stopped.code == 0 and full.code == 0, stopped.err + full.err
+    assert len(load_dataset("stopped", store)) == 200 and len(load_dataset("full", store)) == 600
+    producer = open_dataset("stopped", store).metadata["producer"]
+    assert producer["params"]["expert_settings"]["stop_at_return"] == -1e9
+    assert load_policy(tmp_path / "stopped").config["hidden"] == [16, 16]
+
+
+def test_expert_set_bad_input(store: Path, cli) -> None:
+    for args, message in [
+        (["--expert", "sac", "--expert-set", "hiden=[16]"], "unknown setting 'hiden'"),
+        (["--expert", "sac", "--expert-set", "batch_size=many"], "setting batch_size='many': expected"),
+        (["--expert", "sac", "--expert-set", "seed=3"], "--expert-set seed: use --seed"),
+        (["--expert", "sac", "--expert-set", "env_steps=3"], "--expert-set env_steps: use --expert-steps"),
+        (["--expert-set", "batch_size=64"], "--expert-set needs --expert"),
+    ]:
+        result = cli("collect", "--env", "Pendulum-v1", *args, "--episodes", "1", "--store", store, "--quiet")
+        assert result.code == 2 and message in result.err and len(result.err.strip().splitlines()) == 1, result.err
+    assert store_contents(store) == []

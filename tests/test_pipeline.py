@@ -31,12 +31,13 @@ def test_smoke_profile_mirrors_params() -> None:
     assert key_paths(smoke) == key_paths(params)
 
 
-@pytest.mark.slow
-def test_dvc_repro_runs_every_stage(tmp_path: Path) -> None:
-    work = tmp_path / "repo"
-    work.mkdir()
-    shutil.copy(REPO / "dvc.yaml", work / "dvc.yaml")
-    shutil.copy(REPO / "tests" / "smoke_params.yaml", work / "params.yaml")
+def dvc_repro_in_copy(work: Path, pipeline: str, params: Path) -> tuple[list[str], dict[str, str]]:
+    """Copy the pipeline `pipeline` (a dvc.yaml's folder in the repo, "." for the root one) with
+    `params` as its params.yaml, and the rlpipe package its stages depend on, into a new DVC
+    project `work`; run `dvc repro` there. Returns the dvc command and the environment it ran in."""
+    (work / pipeline).mkdir(parents=True)
+    shutil.copy(REPO / pipeline / "dvc.yaml", work / pipeline / "dvc.yaml")
+    shutil.copy(params, work / pipeline / "params.yaml")
     # Stages depend on the code that produces their outputs.
     shutil.copytree(REPO / "rlpipe", work / "rlpipe", ignore=shutil.ignore_patterns("__pycache__"))
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
@@ -45,16 +46,24 @@ def test_dvc_repro_runs_every_stage(tmp_path: Path) -> None:
     subprocess.run([*dvc, "init", "--no-scm", "-q"], cwd=work, env=env, check=True)
     shutil.copy(REPO / ".dvc" / "config", work / ".dvc" / "config")
     subprocess.run([*dvc, "config", "core.no_scm", "true"], cwd=work, env=env, check=True)
+    run = subprocess.run([*dvc, "repro"], cwd=work / pipeline, env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    return dvc, env
+
+
+@pytest.mark.slow
+def test_dvc_repro_runs_every_stage(tmp_path: Path) -> None:
+    work = tmp_path / "repo"
+    dvc, env = dvc_repro_in_copy(work, ".", REPO / "tests" / "smoke_params.yaml")
 
     def changed_stages() -> set[str]:
         status = subprocess.run([*dvc, "status", "--json"], cwd=work, env=env, capture_output=True, text=True, check=True)
         return set(json.loads(status.stdout))
 
-    stages = changed_stages()  # before the first run: every stage
-    assert {s.split("@")[0] for s in stages} >= {"collect_random", "train_offline-cql", "report"}
-    run = subprocess.run([*dvc, "repro"], cwd=work, env=env, capture_output=True, text=True)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert changed_stages() == set()  # every stage ran and is up to date
+    listed = subprocess.run([*dvc, "stage", "list", "--name-only"], cwd=work, env=env, capture_output=True, text=True, check=True)
+    stages = set(listed.stdout.split())
+    assert {s.split("@")[0] for s in stages} >= {"collect_random", "merge_datasets", "filter_datasets", "train_offline-cql", "report"}
 
     smoke = yaml.safe_load((REPO / "tests" / "smoke_params.yaml").read_text())
     datasets = {info.name: info for info in list_datasets(work / "datasets")}
@@ -64,6 +73,8 @@ def test_dvc_repro_runs_every_stage(tmp_path: Path) -> None:
         assert datasets[name].metadata["total_steps"] == settings["expert_steps"]
     for name, settings in smoke["relabel_her"].items():
         assert datasets[name].metadata["provenance"]["source_dataset"] == settings["dataset"]
+    for name, settings in smoke["merge_datasets"].items():
+        assert [p["name"] for p in datasets[name].metadata["lineage"]["parents"]] == [settings["first"], settings["second"]]
     for info in datasets.values():
         assert validate_dataset(info) == []
 

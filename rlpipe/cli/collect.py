@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -25,6 +26,12 @@ def collect_command(
         help="Use this expert run as it is (trained there if missing). Default: models/<expert>-<env>, retrained when its params differ.",
     ),
     expert_steps: int | None = typer.Option(None, "--expert-steps", help="Env steps for training the expert (default: the tuned budget)."),
+    expert_set: list[str] = typer.Option(
+        [],
+        "--expert-set",
+        help="Set a config field of the expert's training, KEY=VALUE "
+        "(repeatable, checked like `rlpipe train --set`), e.g. --expert-set stop_at_return=1078.",
+    ),
     from_training: bool = typer.Option(
         False, "--from-training", help="Store every transition the expert saw while training from scratch (mixed quality)."
     ),
@@ -80,6 +87,7 @@ def collect_command(
         expert=expert,
         expert_run=expert_run,
         expert_steps=expert_steps,
+        expert_settings=_expert_settings(expert, expert_set),
         from_training=from_training,
         stochastic=stochastic,
         episodes=episodes,
@@ -100,6 +108,20 @@ def collect_command(
         atomic_write_text(metrics, json_text(summary))
     mean = "n/a (non-finite rewards)" if summary["return_mean"] is None else f"{summary['return_mean']:.2f}"
     typer.echo(f"wrote {collected.path}: {summary['episodes']} episodes, {summary['steps']} steps, mean return {mean}")
+
+
+def _expert_settings(expert: str | None, pairs: list[str]) -> dict[str, Any]:
+    """`--expert-set KEY=VALUE` pairs typed against the expert's config (torch is imported only then)."""
+    if not pairs:
+        return {}
+    if expert is None:
+        raise RlpipeError("--expert-set needs --expert (the algorithm whose training it sets)")
+    from rlpipe.algos import get_algo
+    from rlpipe.pipeline.experts import check_expert
+    from rlpipe.training.config import parse_settings
+
+    check_expert(expert)
+    return parse_settings(pairs, get_algo(expert).config_class)
 
 
 def _num_envs(value: str) -> int | None:

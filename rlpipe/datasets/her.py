@@ -78,10 +78,14 @@ def goal_functions(env_id: str | None) -> tuple[Callable[..., np.ndarray], Calla
     if not hasattr(env, "compute_reward"):
         raise RlpipeError(f"env {env_id!r} has no compute_reward(achieved_goal, desired_goal, info); HER needs it")
 
-    def never(achieved: np.ndarray, desired: np.ndarray, info: Any) -> np.ndarray:
-        return np.zeros(achieved.shape[:-1], dtype=bool)
+    env_terminated = getattr(env, "compute_terminated", None)
 
-    return env.compute_reward, getattr(env, "compute_terminated", never)
+    def compute_terminated(achieved: np.ndarray, desired: np.ndarray, info: Any) -> np.ndarray:
+        # One flag per row: the robotics envs' compute_terminated returns a single False for any batch.
+        value = False if env_terminated is None else env_terminated(achieved, desired, info)
+        return np.broadcast_to(np.asarray(value, dtype=bool), achieved.shape[:-1])
+
+    return env.compute_reward, compute_terminated
 
 
 def _relabelled_rows(

@@ -45,7 +45,7 @@ class ExpertProducer:
     deterministic: bool
     seed: int
     num_envs: int
-    params: dict[str, int | None]  # the collection budget: episodes or steps
+    params: dict[str, Any]  # the collection budget (episodes or steps), and expert_settings when given
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ class TrainingReplayProducer:
     checkpoint_sha256: str
     run_dir: str
     seed: int
-    params: dict[str, int | None]  # the training budget: expert_steps
+    params: dict[str, Any]  # the training budget (expert_steps), and expert_settings when given
     final_eval_return_mean: float | None
     mode: str = "training-replay"
 
@@ -96,6 +96,7 @@ def collect_dataset(
     expert: str | None = None,
     expert_run: Path | None = None,
     expert_steps: int | None = None,
+    expert_settings: dict[str, Any] | None = None,
     from_training: bool = False,
     stochastic: bool = False,
     episodes: int | None = None,
@@ -117,7 +118,9 @@ def collect_dataset(
     run in `expert_run` (default models/<expert>-<env>, retrained when its params differ) is
     loaded, or trained first, and rolled out (`stochastic`: sampled actions). With
     `from_training` the expert is trained from scratch and every transition it saw is
-    stored (a mixed-quality dataset). Give `episodes` or `steps` (whole episodes either way),
+    stored (a mixed-quality dataset). `expert_settings` are config fields of the expert's
+    training (typed, e.g. from `--expert-set`; `stop_at_return` stops it at a medium policy),
+    on top of `expert_steps` and `seed`. Give `episodes` or `steps` (whole episodes either way),
     except with `from_training`, whose budget is `expert_steps`. The default name is
     `<env>-random`, `<env>-expert` or `<env>-mixed`. Those `info_keys` the env reports are
     stored as `info`/`next_info` columns (not for training runs). The metadata gets reference
@@ -134,6 +137,8 @@ def collect_dataset(
     check_seed(seed)
     if num_envs is not None:
         check_num_envs(num_envs)
+    if expert_settings and (expert is None or is_multi_agent(env_id)):
+        raise RlpipeError("--expert-set sets how an --expert sac|ppo is trained: give --expert (not with multi-agent envs)")
     if is_multi_agent(env_id):
         return collect_multi_agent(
             env_id,
@@ -152,6 +157,7 @@ def collect_dataset(
         )
     fmt = fmt or "arrow"
     _check_choice(policy, expert, from_training, episodes, steps, expert_steps)
+    overrides = expert_overrides(expert_steps, seed, expert_settings or {})
     if from_training and (backend is not None or workers is not None):
         raise RlpipeError("--from-training is one training run: it cannot be split over --workers/--backend")
     if num_envs is None:
@@ -172,17 +178,17 @@ def collect_dataset(
     ) as writer:
         if backend is not None or workers is not None:
             producer, expert_return = _collect_in_tasks(
-                expert, env_id, writer, expert_run, expert_steps, stochastic, rollout, backend or "local", workers or 1
+                expert, env_id, writer, expert_run, overrides, stochastic, rollout, backend or "local", workers or 1
             )
         elif expert is None:
             collect(env_id, lambda space, n: RandomPolicy(space, n, seed=seed), writer.write, **rollout)
             producer: Producer = RandomProducer(seed, num_envs, {"episodes": episodes, "steps": steps})
             expert_return = None
         elif from_training:
-            producer = _store_training_run(expert, env_id, writer, expert_run, expert_steps, seed, progress)
+            producer = _store_training_run(expert, env_id, writer, expert_run, overrides, progress)
             expert_return = producer.final_eval_return_mean
         else:
-            producer, expert_return = _roll_out_expert(expert, env_id, writer, expert_run, expert_steps, stochastic, rollout)
+            producer, expert_return = _roll_out_expert(expert, env_id, writer, expert_run, overrides, stochastic, rollout)
         path = writer.finalize(asdict(producer), reference_scores(env_id, expert_return))
     return CollectedDataset(path, writer.metadata)
 
@@ -229,12 +235,28 @@ def _check_choice(
         experts.check_expert(expert)
 
 
+def expert_overrides(expert_steps: int | None, seed: int, settings: dict[str, Any]) -> dict[str, Any]:
+    """The expert's config overrides: `settings` (config fields) plus the budget and seed,
+    which have options of their own (`--expert-steps`, `--seed`) and are refused as settings."""
+    for key, option in (("seed", "--seed"), ("env_steps", "--expert-steps")):
+        if key in settings:
+            raise RlpipeError(f"--expert-set {key}: use {option}")
+    return {**settings, "env_steps": expert_steps, "seed": seed}
+
+
+def _expert_params(overrides: dict[str, Any]) -> dict[str, Any]:
+    """The producer's record of the expert's training settings, only when some were given
+    (a collection without them keeps the plain budget record)."""
+    settings = {k: v for k, v in overrides.items() if k not in ("env_steps", "seed")}
+    return {"expert_settings": settings} if settings else {}
+
+
 def _collect_in_tasks(
     expert: str | None,
     env_id: str,
     writer: DatasetWriter,
     expert_run: Path | None,
-    expert_steps: int | None,
+    overrides: dict[str, Any],
     stochastic: bool,
     rollout: dict[str, Any],
     backend: str,
@@ -254,7 +276,7 @@ def _collect_in_tasks(
             expert,
             env_id,
             run_dir,
-            {"env_steps": expert_steps, "seed": rollout["seed"]},
+            overrides,
             match_params=expert_run is None,
             deterministic=not stochastic,
             progress=rollout["show_progress"],
@@ -267,21 +289,31 @@ def _collect_in_tasks(
     if expert is None:
         return RandomProducer(rollout["seed"], rollout["num_envs"], params), None
     return ExpertProducer(
-        expert, loaded.checkpoint_sha256, str(run_dir), not stochastic, rollout["seed"], rollout["num_envs"], params
+        expert,
+        loaded.checkpoint_sha256,
+        str(run_dir),
+        not stochastic,
+        rollout["seed"],
+        rollout["num_envs"],
+        {**params, **_expert_params(overrides)},
     ), mean_return
 
 
 def _store_training_run(
-    expert: str, env_id: str, writer: DatasetWriter, expert_run: Path | None, expert_steps: int | None, seed: int, progress: bool
+    expert: str, env_id: str, writer: DatasetWriter, expert_run: Path | None, overrides: dict[str, Any], progress: bool
 ) -> TrainingReplayProducer:
     """Train `expert` from scratch into its run directory, every transition going to `writer`."""
     from rlpipe.pipeline import experts
 
-    overrides = {"env_steps": expert_steps, "seed": seed}
     run_dir = expert_run or experts.expert_run_dir(expert, env_id, overrides)
     training = experts.collect_training_transitions(expert, env_id, writer, run_dir, overrides, progress=progress)
     return TrainingReplayProducer(
-        expert, training["checkpoint_sha256"], str(run_dir), seed, {"expert_steps": expert_steps}, training.get("eval_return_mean")
+        expert,
+        training["checkpoint_sha256"],
+        str(run_dir),
+        overrides["seed"],
+        {"expert_steps": overrides["env_steps"], **_expert_params(overrides)},
+        training.get("eval_return_mean"),
     )
 
 
@@ -290,7 +322,7 @@ def _roll_out_expert(
     env_id: str,
     writer: DatasetWriter,
     expert_run: Path | None,
-    expert_steps: int | None,
+    overrides: dict[str, Any],
     stochastic: bool,
     rollout: dict[str, Any],
 ) -> tuple[ExpertProducer, float]:
@@ -302,7 +334,6 @@ def _roll_out_expert(
     """
     from rlpipe.pipeline import experts
 
-    overrides = {"env_steps": expert_steps, "seed": rollout["seed"]}
     run_dir = expert_run or experts.expert_run_dir(expert, env_id, overrides)
     loaded, _ = experts.ensure_expert(
         expert, env_id, run_dir, overrides, match_params=expert_run is None, deterministic=not stochastic, progress=rollout["show_progress"]
@@ -315,7 +346,7 @@ def _roll_out_expert(
         not stochastic,
         rollout["seed"],
         rollout["num_envs"],
-        {"episodes": rollout["episodes"], "steps": rollout["steps"]},
+        {"episodes": rollout["episodes"], "steps": rollout["steps"], **_expert_params(overrides)},
     )
     return producer, stats.mean_return
 
