@@ -221,6 +221,10 @@ def _check_choice(
     the store is touched)."""
     if expert is None and policy not in POLICIES:
         raise RlpipeError(f"unknown policy {policy!r}: use --policy random, or --expert ppo|sac")
+    if expert is not None:
+        from rlpipe.pipeline import experts  # torch: only collections with an expert import it
+
+        experts.check_expert(expert)
     if from_training and expert is None:
         raise RlpipeError("--from-training needs --expert (the algorithm to train)")
     if from_training and (episodes is not None or steps is not None):
@@ -229,10 +233,6 @@ def _check_choice(
         check_budget(episodes, steps)
     if expert_steps is not None and expert_steps < 1:
         raise RlpipeError(f"--expert-steps must be at least 1, got {expert_steps}")
-    if expert is not None:
-        from rlpipe.pipeline import experts  # torch: only collections with an expert import it
-
-        experts.check_expert(expert)
 
 
 def expert_overrides(expert_steps: int | None, seed: int, settings: dict[str, Any]) -> dict[str, Any]:

@@ -128,7 +128,7 @@ class CEMPlanner:
 
     def reset(self, rows: np.ndarray | None = None) -> None:
         """Plan the next step of the envs at ``rows`` (a mask; None: all) afresh."""
-        if rows is None or self.plan is None:
+        if rows is None or self.plan is None or len(rows) != self.plan.shape[0]:  # another batch starts afresh anyway
             self.plan = None
         elif rows.any():
             self.plan[torch.as_tensor(rows, device=self.plan.device)] = 0.0  # a zero plan is a fresh start
