@@ -146,6 +146,8 @@ def test_planner_warm_starts_from_its_shifted_plan_and_checks_its_settings() -> 
     kept = planner.plan[[0, 2]].clone()
     planner.reset(np.array([False, True, False]))  # env 1 starts a new episode
     assert planner.plan[1].abs().sum() == 0 and torch.equal(planner.plan[[0, 2]], kept)
+    planner.reset(np.ones(2, bool))  # a batch of another size (an evaluation's envs) starts afresh
+    assert planner.plan is None
     with pytest.raises(RlpipeError, match="multiple of the 2 elite members"):
         CEMPlanner(env, CEMSettings(population=5), 1)
 
