@@ -13,7 +13,7 @@ D3RLPY_VENV := .bench-venvs/d3rlpy
 TORCH_PIN = $(shell grep '^torch==' constraints.txt)
 LOCK_VENV := .lock-venv
 
-.PHONY: install deps lock repro d4rl test check docs results bench clean
+.PHONY: install deps lock repro d4rl test test-heavy check docs results bench clean
 
 # Re-install only when the project's dependency files change.
 $(STAMP): pyproject.toml constraints.txt
@@ -55,7 +55,12 @@ $(BROWSER_STAMP): $(STAMP)
 # One test process per core (the learning tests use one torch thread each); tests that share
 # a resource (a Ray session) declare an xdist_group, which loadgroup keeps in one process.
 test: $(STAMP) $(BROWSER_STAMP)
-	$(PY) -m pytest -q -n auto --dist loadgroup
+	$(PY) -m pytest -q -n auto --dist loadgroup -m "not heavy"
+
+# The heavy learning tests (MuJoCo, Fetch, the D4RL chain, FQE's ranking), kept out of the
+# default suite so that it stays under 15 minutes on 2 cores; CI runs them after it.
+test-heavy: $(STAMP)
+	$(PY) -m pytest -q -n auto --dist loadgroup -m heavy
 
 # Lint, format and type checks (.ci/run runs them beside the tests).
 check: $(STAMP)

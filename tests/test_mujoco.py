@@ -85,6 +85,7 @@ HOPPER_BAR = 220.0  # zero action scores 131-149 on the eval seeds of seeds 0-4,
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_sac_on_hopper_beats_the_controls_within_a_cap(learning_seed: int, non_learning_returns, record_property) -> None:
     """SAC with small nets (128x128, batch 128, lr 1e-3: a third of the papers' 256x256 CPU per
     update) reaches the bar within a 15k-step cap. Reached at (env steps, seeds 0-4): 6000, 6000,
@@ -116,6 +117,7 @@ FETCH_BAR = 0.9  # success rate of an evaluation (20 episodes)
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_ddpg_her_solves_fetch_reach_and_without_her_does_not(learning_seed: int, record_property) -> None:
     """DDPG+HER with FetchReach's tuned settings and exploration noise 0.2 reaches the bar at an
     evaluation (every 1000 steps) within 10k env steps (200 episodes). First evaluation at or

@@ -26,6 +26,7 @@ TORQUE_SHARES = (1.0, 0.8, 0.65, 0.5, 0.4, 0.3, 0.15, 0.0)
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_fqe_ranks_eight_pendulum_policies_like_their_true_returns(offline_store: Path, learning_seed: int, record_property) -> None:
     """The offline store's SAC run (10k steps) with its torque scaled down: true returns from
     50 held-out episodes each, FQE estimates from pendulum-mixed (that run's replay)."""
