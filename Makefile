@@ -74,7 +74,7 @@ docs: $(STAMP)
 
 # docs/results.md from the pipeline's metrics (after make repro).
 results: $(STAMP)
-	$(VENV)/bin/rlpipe report 'models/*' --out report --datasets datasets --markdown docs/results.md
+	$(VENV)/bin/rlpipe report 'models/*' --out report --datasets datasets --ope ope/fqe-pendulum-mixed.json --markdown docs/results.md
 
 # Peers for the side-by-side benchmarks (Minari's DataCollector needs jax, SB3, d3rlpy).
 $(BENCH_STAMP): $(STAMP)

@@ -12,14 +12,8 @@ import pytest
 from rlpipe.algos import load_policy
 from rlpipe.datasets.loader import load_dataset
 from rlpipe.pipeline.ope import FQEConfig, fitted_q_evaluation
+from rlpipe.pipeline.report import spearman
 from rlpipe.training.evaluation import evaluate
-
-
-def spearman(a: list[float], b: list[float]) -> float:
-    """Spearman's rank correlation (no ties): the Pearson correlation of the ranks."""
-    ranks = [np.argsort(np.argsort(values)) for values in (a, b)]
-    return float(np.corrcoef(*ranks)[0, 1])
-
 
 # Fractions of the expert's torque: eight deterministic policies from swing-up to hanging.
 TORQUE_SHARES = (1.0, 0.8, 0.65, 0.5, 0.4, 0.3, 0.15, 0.0)
@@ -69,9 +63,11 @@ def test_fqe_command_prints_an_estimate_and_refuses_another_env(cli, tmp_path: P
         ).code
         == 0
     )
-    result = cli("ope", "fqe", run, "--dataset", "pendulum-random", "--store", store, "--updates", "50", "--json")
+    out = tmp_path / "fqe.json"
+    result = cli("ope", "fqe", run, "--dataset", "pendulum-random", "--store", store, "--updates", "50", "--json", "--out", out)
     assert result.code == 0, result.err
     (report,) = json.loads(result.out)
+    assert json.loads(out.read_text()) == [report]  # the file `rlpipe report --ope` reads
     assert report["initial_states"] == 4 and np.isfinite(report["estimate"]) and report["config"]["updates"] == 50
     wrong = cli("ope", "fqe", run, "--dataset", "cartpole-random", "--store", store)
     assert wrong.code == 2 and "CartPole-v1" in wrong.err and len(wrong.err.strip().splitlines()) == 1

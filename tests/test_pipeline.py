@@ -77,6 +77,8 @@ def test_dvc_repro_runs_every_stage(tmp_path: Path) -> None:
         assert [p["name"] for p in datasets[name].metadata["lineage"]["parents"]] == [settings["first"], settings["second"]]
     for info in datasets.values():
         assert validate_dataset(info) == []
+    page = (work / "report" / "index.html").read_text()  # FQE's estimates beside the held-out returns
+    assert "<th>FQE on pendulum-mixed</th>" in page and "Spearman rank correlation" in page
 
     # `dvc status` follows the code each stage imports (rlpipe/pipeline/stage_deps.py): every
     # stage runs the data layer, so an edit there marks them all; an edit to one algorithm

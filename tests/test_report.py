@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from rlpipe.pipeline.report import CURVE_FILE, find_runs, group_runs, load_run, write_report
+from rlpipe.pipeline.report import CURVE_FILE, find_runs, group_runs, load_run, spearman, write_report
 
 
 def assert_not_blank(path: Path) -> None:
@@ -30,6 +30,7 @@ def fake_run(
     dataset: str | None = None,
     success: float | None = None,
     heldout: float | None = None,
+    sha: str | None = None,
 ) -> Path:
     """A run directory laid out as `rlpipe train` writes it (metrics, config, DVCLive TSV)."""
     run = root / name
@@ -49,6 +50,7 @@ def fake_run(
         **({"dataset": dataset} if offline else {}),
         **({} if success is None else {"eval_success_rate": success}),
         **({} if heldout is None else {"heldout_return_mean": heldout, "heldout_return_std": 7.0, "heldout_episodes": 100}),
+        **({} if sha is None else {"checkpoint_sha256": sha}),
     }
     (run / "metrics.json").write_text(json.dumps(metrics))
     (run / "checkpoint.json").write_text(json.dumps({"config": {"seed": seed, "actor_lr": lr, "env_id": "Pendulum-v1"}}))
@@ -159,6 +161,69 @@ def test_report_markdown_and_dataset_cards(tmp_path: Path, cli) -> None:
     assert "<h2>Datasets</h2>" in page and "best-half" in page and "filter(top_return=50%)" in page
     for name in ("pendulum-random", "best-half"):
         assert_not_blank(tmp_path / "report" / f"dataset-{name}.png")
+
+
+def ope_record(sha: str, estimate: float, dataset: str = "pendulum-mixed") -> dict:
+    """One entry of an `rlpipe ope fqe --out` file."""
+    return {
+        "run": sha,
+        "dataset": dataset,
+        "checkpoint_sha256": sha,
+        "estimate": estimate,
+        "standard_error": 1.5,
+        "config": {"gamma": 0.99},
+    }
+
+
+def test_report_shows_fqe_estimates_beside_held_out_returns(tmp_path: Path, cli) -> None:
+    runs = tmp_path / "runs"
+    fake_run(runs, "sac-s0", 0, [(1000, -300.0)], heldout=-150.0, sha="a")
+    fake_run(runs, "sac-s1", 1, [(1000, -200.0)], heldout=-170.0, sha="b")
+    fake_run(runs, "bc", 0, [(500, -400.0)], algo="bc", dataset="pendulum-mixed", heldout=-420.0, sha="c")
+    fake_run(runs, "cql", 0, [(500, -900.0)], algo="cql", dataset="pendulum-mixed", heldout=-800.0, sha="d")
+    estimates = tmp_path / "fqe.json"
+    # c's estimate ranks it above a and b, which held out better: three of four pairs agree.
+    records = [ope_record("a", -20.0), ope_record("b", -30.0), ope_record("c", -10.0), ope_record("d", -90.0), ope_record("old", 0.0)]
+    estimates.write_text(json.dumps(records))
+    result = cli("report", f"{runs}/*", "--out", tmp_path / "report", "--ope", estimates, "--markdown", tmp_path / "results.md")
+    assert result.code == 0, result.err
+    page = (tmp_path / "report" / "index.html").read_text()
+    assert "<th>FQE on pendulum-mixed</th>" in page
+    assert "-25.0 ± 5.0 (over seeds)" in page and "-10.0 ± 1.5" in page and "-90.0 ± 1.5" in page
+    rho = spearman([-20, -30, -10, -90], [-150, -170, -420, -800])
+    assert f"against the held-out returns of 4 runs: Spearman rank correlation {rho:+.2f}" in page
+    markdown = (tmp_path / "results.md").read_text()
+    assert "FQE on pendulum-mixed |" in markdown and f"{rho:+.2f}" in markdown
+    # Without --ope the table has no FQE column.
+    assert cli("report", f"{runs}/*", "--out", tmp_path / "plain").code == 0
+    assert "FQE" not in (tmp_path / "plain" / "index.html").read_text()
+
+
+@pytest.mark.parametrize("text", ["{", "[{}]", '[{"dataset": "d", "estimate": NaN}]', '{"a": 1}'])
+def test_report_refuses_a_bad_ope_file_in_one_line(tmp_path: Path, cli, text: str) -> None:
+    fake_run(tmp_path / "runs", "sac", 0, [(1000, -300.0)], heldout=-150.0, sha="a")
+    (tmp_path / "fqe.json").write_text(text)
+    result = cli("report", tmp_path / "runs" / "sac", "--out", tmp_path / "report", "--ope", tmp_path / "fqe.json")
+    assert result.code == 2 and "fqe.json" in result.err and len(result.err.strip().splitlines()) == 1
+    assert not (tmp_path / "report").exists()
+
+
+def test_report_replaces_a_planted_link_instead_of_writing_through_it(tmp_path: Path, cli) -> None:
+    fake_run(tmp_path / "runs", "sac", 0, [(1000, -900.0), (2000, -300.0)])
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep")
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / "curves-pendulum-v1-env-steps.png").symlink_to(victim)
+    assert cli("report", tmp_path / "runs" / "sac", "--out", out).code == 0
+    assert victim.read_text() == "keep" and not (out / "curves-pendulum-v1-env-steps.png").is_symlink()
+    assert_not_blank(out / "curves-pendulum-v1-env-steps.png")
+
+
+def test_spearman_ranks_ties_by_their_mean_rank() -> None:
+    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert spearman([1, 1, 2, 3], [5, 5, 6, 7]) == pytest.approx(1.0)  # tied at rank 0.5 in both
 
 
 def _browser() -> str | None:

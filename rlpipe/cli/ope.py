@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import typer
@@ -22,6 +23,9 @@ def fqe_command(
     gamma: float = typer.Option(0.99, "--gamma", help="Discount of the estimated return."),
     seed: int = seed_option(0, "Seed of the Q-network and the minibatches."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    out: Path | None = typer.Option(
+        None, "--out", help="Also write the JSON result to this file; `rlpipe report --ope FILE` shows it beside the held-out returns."
+    ),
 ) -> None:
     """Fitted Q Evaluation: each policy's discounted return from the dataset's initial states."""
     from dataclasses import asdict
@@ -30,6 +34,7 @@ def fqe_command(
     from rlpipe.datasets.loader import load_shards
     from rlpipe.datasets.store import open_dataset
     from rlpipe.errors import RlpipeError
+    from rlpipe.files import atomic_write_text
     from rlpipe.pipeline.ope import FQEConfig, fitted_q_evaluation
 
     policies = [load_policy(run_dir) for run_dir in run_dirs]
@@ -38,22 +43,22 @@ def fqe_command(
         if policy.env_id != info.env_id:
             raise RlpipeError(f"dataset {dataset!r} comes from {info.env_id}, but the policy of {run_dir} acts in {policy.env_id}")
     results = fitted_q_evaluation(policies, load_shards(info), FQEConfig(gamma=gamma, updates=updates, seed=seed))
+    records = [
+        {
+            "run": str(run_dir),
+            "dataset": dataset,
+            "checkpoint_sha256": policy.checkpoint_sha256,
+            "dataset_content_hash": info.metadata["content_hash"],
+            **asdict(result),
+            # one initial state has no standard error; JSON has no NaN
+            "standard_error": result.standard_error if math.isfinite(result.standard_error) else None,
+        }
+        for run_dir, policy, result in zip(run_dirs, policies, results)
+    ]
+    if out is not None:
+        atomic_write_text(out, json.dumps(records, indent=2) + "\n")
     if as_json:
-        typer.echo(
-            json.dumps(
-                [
-                    {
-                        "run": str(run_dir),
-                        "dataset": dataset,
-                        "checkpoint_sha256": policy.checkpoint_sha256,
-                        "dataset_content_hash": info.metadata["content_hash"],
-                        **asdict(result),
-                    }
-                    for run_dir, policy, result in zip(run_dirs, policies, results)
-                ],
-                indent=2,
-            )
-        )
+        typer.echo(json.dumps(records, indent=2))
         return
     typer.echo(f"FQE estimates of the discounted return (gamma {gamma}) from {results[0].initial_states} initial states of {dataset}:")
     for run_dir, result in zip(run_dirs, results):

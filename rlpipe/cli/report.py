@@ -17,12 +17,15 @@ def report_command(
         None, "--datasets", help="Add a card per dataset of this store: facts, return and length histograms, lineage."
     ),
     markdown: Path | None = typer.Option(None, "--markdown", help="Also write the comparison table as Markdown to this file."),
+    ope: list[Path] = typer.Option(
+        [], "--ope", help="Show the FQE estimates of this `rlpipe ope fqe --out` file beside the held-out returns (repeatable)."
+    ),
 ) -> None:
     """Plot eval return curves (seeds of one setting as mean with a min-max band) and write
     OUT/index.html with the comparison table."""
     from rlpipe.pipeline.report import write_report
 
-    report = write_report(list(runs or []), out, datasets, markdown)
+    report = write_report(list(runs or []), out, datasets, markdown, ope)
     for path in report.skipped:
         typer.echo(f"skipped {path}: no metrics.json (not a finished run)", err=True)
     n_runs = sum(len(group.runs) for group in report.groups)

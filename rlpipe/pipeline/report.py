@@ -17,7 +17,7 @@ import json
 import math
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from rlpipe.errors import RlpipeError
-from rlpipe.files import atomic_write_text
+from rlpipe.files import atomic_output, atomic_write_text, loads_json, read_limited
 from rlpipe.models.checkpoint import META_FILE
 from rlpipe.training.run import METRICS_FILE
 
@@ -139,6 +139,52 @@ def _read_json(path: Path) -> dict[str, Any]:
         raise RlpipeError(f"cannot read {path}: {exc}") from None
 
 
+@dataclass(frozen=True)
+class OpeEstimate:
+    """One FQE estimate of a checkpoint's discounted return, from ``rlpipe ope fqe --out``."""
+
+    dataset: str
+    estimate: float
+    standard_error: float
+    gamma: float
+
+
+def read_ope(paths: Sequence[str | Path]) -> dict[str, list[OpeEstimate]]:
+    """The estimates of ``rlpipe ope fqe --out`` files by checkpoint sha256: an estimate
+    belongs to the checkpoint it scored, so a run trained again since is not shown with it."""
+    estimates: dict[str, list[OpeEstimate]] = {}
+    for path in paths:
+        try:
+            records = loads_json(read_limited(path))
+            for record in records:
+                error = record["standard_error"]  # null: a single initial state
+                estimate = OpeEstimate(
+                    str(record["dataset"]),
+                    float(record["estimate"]),
+                    math.nan if error is None else float(error),
+                    float(record["config"]["gamma"]),
+                )
+                estimates.setdefault(str(record["checkpoint_sha256"]), []).append(estimate)
+        except OSError as exc:
+            raise RlpipeError(f"cannot read {path}: {exc}") from None
+        except (ValueError, TypeError, KeyError) as exc:
+            raise RlpipeError(f"{path} is not an `rlpipe ope fqe --out` file: {exc!r}") from None
+    return estimates
+
+
+def spearman(a: Sequence[float], b: Sequence[float]) -> float:
+    """Spearman's rank correlation: the Pearson correlation of the ranks (ties share their mean rank)."""
+
+    def ranks(values: Sequence[float]) -> np.ndarray:
+        v = np.asarray(values, np.float64)
+        order = np.empty(len(v))
+        order[np.argsort(v, kind="stable")] = np.arange(len(v))
+        _, tie, counts = np.unique(v, return_inverse=True, return_counts=True)
+        return (np.bincount(tie, order) / counts)[tie]
+
+    return float(np.corrcoef(ranks(a), ranks(b))[0, 1])
+
+
 def _read_curve(run_dir: Path, metrics: dict[str, Any], unit_done: int) -> tuple[np.ndarray, np.ndarray]:
     """The eval curve from DVCLive's TSV; a run without one is its final point alone."""
     path = run_dir / CURVE_FILE
@@ -227,20 +273,35 @@ def plot_curves(groups: list[RunGroup], out_dir: Path) -> list[Path]:
         ax.legend(fontsize="small")
         fig.tight_layout()
         path = out_dir / f"curves-{_slug(env_id)}-{_slug(unit)}.png"
-        fig.savefig(path)
+        _save_figure(fig, path)
         plt.close(fig)
         paths.append(path)
     return paths
+
+
+def _save_figure(fig: Any, path: Path) -> None:
+    """Write a PNG atomically: a link planted at ``path`` is replaced, never followed."""
+    with atomic_output(path) as tmp:
+        fig.savefig(tmp, format="png")
 
 
 def _mean_std(values: list[float]) -> str:
     return f"{np.mean(values):.1f} ± {np.std(values):.1f}"
 
 
-def table_rows(groups: list[RunGroup]) -> list[dict[str, str]]:
+def _run_estimates(run: RunRecord, ope: Mapping[str, list[OpeEstimate]]) -> dict[str, OpeEstimate]:
+    """The FQE estimates of this run's checkpoint, by dataset."""
+    return {estimate.dataset: estimate for estimate in ope.get(str(run.metrics.get("checkpoint_sha256")), [])}
+
+
+def table_rows(groups: list[RunGroup], ope: Mapping[str, list[OpeEstimate]] | None = None) -> list[dict[str, str]]:
     """The comparison table: per group, the final eval return and the held-out return (one
     run: mean ± std over its episodes; several seeds: mean ± std of the seeds' means) and
-    the budgets. The held-out cell is empty unless every run of the group has one."""
+    the budgets. The held-out cell is empty unless every run of the group has one. With
+    ``ope`` (:func:`read_ope`), a column per dataset holds the FQE estimates (± their
+    standard error; several seeds: mean ± std of the estimates) of the runs' checkpoints."""
+    ope = ope or {}
+    datasets = sorted({name for group in groups for run in group.runs for name in _run_estimates(run, ope)})
     rows = []
     for group in groups:
         ms = [run.metrics for run in group.runs]
@@ -272,7 +333,36 @@ def table_rows(groups: list[RunGroup]) -> list[dict[str, str]]:
                 "wall s": f"{np.mean([m.get('wall_seconds', math.nan) for m in ms]):.1f}",
             }
         )
+        for dataset in datasets:
+            found = [_run_estimates(run, ope).get(dataset) for run in group.runs]
+            estimates = [estimate for estimate in found if estimate is not None]
+            if len(estimates) != len(found):
+                cell = ""
+            elif len(estimates) == 1:
+                cell = f"{estimates[0].estimate:.1f} ± {estimates[0].standard_error:.1f}"
+            else:
+                cell = _mean_std([estimate.estimate for estimate in estimates]) + " (over seeds)"
+            rows[-1][f"FQE on {dataset}"] = cell
     return rows
+
+
+def ope_agreement(groups: list[RunGroup], ope: Mapping[str, list[OpeEstimate]]) -> list[str]:
+    """Per dataset, how well the FQE estimates rank the runs that also have a held-out return:
+    Spearman's correlation between the two (FQE estimates a discounted return, the held-out
+    evaluation an undiscounted one, so their ranks are compared, not their values)."""
+    pairs: dict[tuple[str, float], list[tuple[float, float]]] = {}
+    for run in (run for group in groups for run in group.runs):
+        if "heldout_return_mean" in run.metrics:
+            for estimate in _run_estimates(run, ope).values():
+                pairs.setdefault((estimate.dataset, estimate.gamma), []).append((estimate.estimate, run.metrics["heldout_return_mean"]))
+    lines = []
+    for (dataset, gamma), values in sorted(pairs.items()):
+        if len(values) >= 3:
+            rho = spearman(*zip(*values))
+            lines.append(
+                f"FQE on {dataset} (gamma {gamma}) against the held-out returns of {len(values)} runs: Spearman rank correlation {rho:+.2f}."
+            )
+    return lines
 
 
 @dataclass(frozen=True)
@@ -320,7 +410,7 @@ def dataset_cards(store: str | Path, out_dir: Path) -> list[DatasetCard]:
             fig.suptitle(info.name, fontsize="small")
             fig.tight_layout()
             histogram = out_dir / f"dataset-{_slug(info.name)}.png"
-            fig.savefig(histogram)
+            _save_figure(fig, histogram)
             plt.close(fig)
         cards.append(DatasetCard(info.name, facts, histogram, lineage_lines(info, store)))
     return cards
@@ -335,8 +425,9 @@ def _cards_html(cards: Sequence[DatasetCard]) -> str:
     return "<h2>Datasets</h2>\n" + "".join(parts) if parts else ""
 
 
-def markdown_page(rows: list[dict[str, str]]) -> str:
-    """The table as a Markdown page, a row per run (the docs' results page is generated with it)."""
+def markdown_page(rows: list[dict[str, str]], notes: Sequence[str] = ()) -> str:
+    """The table as a Markdown page, a row per run (the docs' results page is generated with
+    it), then ``notes`` (e.g. :func:`ope_agreement`'s lines)."""
     lines = [
         "# Results",
         "",
@@ -348,11 +439,12 @@ def markdown_page(rows: list[dict[str, str]]) -> str:
         "|" + " --- |" * len(rows[0]),
     ]
     lines += ["| " + " | ".join(value.replace("|", "\\|") for value in row.values()) + " |" for row in rows]
+    lines += ["", *notes] if notes else []
     return "\n".join(lines) + "\n"
 
 
-def render_html(rows: list[dict[str, str]], figures: list[Path], cards: Sequence[DatasetCard] = ()) -> str:
-    """The report page: the comparison table, every figure (linked and shown), then the dataset cards."""
+def render_html(rows: list[dict[str, str]], figures: list[Path], cards: Sequence[DatasetCard] = (), notes: Sequence[str] = ()) -> str:
+    """The report page: the comparison table and ``notes``, every figure (linked and shown), then the dataset cards."""
     head = "".join(f"<th>{html.escape(name)}</th>" for name in rows[0])
     body = "".join("<tr>" + "".join(f"<td>{html.escape(value)}</td>" for value in row.values()) + "</tr>\n" for row in rows)
     images = "".join(
@@ -371,30 +463,38 @@ Curves: eval return (mean over episodes) against env steps (online) or gradient 
 several seeds are drawn as their mean with a min-max band.</p>
 <table><tr>{head}</tr>
 {body}</table>
+{"".join(f"<p>{html.escape(note)}</p>" for note in notes)}
 <h2>Learning curves</h2>
 {images}{_cards_html(cards)}</body></html>
 """
 
 
 def write_report(
-    patterns: list[str], out_dir: str | Path, datasets: str | Path | None = None, markdown: str | Path | None = None
+    patterns: list[str],
+    out_dir: str | Path,
+    datasets: str | Path | None = None,
+    markdown: str | Path | None = None,
+    ope_files: Sequence[str | Path] = (),
 ) -> Report:
     """Read the runs ``patterns`` name, then write the PNGs and ``index.html`` to ``out_dir``
-    (with a card per dataset of the store ``datasets``), and the table as a Markdown page to
+    (with a card per dataset of the store ``datasets``, and the FQE estimates of
+    ``ope_files`` beside the held-out returns), and the table as a Markdown page to
     ``markdown`` when given.
 
     Every run is read before anything is written, so bad input leaves no partial report.
     """
     paths, skipped = find_runs(patterns)
     groups = group_runs([load_run(path) for path in paths])
+    ope = read_ope(ope_files)
+    notes = ope_agreement(groups, ope)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     figures = plot_curves(groups, out)
-    rows = table_rows(groups)
+    rows = table_rows(groups, ope)
     cards = dataset_cards(datasets, out) if datasets is not None else []
     index = out / "index.html"
-    atomic_write_text(index, render_html(rows, figures, cards))
+    atomic_write_text(index, render_html(rows, figures, cards, notes))
     if markdown is not None:  # a row per run: the page depends on the metrics files alone
         runs = sorted((run for group in groups for run in group.runs), key=lambda run: run.path.name)
-        atomic_write_text(Path(markdown), markdown_page(table_rows([RunGroup(run.path.name, (run,)) for run in runs])))
+        atomic_write_text(Path(markdown), markdown_page(table_rows([RunGroup(run.path.name, (run,)) for run in runs], ope), notes))
     return Report(index, figures, groups, skipped)
