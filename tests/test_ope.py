@@ -63,7 +63,7 @@ def test_fqe_command_prints_an_estimate_and_refuses_another_env(cli, tmp_path: P
         ).code
         == 0
     )
-    out = tmp_path / "fqe.json"
+    out = tmp_path / "ope" / "fqe.json"  # its folder is made
     result = cli("ope", "fqe", run, "--dataset", "pendulum-random", "--store", store, "--updates", "50", "--json", "--out", out)
     assert result.code == 0, result.err
     (report,) = json.loads(result.out)

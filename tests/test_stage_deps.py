@@ -47,7 +47,9 @@ def test_dvc_yaml_is_written_from_the_template_and_the_code() -> None:
 
 def test_every_stage_item_is_in_params_and_runs_rlpipe() -> None:
     stages = stage_items()
-    for entries in PARAMS.values():
+    for group, entries in PARAMS.items():
+        if group in stages:  # a single stage's own settings (ope_fqe), not a foreach group
+            continue
         for key in entries:
             assert sum(name.endswith(f"@{key}") for name in stages) == 1, key
     for stage in yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"].values():
@@ -70,7 +72,8 @@ def test_every_stage_that_writes_a_dataset_or_checkpoint_depends_on_the_file_wri
     writers = {
         name
         for name, (_, _, outs) in stages.items()
-        if any(str(out).startswith(("datasets/", "sweeps/")) or str(out).endswith("model.safetensors") for out in outs)
+        for out in (next(iter(out)) if isinstance(out, dict) else out for out in outs)
+        if out.startswith(("datasets/", "sweeps/", "ope/")) or out.endswith("model.safetensors")
     }
     assert len(writers) == len(stages) - 1  # all but the report
     assert all("rlpipe/files.py" in stages[name][1] for name in writers)
@@ -79,7 +82,7 @@ def test_every_stage_that_writes_a_dataset_or_checkpoint_depends_on_the_file_wri
 def test_a_stage_that_runs_no_algorithm_depends_on_no_algorithm_module() -> None:
     modules = {f"{spec.module.replace('.', '/')}.py" for spec in SPECS}
     plain = {name: deps for name, (item, deps, _) in stage_items().items() if not any(f in item for f in ALGO_FIELDS)}
-    assert {name.split("@")[0] for name in plain} == {"collect_random", "relabel_her", "merge_datasets", "filter_datasets", "report"}
+    assert {name.split("@")[0] for name in plain} == {"collect_random", "relabel_her", "merge_datasets", "filter_datasets", "ope_fqe", "report"}
     assert all(not modules & set(deps) for deps in plain.values())
     # the console script imports every command module but runs only the stage's command
     collect = set(plain["collect_random@cartpole-random"])

@@ -56,6 +56,7 @@ def fqe_command(
         for run_dir, policy, result in zip(run_dirs, policies, results)
     ]
     if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(out, json.dumps(records, indent=2) + "\n")
     if as_json:
         typer.echo(json.dumps(records, indent=2))
