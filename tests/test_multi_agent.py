@@ -552,7 +552,7 @@ def test_ippo_attack_mask_survives_the_checkpoint(cli, tmp_path: Path) -> None:
         "mask_attacks=true",
     )
     assert result.code == 0, result.err
-    from rlpipe.pipeline.evaluate import load_saved_actor
+    from rlpipe.pipeline.experts import load_saved_actor
 
     actor = load_saved_actor(tmp_path / "run").actor
     assert actor.mask_attacks and actor(torch.zeros(1, 152))[0][0, 5:].max() < -1e8  # a dead agent cannot attack

@@ -318,7 +318,7 @@ def load_policy(run_dir: str | Path, device: str = "cpu", deterministic: bool = 
     spec = import_algorithm(meta.get("algo", ""))
     if spec.multi_agent or is_multi_agent(meta.get("env_id", "")):  # a team's policy has no single observation -> action map
         raise RlpipeError(
-            f"{run_dir} is a multi-agent {spec.name} run: evaluate it with `rlpipe eval` (rlpipe.pipeline.evaluate.evaluate_saved_run)"
+            f"{run_dir} is a multi-agent {spec.name} run: evaluate it with `rlpipe eval`"
         )
     return spec.load_policy(run_dir, device=device, deterministic=deterministic)
 

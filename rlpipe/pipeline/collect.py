@@ -383,16 +383,16 @@ def collect_multi_agent(
     if steps is not None or episodes is None:
         raise RlpipeError("multi-agent collection counts whole episodes: give --episodes N")
     check_budget(episodes, steps)
-    experts = "|".join(plugin.experts)
+    choices = "|".join(plugin.experts)
     if expert is not None and (expert not in plugin.experts or expert_run is None):
         raise RlpipeError(
-            f"multi-agent experts of {env_id}: --expert {experts} --expert-run RUN_DIR (a trained `rlpipe train {experts}` run)"
+            f"multi-agent experts of {env_id}: --expert {choices} --expert-run RUN_DIR (a trained `rlpipe train {choices}` run)"
         )
     if expert is None and policy not in POLICIES:
-        raise RlpipeError(f"unknown policy {policy!r}: use --policy random, or --expert {experts} --expert-run RUN")
+        raise RlpipeError(f"unknown policy {policy!r}: use --policy random, or --expert {choices} --expert-run RUN")
     saved = None
     if expert_run is not None and expert is not None:
-        from rlpipe.pipeline.evaluate import load_saved_actor
+        from rlpipe.pipeline.experts import load_saved_actor
 
         saved = load_saved_actor(expert_run)
         if saved.meta["env_id"] != env_id:

@@ -10,17 +10,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from rlpipe.algos.registry import get_algo, import_algorithm, load_policy
+from rlpipe.algos.registry import get_algo, load_policy
 from rlpipe.datasets.atomic import recover_name
 from rlpipe.envs.multiagent import is_multi_agent
 from rlpipe.errors import RlpipeError
 from rlpipe.models.checkpoint import read_meta
+from rlpipe.pipeline.experts import load_saved_actor
 from rlpipe.training.run import is_run_dir
-
-if TYPE_CHECKING:
-    from rlpipe.training.families import SavedActor
 
 
 @dataclass(frozen=True)
@@ -31,17 +29,6 @@ class SavedRunEval:
     report: dict[str, Any]
     summary: str
     video_returns: list[float] | None = None
-
-
-def load_saved_actor(run_dir: str | Path, device: Any = "cpu") -> SavedActor:
-    """The policy network of any saved run and its checkpoint record, rebuilt by the class its algorithm's module registers."""
-    from rlpipe.algos.policy import rebuild_actor
-    from rlpipe.models.checkpoint import load_checkpoint
-    from rlpipe.training.families import SavedActor
-
-    ckpt = load_checkpoint(run_dir, device)
-    import_algorithm(ckpt.meta["algo"])
-    return SavedActor(rebuild_actor(ckpt, run_dir, device), ckpt.meta, ckpt.sha256, Path(run_dir))
 
 
 def evaluate_saved_run(
@@ -145,4 +132,4 @@ def _normalized_score(config: dict[str, Any], mean_return: float) -> float | Non
     return None if score is None else float(score)
 
 
-__all__ = ["SavedRunEval", "evaluate_saved_run", "load_saved_actor"]
+__all__ = ["SavedRunEval", "evaluate_saved_run"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -36,9 +37,9 @@ class RowStep:
     acting: np.ndarray | None = None  # with carried dead agents: False for them (value-only rows)
 
 
-def action_logits(actor: nn.Module, obs: torch.Tensor) -> torch.Tensor:
+def action_logits(actor: Any, obs: torch.Tensor) -> torch.Tensor:
     """Action logits of a shared team policy: an ``ActorCritic`` (IPPO's) or a ``CategoricalActor``
-    learnt from a team's dataset rows (BC)."""
+    learnt from a team's dataset rows (BC); ``Any`` because the two share no interface."""
     return actor.dist(obs).logits if actor.kind == "categorical" else actor(obs)[0]
 
 
