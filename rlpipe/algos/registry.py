@@ -317,9 +317,7 @@ def load_policy(run_dir: str | Path, device: str = "cpu", deterministic: bool = 
     meta = read_meta(run_dir)
     spec = import_algorithm(meta.get("algo", ""))
     if spec.multi_agent or is_multi_agent(meta.get("env_id", "")):  # a team's policy has no single observation -> action map
-        raise RlpipeError(
-            f"{run_dir} is a multi-agent {spec.name} run: evaluate it with `rlpipe eval`"
-        )
+        raise RlpipeError(f"{run_dir} is a multi-agent {spec.name} run: evaluate it with `rlpipe eval`")
     return spec.load_policy(run_dir, device=device, deterministic=deterministic)
 
 
