@@ -147,7 +147,7 @@ def test_centralised_critics_see_every_agent_independent_ones_only_their_own() -
 
 
 def test_actor_loss_reaches_only_its_own_actor_through_the_gumbel_softmax() -> None:
-    from rlpipe.models.networks import AgentActors
+    from rlpipe.algos.maddpg import AgentActors
 
     torch.manual_seed(0)
     actors = AgentActors(["a", "b"], [3, 3], [4, 4], (8,))
@@ -160,7 +160,7 @@ def test_actor_loss_reaches_only_its_own_actor_through_the_gumbel_softmax() -> N
 
 def test_obs_deltas_carry_the_velocity_that_mpe_observations_lack() -> None:
     from rlpipe.envs.multiagent import make_parallel_env
-    from rlpipe.training.multiagent import with_obs_delta
+    from rlpipe.training.families.mpe import with_obs_delta
 
     env = make_parallel_env("simple_adversary_v3")
     obs, _ = env.reset(seed=0)
@@ -179,8 +179,8 @@ def test_obs_deltas_carry_the_velocity_that_mpe_observations_lack() -> None:
 
 
 def test_agent_policy_feeds_the_observation_change_and_evaluation_resets_it() -> None:
-    from rlpipe.models.networks import AgentActors
-    from rlpipe.training.multiagent import AgentPolicy, evaluate_sides
+    from rlpipe.algos.maddpg import AgentActors
+    from rlpipe.training.families.mpe import AgentPolicy, evaluate_sides
 
     actors = AgentActors(["a"], [2], [3], (4,), obs_deltas=True)
     assert actors.nets[0][0].in_features == 4
@@ -223,7 +223,7 @@ def test_ippo_ends_an_agents_episode_at_its_death() -> None:
 
 def test_ippo_win_bonus_shapes_its_rows_reward_and_not_the_envs(monkeypatch: pytest.MonkeyPatch) -> None:
     from rlpipe.envs.combat import NOOP, CombatVectorEnv
-    from rlpipe.training.multiagent import CombatRows
+    from rlpipe.training.families.combat import CombatRows
 
     envs = CombatVectorEnv(1)
     rows = CombatRows(envs, agent_ids=False, seed=0, win_bonus=10.0)
@@ -239,7 +239,7 @@ def _death_then_win(monkeypatch: pytest.MonkeyPatch, **options: bool) -> tuple[l
     """Agent 0 is shot dead, then agent 1 kills the last bot: the two rows' steps and their
     GAE advantages (values 0, gamma = lambda = 1: each step's return-to-go)."""
     from rlpipe.envs.combat import NOOP, CombatVectorEnv
-    from rlpipe.training.multiagent import CombatRows
+    from rlpipe.training.families.combat import CombatRows
     from rlpipe.training.onpolicy import compute_gae
 
     envs = CombatVectorEnv(1)
@@ -302,7 +302,7 @@ def test_ippo_central_critic_values_teammates_observations_the_policy_only_its_o
     from rlpipe.algos.ippo import CentralCriticActorCritic
     from rlpipe.envs.combat import CombatVectorEnv
     from rlpipe.models.networks import ActorCritic
-    from rlpipe.training.multiagent import CombatRows
+    from rlpipe.training.families.combat import CombatRows
 
     rows = CombatRows(CombatVectorEnv(8), agent_ids=True, seed=0, teammates_obs=True)
     assert rows.obs.shape == (16, 152 + 150)
@@ -395,7 +395,7 @@ def test_combat_rows_end_an_agents_episode_at_its_death_and_skip_it_afterwards()
     """IPPO's rows (one per game x agent) for the shared on-policy storage: an agent's death
     is a termination of its row, and a dead agent's later steps are not trained on."""
     from rlpipe.envs.combat import CombatVectorEnv
-    from rlpipe.training.multiagent import CombatRows
+    from rlpipe.training.families.combat import CombatRows
 
     rows = CombatRows(CombatVectorEnv(8), agent_ids=True, seed=0)
     assert rows.obs.shape == (16, 150 + 2) and (rows.obs[:, -2:] == np.tile(np.eye(2), (8, 1))).all()
@@ -507,7 +507,7 @@ def test_ippo_attack_mask_is_exactly_the_attacks_that_can_hit() -> None:
     (target alive in the 3x3 neighbourhood, attacker alive and ready) in random games, and
     gives the useless attacks zero probability; the unmasked policy (control) does not."""
     from rlpipe.envs.combat import N_MOVES, CombatVectorEnv
-    from rlpipe.models.networks import CombatActorCritic
+    from rlpipe.training.families.combat import CombatActorCritic
 
     envs = CombatVectorEnv(64)
     obs, _ = envs.reset(seed=0)
@@ -552,9 +552,9 @@ def test_ippo_attack_mask_survives_the_checkpoint(cli, tmp_path: Path) -> None:
         "mask_attacks=true",
     )
     assert result.code == 0, result.err
-    from rlpipe.training.multiagent import _load_actor
+    from rlpipe.pipeline.experts import load_saved_actor
 
-    actor = _load_actor(tmp_path / "run", torch.device("cpu"))[0]
+    actor = load_saved_actor(tmp_path / "run").actor
     assert actor.mask_attacks and actor(torch.zeros(1, 152))[0][0, 5:].max() < -1e8  # a dead agent cannot attack
     report = json.loads(cli("eval", tmp_path / "run", "--episodes", "8", "--json").out)
     assert 0.0 <= report["win_rate"] <= 1.0 and report["episodes"] == 8
@@ -593,7 +593,7 @@ def test_n_step_window_sums_discounted_rewards_and_flushes_at_the_episode_end() 
 
 def test_twin_critics_regress_both_copies_on_the_smaller_target() -> None:
     torch.manual_seed(0)
-    from rlpipe.models.networks import AgentActors
+    from rlpipe.algos.maddpg import AgentActors
 
     actors = AgentActors(["a", "b"], [3, 3], [4, 4], (8,))
     batch = {
@@ -622,8 +622,8 @@ def test_twin_critics_regress_both_copies_on_the_smaller_target() -> None:
 
 
 def test_policy_ensemble_draws_one_member_per_agent_and_episode_from_a_seeded_stream() -> None:
-    from rlpipe.models.networks import AgentActors
-    from rlpipe.training.multiagent import AgentPolicy
+    from rlpipe.algos.maddpg import AgentActors
+    from rlpipe.training.families.mpe import AgentPolicy
 
     torch.manual_seed(0)
     actors = AgentActors(["a", "b"], [2, 2], [3, 3], (4,), ensemble=3)
@@ -653,7 +653,7 @@ def test_policy_ensemble_draws_one_member_per_agent_and_episode_from_a_seeded_st
 
 
 def test_ensemble_rows_use_the_member_that_acted_and_member_k_learns_from_its_rows() -> None:
-    from rlpipe.models.networks import AgentActors
+    from rlpipe.algos.maddpg import AgentActors
 
     torch.manual_seed(0)
     actors = AgentActors(["a", "b"], [3, 3], [4, 4], (8,), ensemble=2)
@@ -676,7 +676,7 @@ def test_ensemble_rows_use_the_member_that_acted_and_member_k_learns_from_its_ro
 
 
 def test_gumbel_targets_draw_from_the_target_actors_softmax_greedy_targets_take_its_argmax() -> None:
-    from rlpipe.models.networks import AgentActors
+    from rlpipe.algos.maddpg import AgentActors
 
     torch.manual_seed(0)
     actors = AgentActors(["a", "b"], [3, 3], [4, 4], (8,))
@@ -693,7 +693,7 @@ def test_gumbel_targets_draw_from_the_target_actors_softmax_greedy_targets_take_
 
 
 def test_replayed_others_put_the_others_replayed_actions_in_the_actor_loss() -> None:
-    from rlpipe.models.networks import AgentActors
+    from rlpipe.algos.maddpg import AgentActors
 
     torch.manual_seed(0)
     actors = AgentActors(["a", "b"], [3, 3], [4, 4], (8,))

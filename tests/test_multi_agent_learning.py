@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from rlpipe.algos import get_algo
-from rlpipe.training.multiagent import evaluate_run
+from rlpipe.pipeline.evaluate import evaluate_saved_run
 
 
 def _ippo(seed: int, learn: bool = True) -> dict:
@@ -60,7 +60,7 @@ def maddpg_runs(learning_seed: int, tmp_path_factory: pytest.TempPathFactory) ->
 
 def _play(runs: dict[str, Path], good: str, adversary: str, seed: int) -> dict:
     """Cross-play (``rlpipe eval GOOD --adversary-run ADV``): 100 episodes, starts disjoint from the runs' own evaluation."""
-    return evaluate_run(runs[good], 100, 20_000 + seed, adversary_run=runs[adversary])
+    return evaluate_saved_run(runs[good], 100, 20_000 + seed, adversary_run=runs[adversary]).report
 
 
 @pytest.mark.slow

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 import torch
 from torch import nn
 
@@ -95,6 +96,8 @@ def test_obs_normalizer_is_identity_until_updated_and_survives_loading() -> None
 
 
 def test_build_policy_rebuilds_every_actor_kind() -> None:
+    import rlpipe.training.families.combat  # noqa: F401  (registers combat_actor_critic)
+
     for kind, spec in [
         ("tanh_gaussian", {"obs_dim": 3, "act_dim": 1, "hidden": [8], "normalize_obs": False}),
         ("deterministic", {"obs_dim": 3, "act_dim": 2, "hidden": [8], "normalize_obs": False}),
@@ -120,6 +123,35 @@ def test_build_policy_rebuilds_every_actor_kind() -> None:
         assert actor.kind == kind and actor.spec == spec
         out = actor.act(torch.zeros(5, spec["obs_dim"]), deterministic=True)
         assert out.shape[0] == 5 and not math.isnan(float(out.float().sum()))
+
+
+def test_a_checkpoints_policy_class_registers_with_its_algorithms_module() -> None:
+    """BCQ's policy class lives in rlpipe.algos.bcq: unknown to build_policy until the module
+    that registers it is imported (the control), as loading a checkpoint does through the
+    registry; a second class under a registered kind is refused."""
+    import subprocess
+    import sys
+
+    code = (
+        "from rlpipe.errors import RlpipeError\n"
+        "from rlpipe.models.networks import build_policy\n"
+        "from rlpipe.algos.registry import import_algorithm\n"
+        "spec = dict(obs_dim=3, act_dim=1, hidden=[8], vae_hidden=[8], latent_dim=2, max_shift=0.05, n_candidates=4)\n"
+        "try:\n    build_policy('bcq', spec)\nexcept RlpipeError as exc:\n    print(exc)\n"
+        "import_algorithm('bcq')\n"
+        "print(type(build_policy('bcq', spec)).__module__)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.splitlines()
+    assert out == ["unknown policy kind 'bcq'", "rlpipe.algos.bcq"]
+
+    from rlpipe.errors import RlpipeError
+    from rlpipe.models.networks import register_policy_class
+
+    class Impostor(nn.Module):
+        kind = "categorical"
+
+    with pytest.raises(RlpipeError, match="policy kind 'categorical' is registered twice"):
+        register_policy_class(Impostor)
 
 
 def test_actor_critic_matches_torch_distributions() -> None:

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from rlpipe.algos import get_algo, load_policy
-from rlpipe.algos.bcq import generator_loss
+from rlpipe.algos.bcq import BCQPolicy, generator_loss
 from rlpipe.algos.cql import conservative_gap, data_and_sampled_q, proposal_samples
-from rlpipe.models.networks import BCQPolicy, EnsembleQ, TanhGaussianActor, build_policy, mlp
+from rlpipe.models.networks import EnsembleQ, TanhGaussianActor, build_policy, mlp
 from rlpipe.training.optim import adam
 
 

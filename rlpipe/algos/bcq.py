@@ -5,14 +5,15 @@ state, a perturbation model may shift a generated action by at most ``max_shift`
 [-1, 1] range), and twin critics pick the best of such actions: ``n_candidates`` (10) in
 the target, ``act_candidates`` (100) when acting, as in the paper's code.
 
-Read top to bottom: config and tuned defaults, then ``train``: the networks (the acting
-part, decoder + perturbation + critics, is one ``BCQPolicy`` that ``rlpipe eval`` loads),
-the update (VAE -> critics with the soft clipped double-Q target -> perturbation -> target
+Read top to bottom: config and tuned defaults, the networks (the acting part, decoder +
+perturbation + critics, is one ``BCQPolicy`` that ``rlpipe eval`` loads), the losses, then
+``train``: the update (VAE -> critics with the soft clipped double-Q target -> perturbation -> target
 networks) and the shared offline loop.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ import torch
 from torch import nn
 
 from rlpipe.errors import RlpipeError
-from rlpipe.models.networks import BCQPolicy, mlp
+from rlpipe.models.networks import EnsembleQ, mlp, register_policy_class
 from rlpipe.training import Batch, OfflineConfig, TrainResult
 from rlpipe.training.env import BOX
 from rlpipe.training.offline import load_offline, train_offline
@@ -60,6 +61,72 @@ TUNED: dict[str, dict[str, Any]] = {
     # longer runs drifted down on some seeds.
     "Pendulum-v1": dict(updates=5_000, hidden=(128, 128), vae_hidden=(128, 128)),
 }
+
+
+class Perturbation(nn.Module):
+    """BCQ's perturbation model: a -> clip(a + max_shift * tanh(f(s, a)), -1, 1)."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: Sequence[int], max_shift: float) -> None:
+        super().__init__()
+        self.max_shift = max_shift
+        self.net = mlp(obs_dim + act_dim, act_dim, hidden)
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        shift = self.max_shift * torch.tanh(self.net(torch.cat([obs, action], dim=-1)))
+        return (action + shift).clamp(-1.0, 1.0)
+
+
+@register_policy_class
+class BCQPolicy(nn.Module):
+    """BCQ's batch-constrained policy: ``n_candidates`` actions from the conditional VAE's
+    decoder, each nudged by the perturbation model; the one the first critic values most wins.
+
+    Holds everything acting needs (decoder, perturbation, twin critics); BCQ trains the
+    VAE's encoder alongside.
+    """
+
+    kind = "bcq"
+
+    def __init__(
+        self,
+        obs_dim: int,
+        act_dim: int,
+        hidden: Sequence[int] = (256, 256),
+        vae_hidden: Sequence[int] = (750, 750),
+        latent_dim: int = 2,
+        max_shift: float = 0.05,
+        n_candidates: int = 10,
+    ) -> None:
+        super().__init__()
+        self.spec = {
+            "obs_dim": obs_dim,
+            "act_dim": act_dim,
+            "hidden": list(hidden),
+            "vae_hidden": list(vae_hidden),
+            "latent_dim": latent_dim,
+            "max_shift": max_shift,
+            "n_candidates": n_candidates,
+        }
+        self.latent_dim, self.n_candidates = latent_dim, n_candidates
+        self.decoder = mlp(obs_dim + latent_dim, act_dim, vae_hidden)
+        self.perturbation = Perturbation(obs_dim, act_dim, hidden, max_shift)
+        self.critic = EnsembleQ(obs_dim, act_dim, hidden, n=2)
+
+    def decode(self, obs: torch.Tensor, z: torch.Tensor | None = None) -> torch.Tensor:
+        """Actions in (-1, 1) for latents ``z``; by default z ~ N(0, 1) clipped to [-0.5, 0.5]
+        (the generator's likely region)."""
+        if z is None:
+            z = torch.randn(obs.shape[0], self.latent_dim, device=obs.device).clamp(-0.5, 0.5)
+        return torch.tanh(self.decoder(torch.cat([obs, z], dim=-1)))
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor, deterministic: bool = True) -> torch.Tensor:
+        # Candidates are sampled either way: the argmax over them is BCQ's policy.
+        batch, n = obs.shape[0], self.n_candidates
+        repeated = obs.repeat_interleave(n, dim=0)  # all candidates of all states in one batch
+        candidates = self.perturbation(repeated, self.decode(repeated))
+        best = self.critic(repeated, candidates)[0].view(batch, n).argmax(1)
+        return candidates.view(batch, n, -1)[torch.arange(batch, device=obs.device), best]
 
 
 def generator_loss(encoder: nn.Module, policy: BCQPolicy, obs: torch.Tensor, actions: torch.Tensor, kl_weight: float) -> torch.Tensor:

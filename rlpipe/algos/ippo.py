@@ -3,7 +3,7 @@
 Each agent acts on its own observation (optionally with its one-hot id appended); the value
 function is per agent too (no centralised critic: that is what makes it *independent*;
 ``central_critic`` swaps in a MAPPO-style one). The agents of all ``num_envs`` games form
-one batch of ``num_envs x team_size`` PPO rows (:class:`rlpipe.training.multiagent.CombatRows`):
+one batch of ``num_envs x team_size`` PPO rows (:class:`rlpipe.training.families.combat.CombatRows`):
 the shared on-policy pieces (:mod:`rlpipe.training.onpolicy`: rollout storage, GAE, the
 clipped update) run on them with a per-agent episode end (the game's end, or the agent's
 death; with ``carry_dead`` only the game's end), and only living agents' actions are
@@ -20,12 +20,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from rlpipe.envs.combat import CombatRules, CombatVectorEnv
+from rlpipe.envs.combat import CombatVectorEnv
 from rlpipe.errors import RlpipeError
-from rlpipe.models.networks import CombatActorCritic, mlp
+from rlpipe.models.networks import mlp
 from rlpipe.training import OnlineConfig, Run, TrainResult, resolve_device, seed_everything
 from rlpipe.training.env import DISCRETE
-from rlpipe.training.multiagent import CombatEval, CombatRows, TeamPolicy, combat_metrics, evaluate_combat, team_policy
+from rlpipe.training.families.combat import CombatActorCritic, CombatEval, CombatRows, combat_metrics, combat_rules, evaluate_combat
+from rlpipe.training.multiagent import TeamPolicy, team_policy
 from rlpipe.training.onpolicy import RolloutStorage, ppo_update
 from rlpipe.training.optim import adam
 
@@ -115,15 +116,9 @@ class CentralCriticActorCritic(nn.Module):
         return self.policy.log_prob_entropy(head, action)
 
 
-def combat_rules(config: Config) -> dict[str, Any]:
-    """The Combat keyword arguments of a config (also read back from a checkpoint's config)."""
-    names = CombatRules.__dataclass_fields__
-    return {k: v for k, v in (asdict(config) if not isinstance(config, dict) else config).items() if k in names}
-
-
 def train(config: Config, out_dir: str | Path | None = None, *, progress: bool = True) -> TrainResult:
     """Train the team's shared policy; with ``out_dir`` also write checkpoint, metrics.json and DVCLive curve."""
-    rules = combat_rules(config)
+    rules = combat_rules(asdict(config))
     envs = CombatVectorEnv(config.num_envs, **rules)
     device = resolve_device(config.device)
     rng = seed_everything(config.seed, config.torch_threads)

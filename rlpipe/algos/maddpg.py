@@ -20,11 +20,12 @@ observes positions only, and the change is the velocities. Two options off by de
 K > 1 each agent has K sub-policies (the MADDPG paper's policy ensembles): every episode draws
 one per agent, the replay records which, critic targets and the other agents' actions in an
 actor loss come from the member that acted in that row, and member k learns from the rows where
-it acted. Read top to bottom: config, replay, n-step window, critics, the two losses, ``train``.
+it acted. Read top to bottom: config, the actors, replay, n-step window, critics, the two losses, ``train``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,10 +37,10 @@ from torch import nn
 
 from rlpipe.envs.multiagent import make_parallel_env
 from rlpipe.errors import RlpipeError
-from rlpipe.models.networks import AgentActors, mlp
+from rlpipe.models.networks import mlp, register_policy_class
 from rlpipe.training import OnlineConfig, Run, TrainResult, resolve_device, seed_everything
 from rlpipe.training.env import DISCRETE
-from rlpipe.training.multiagent import AgentPolicy, SideEval, evaluate_sides, with_obs_delta
+from rlpipe.training.families.mpe import AgentPolicy, SideEval, evaluate_sides, with_obs_delta
 from rlpipe.training.optim import adam, optimizer_step, polyak_update
 
 ACTION_SPACES = (DISCRETE,)
@@ -97,6 +98,59 @@ TUNED: dict[str, dict[str, Any]] = {
     "simple_adversary_v3": dict(obs_deltas=True, logits_l2=1e-4, twin_critics=True, n_step=2, ensemble=3),
     "simple_spread_v3": {},
 }
+
+
+@register_policy_class
+class AgentActors(nn.Module):
+    """One logits MLP per agent of a multi-agent env (MADDPG's decentralised actors).
+
+    ``logits(i, obs)`` / ``act(i, obs, deterministic)`` run agent ``i``'s actor on a batch of
+    its own observations; sampling draws from the softmax. With ``obs_deltas`` an actor's
+    input is ``[o_t, o_t - o_{t-1}]`` (:func:`with_obs_delta`), twice the observation's size.
+    With ``ensemble`` K > 1 every agent has K sub-policies (``member`` k; the MADDPG paper's
+    policy ensembles), of which an episode uses one per agent.
+    """
+
+    kind = "agent_actors"
+
+    def __init__(
+        self,
+        agents: Sequence[str],
+        obs_dims: Sequence[int],
+        n_actions: Sequence[int],
+        hidden: Sequence[int] = (64, 64),
+        obs_deltas: bool = False,
+        ensemble: int = 1,
+    ) -> None:
+        super().__init__()
+        self.spec = {
+            "agents": list(agents),
+            "obs_dims": list(obs_dims),
+            "n_actions": list(n_actions),
+            "hidden": list(hidden),
+            "obs_deltas": obs_deltas,
+            "ensemble": ensemble,
+        }
+        self.agents, self.obs_deltas, self.ensemble = list(agents), obs_deltas, ensemble
+        # member k of agent i is nets[k * n_agents + i] (with one member, the one-policy layout)
+        self.nets = nn.ModuleList(
+            mlp(d * (2 if obs_deltas else 1), n, hidden) for _ in range(ensemble) for d, n in zip(obs_dims, n_actions)
+        )
+
+    def logits(self, i: int, obs: torch.Tensor, member: int = 0) -> torch.Tensor:
+        return self.nets[member * len(self.agents) + i](obs)
+
+    def member_logits(self, i: int, obs: torch.Tensor, members: torch.Tensor) -> torch.Tensor:
+        """Agent i's logits for a batch whose row b comes from member ``members[b]``."""
+        if self.ensemble == 1:
+            return self.logits(i, obs)
+        stacked = torch.stack([self.logits(i, obs, k) for k in range(self.ensemble)])  # [K, B, actions]
+        return stacked.gather(0, members[None, :, None].expand(1, *stacked.shape[1:]))[0]
+
+    @torch.no_grad()
+    def act(self, i: int, obs: torch.Tensor, deterministic: bool = True, member: int = 0) -> torch.Tensor:
+        logits = self.logits(i, obs, member)
+        return logits.argmax(-1) if deterministic else torch.multinomial(logits.softmax(-1), 1).squeeze(-1)
 
 
 class MultiAgentReplay:

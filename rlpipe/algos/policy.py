@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from gymnasium import spaces
 
 from rlpipe.errors import RlpipeError
+
+if TYPE_CHECKING:
+    from rlpipe.models.checkpoint import Checkpoint
 
 
 @dataclass
@@ -42,7 +45,6 @@ def load_checkpoint_policy(run_dir: str | Path, device: str = "cpu", determinist
     from rlpipe.envs import recorded_env_id
     from rlpipe.envs.spaces import require_policy_fits_env
     from rlpipe.models.checkpoint import load_checkpoint
-    from rlpipe.models.networks import build_policy
     from rlpipe.training.env import ActionScaler, resolve_device, space_from_json
     from rlpipe.training.evaluation import policy_fn
 
@@ -51,15 +53,23 @@ def load_checkpoint_policy(run_dir: str | Path, device: str = "cpu", determinist
     meta = ckpt.meta
     env_id = recorded_env_id(meta["env_id"], meta.get("env_spec"), f"the run in {run_dir}")
     require_policy_fits_env(meta, env_id, run_dir)
-    actor = build_policy(meta["policy"]["kind"], meta["policy"]["spec"]).to(dev)
+    actor = rebuild_actor(ckpt, run_dir, dev)
+    space = space_from_json(meta["action_space"])
+    fn = policy_fn(actor, ActionScaler(space), dev, deterministic)
+    return LoadedPolicy(meta["algo"], env_id, ckpt.sha256, Path(run_dir), space, meta.get("config", {}), actor, fn)
+
+
+def rebuild_actor(ckpt: Checkpoint, run_dir: str | Path, device: torch.device) -> torch.nn.Module:
+    """A checkpoint's policy network with its weights, in eval mode. Its class must be
+    registered: the loaders run after :func:`rlpipe.algos.registry.import_algorithm`."""
+    from rlpipe.models.networks import build_policy
+
+    actor = build_policy(ckpt.meta["policy"]["kind"], ckpt.meta["policy"]["spec"]).to(device)
     try:
         actor.load_state_dict(ckpt.state_dict("policy"))
     except RuntimeError as exc:
         raise RlpipeError(f"checkpoint in {run_dir} does not match its policy spec: {str(exc).splitlines()[0]}") from None
-    actor.eval()
-    space = space_from_json(meta["action_space"])
-    fn = policy_fn(actor, ActionScaler(space), dev, deterministic)
-    return LoadedPolicy(meta["algo"], env_id, ckpt.sha256, Path(run_dir), space, meta.get("config", {}), actor, fn)
+    return actor.eval()
 
 
 def refuse_planner_policy(run_dir: str | Path, device: str = "cpu", deterministic: bool = True) -> LoadedPolicy:
@@ -75,4 +85,4 @@ def refuse_planner_policy(run_dir: str | Path, device: str = "cpu", deterministi
     )
 
 
-__all__ = ["LoadedPolicy", "load_checkpoint_policy", "refuse_planner_policy"]
+__all__ = ["LoadedPolicy", "load_checkpoint_policy", "rebuild_actor", "refuse_planner_policy"]

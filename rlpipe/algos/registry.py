@@ -295,6 +295,14 @@ def get_algo(name: str) -> AlgoSpec:
     return REGISTRY[name]
 
 
+def import_algorithm(name: str) -> AlgoSpec:
+    """``get_algo(name)`` with its module imported: the policy classes it defines (or imports)
+    register themselves, so the checkpoints it writes can be rebuilt."""
+    spec = get_algo(name)
+    importlib.import_module(spec.module)
+    return spec
+
+
 def load_policy(run_dir: str | Path, device: str = "cpu", deterministic: bool = True) -> LoadedPolicy:
     """Load the policy of any saved run (``rlpipe train ... --out RUN_DIR``) with the loader
     its algorithm registers.
@@ -307,12 +315,10 @@ def load_policy(run_dir: str | Path, device: str = "cpu", deterministic: bool = 
     from rlpipe.models.checkpoint import read_meta
 
     meta = read_meta(run_dir)
-    spec = get_algo(meta.get("algo", ""))
+    spec = import_algorithm(meta.get("algo", ""))
     if spec.multi_agent or is_multi_agent(meta.get("env_id", "")):  # a team's policy has no single observation -> action map
-        raise RlpipeError(
-            f"{run_dir} is a multi-agent {spec.name} run: evaluate it with `rlpipe eval` (rlpipe.training.multiagent.evaluate_run)"
-        )
+        raise RlpipeError(f"{run_dir} is a multi-agent {spec.name} run: evaluate it with `rlpipe eval`")
     return spec.load_policy(run_dir, device=device, deterministic=deterministic)
 
 
-__all__ = ["AlgoSpec", "OFFLINE", "ONLINE", "REGISTRY", "RESUMABLE", "SPECS", "get_algo", "load_policy"]
+__all__ = ["AlgoSpec", "OFFLINE", "ONLINE", "REGISTRY", "RESUMABLE", "SPECS", "get_algo", "import_algorithm", "load_policy"]

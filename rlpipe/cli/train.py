@@ -1,10 +1,9 @@
-"""`rlpipe train` and `rlpipe eval`: parse, call rlpipe.pipeline.runs / the registry, print."""
+"""`rlpipe train` and `rlpipe eval`: parse, call rlpipe.pipeline.runs / rlpipe.pipeline.evaluate, print."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import typer
 
@@ -131,77 +130,10 @@ def eval_(
 ) -> None:
     """Evaluate a saved policy and print the mean ± std episode return (multi-agent: win rate or
     side returns); optionally record a video."""
-    from rlpipe.algos import get_algo, load_policy
-    from rlpipe.datasets.atomic import recover_name
-    from rlpipe.envs.multiagent import is_multi_agent
-    from rlpipe.models.checkpoint import read_meta
-    from rlpipe.training.evaluation import evaluate
-    from rlpipe.training.run import is_run_dir
+    from rlpipe.pipeline.evaluate import evaluate_saved_run
 
-    recover_name(run_dir.absolute().parent, run_dir.name, is_run_dir)  # a replace that crashed midway is rolled back first
-    if video is not None:
-        from rlpipe.pipeline.video import check_video_path, record_video
-
-        check_video_path(video)  # before any episode runs
-    meta = read_meta(run_dir)
-    if get_algo(meta.get("algo", "")).multi_agent or is_multi_agent(meta.get("env_id", "")):  # e.g. BC on Combat data
-        from rlpipe.training.multiagent import evaluate_run
-
-        if video is not None:
-            raise RlpipeError("--video records single-agent Gymnasium runs only")
-        result = evaluate_run(run_dir, episodes, seed, not stochastic, device, adversary_run)
-        keys = ("win_rate",) if "win_rate" in result else ("adversary_return_mean", "good_return_mean")
-        typer.echo(
-            json.dumps(result)
-            if as_json
-            else f"{result['algo']} {result['env_id']}: " + ", ".join(f"{k} {result[k]:.2f}" for k in keys) + f" over {episodes} episodes"
-        )
-        return
-    if adversary_run is not None:
-        raise RlpipeError("--adversary-run applies to multi-agent (MPE) runs only")
-    policy = load_policy(run_dir, device=device, deterministic=not stochastic)
-    res = evaluate(policy, policy.env_id, episodes, seed)
-    score = _normalized_score(policy.config, res.mean)
-    if as_json:
-        typer.echo(
-            json.dumps(
-                {
-                    "run_dir": str(run_dir),
-                    "algo": policy.algo,
-                    "env_id": policy.env_id,
-                    "episodes": episodes,
-                    "seed": seed,
-                    "deterministic": not stochastic,
-                    "return_mean": res.mean,
-                    "return_std": res.std,
-                    "returns": res.returns,
-                    **({} if res.success_rate is None else {"success_rate": res.success_rate}),
-                    **({} if score is None else {"normalized_score": score}),
-                    "checkpoint_sha256": policy.checkpoint_sha256,
-                }
-            )
-        )
-    else:
-        success = "" if res.success_rate is None else f", success rate {res.success_rate:.2f}"
-        normalized = "" if score is None else f", normalised score {score:.3f}"
-        typer.echo(f"{policy.algo} {policy.env_id}: {res.mean:.2f} ± {res.std:.2f}{success}{normalized} over {episodes} episodes")
-    if video is not None:
-        recorded = record_video(policy, policy.env_id, video, video_episodes, seed)
-        returns = ", ".join(f"{r:.1f}" for r in recorded)
-        typer.echo(f"recorded {len(recorded)} episode(s) (return {returns}) -> {video}", err=as_json)
-
-
-def _normalized_score(config: dict[str, Any], mean_return: float) -> float | None:
-    """The mean return normalised by the reference scores of the run's dataset (offline runs
-    whose dataset records `ref_min_score` and `ref_max_score`), else None."""
-    from rlpipe.datasets.scores import normalized_score
-    from rlpipe.datasets.store import open_dataset
-
-    if not config.get("dataset"):
-        return None
-    try:
-        metadata = open_dataset(config["dataset"], config.get("store")).metadata
-    except RlpipeError:  # the dataset was removed or moved since training: no reference
-        return None
-    score = normalized_score(metadata, mean_return)
-    return None if score is None else float(score)
+    result = evaluate_saved_run(run_dir, episodes, seed, not stochastic, device, adversary_run, video, video_episodes)
+    typer.echo(json.dumps(result.report) if as_json else result.summary)
+    if result.video_returns is not None:
+        returns = ", ".join(f"{r:.1f}" for r in result.video_returns)
+        typer.echo(f"recorded {len(result.video_returns)} episode(s) (return {returns}) -> {video}", err=as_json)

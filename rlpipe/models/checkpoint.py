@@ -21,12 +21,7 @@ from torch import nn
 
 from rlpipe.errors import RlpipeError
 from rlpipe.files import atomic_output, atomic_write_text, loads_json, read_limited, sha256_file
-from rlpipe.models.dynamics import GaussianEnsemble
-from rlpipe.models.networks import POLICY_CLASSES
 
-# What a checkpoint's "policy" may be: an actor, or the dynamics ensemble that a planner run
-# (PETS, the dynamics trainer) saves in its place.
-SAVED_KINDS = frozenset({*POLICY_CLASSES, GaussianEnsemble.kind})
 WEIGHTS_FILE = "model.safetensors"
 META_FILE = "checkpoint.json"
 FORMAT_VERSION = 1
@@ -104,8 +99,7 @@ def _meta_problem(meta: dict[str, Any]) -> str | None:
     policy = meta.get("policy")
     if not (isinstance(policy, dict) and isinstance(policy.get("kind"), str) and isinstance(policy.get("spec"), dict)):
         return "'policy' needs a kind and a spec"
-    if policy["kind"] not in SAVED_KINDS:
-        return f"unknown policy kind {policy['kind']!r}"
+    # The kind is checked where the policy is rebuilt (build_policy): its class registers on import of its algorithm's module.
     space = meta.get("action_space")
     if not (isinstance(space, dict) and space.get("type") in ("Discrete", "Box")):
         return "'action_space' is missing or not a Discrete or Box description"

@@ -3,14 +3,17 @@
 Every actor exposes ``act(obs, deterministic) -> action`` where continuous actions live in
 [-1, 1] (rescaled to the env's bounds in :mod:`rlpipe.training.env`) and discrete actions
 are integer indices. Actors are rebuilt from JSON with :func:`build_policy`, so a
-checkpoint never needs to pickle Python objects.
+checkpoint never needs to pickle Python objects. A policy class that belongs to one
+algorithm or env family lives in that module and registers itself with
+:func:`register_policy_class`; loading a checkpoint imports the module of the algorithm
+that wrote it (:func:`rlpipe.algos.registry.import_algorithm`), so its classes are known.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -22,7 +25,16 @@ from rlpipe.errors import RlpipeError
 _ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU}
 _INPLACE_ACTIVATIONS = {"relu": torch.relu_, "tanh": torch.tanh_, "elu": F.elu_}
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
-COMBAT_CHANNELS = 6  # Combat's observation channels: team, id, hp, cooldown, row, column
+_POLICY_CLASSES: dict[str, type[nn.Module]] = {}  # kind -> class; filled by register_policy_class
+PolicyClass = TypeVar("PolicyClass", bound=type[nn.Module])
+
+
+def register_policy_class(cls: PolicyClass) -> PolicyClass:
+    """Class decorator: checkpoints whose policy ``kind`` is ``cls.kind`` are rebuilt as ``cls(**spec)``."""
+    kind = cls.kind
+    if _POLICY_CLASSES.setdefault(kind, cls) is not cls:
+        raise RlpipeError(f"policy kind {kind!r} is registered twice: {_POLICY_CLASSES[kind].__qualname__} and {cls.__qualname__}")
+    return cls
 
 
 def mlp(
@@ -110,6 +122,7 @@ def tanh_log_det_jacobian(u: torch.Tensor) -> torch.Tensor:
     return (2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))).sum(-1)
 
 
+@register_policy_class
 class TanhGaussianActor(nn.Module):
     """SAC's policy: a = tanh(u), u ~ N(mu(s), sigma(s)); actions in (-1, 1)."""
 
@@ -151,6 +164,7 @@ class TanhGaussianActor(nn.Module):
         return self.sample(obs)[0]
 
 
+@register_policy_class
 class DeterministicActor(nn.Module):
     """DDPG/TD3's policy: a = tanh(f(s)) in (-1, 1); exploration noise is added by the caller."""
 
@@ -170,6 +184,7 @@ class DeterministicActor(nn.Module):
         return self(obs)
 
 
+@register_policy_class
 class CategoricalActor(nn.Module):
     """PPO's discrete policy: logits over ``n_actions``."""
 
@@ -294,6 +309,7 @@ class EnsembleQ(nn.Module):
         return self.net(torch.cat([self.obs_norm(obs), action], dim=-1)).squeeze(-1)
 
 
+@register_policy_class
 class ActorCritic(nn.Module):
     """PPO's policy and value function: two separate MLPs fused as a 2-member ensemble.
 
@@ -359,62 +375,7 @@ class ActorCritic(nn.Module):
         return self.sample(head)
 
 
-class CombatActorCritic(ActorCritic):
-    """IPPO's Combat policy: an :class:`ActorCritic` over one agent's observation (6 channels
-    x ``view`` x ``view``, channel-major: ``obs_dim`` floats), then ``extra_dim`` features
-    (its one-hot id).
-
-    ``mask_attacks`` sets the logit of "attack opponent j" to a large negative number when
-    the observation says the attack cannot hit: opponent j is not in the agent's 3x3
-    neighbourhood, or the agent is cooling down. The mask is read from the observation
-    itself, so training, evaluation and a reloaded checkpoint all apply the same one.
-    """
-
-    kind = "combat_actor_critic"
-
-    def __init__(
-        self,
-        obs_dim: int,
-        act_dim: int,
-        n_opponents: int,
-        hidden: Sequence[int] = (64, 64),
-        extra_dim: int = 0,
-        mask_attacks: bool = False,
-        activation: str = "tanh",
-    ) -> None:
-        super().__init__(obs_dim + extra_dim, act_dim, True, hidden, activation)
-        self.spec = {
-            "obs_dim": obs_dim,
-            "act_dim": act_dim,
-            "n_opponents": n_opponents,
-            "hidden": list(hidden),
-            "extra_dim": extra_dim,
-            "mask_attacks": mask_attacks,
-            "activation": activation,
-        }
-        self.obs_dim, self.view = obs_dim, math.isqrt(obs_dim // COMBAT_CHANNELS)
-        self.n_opponents, self.mask_attacks = n_opponents, mask_attacks
-
-    def attack_mask(self, obs: torch.Tensor) -> torch.Tensor:
-        """[B, n_opponents] True where attacking opponent j can hit, per the observation."""
-        window = obs[:, : self.obs_dim].view(-1, COMBAT_CHANNELS, self.view, self.view)
-        c = self.view // 2
-        near = window[:, :, c - 1 : c + 2, c - 1 : c + 2].flatten(2)  # the 3x3 neighbourhood
-        ids = torch.arange(self.n_opponents, device=obs.device, dtype=obs.dtype)
-        # team -1 marks an opponent (only living units show); channel 1 is its id within its team
-        present = ((near[:, 0, None, :] == -1) & (near[:, 1, None, :] == ids[:, None])).any(-1)
-        ready = window[:, 3, c, c] == 1  # the agent's own cell: cooldown +1 ready, -1 cooling (0: dead)
-        return present & ready[:, None]
-
-    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        head, value = super().forward(obs)
-        if self.mask_attacks:
-            # A large finite number, not -inf: the entropy's p * log p stays 0 instead of nan.
-            blocked = ~self.attack_mask(obs)
-            head = torch.cat([head[:, : -self.n_opponents], head[:, -self.n_opponents :].masked_fill(blocked, -1e9)], -1)
-        return head, value
-
-
+@register_policy_class
 class GreedyQPolicy(nn.Module):
     """A Q-network over discrete actions that acts greedily (discrete CQL's policy)."""
 
@@ -434,143 +395,11 @@ class GreedyQPolicy(nn.Module):
         return self(obs).argmax(-1)  # greedy either way: the Q-values define no distribution
 
 
-class Perturbation(nn.Module):
-    """BCQ's perturbation model: a -> clip(a + max_shift * tanh(f(s, a)), -1, 1)."""
-
-    def __init__(self, obs_dim: int, act_dim: int, hidden: Sequence[int], max_shift: float) -> None:
-        super().__init__()
-        self.max_shift = max_shift
-        self.net = mlp(obs_dim + act_dim, act_dim, hidden)
-
-    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        shift = self.max_shift * torch.tanh(self.net(torch.cat([obs, action], dim=-1)))
-        return (action + shift).clamp(-1.0, 1.0)
-
-
-class BCQPolicy(nn.Module):
-    """BCQ's batch-constrained policy: ``n_candidates`` actions from the conditional VAE's
-    decoder, each nudged by the perturbation model; the one the first critic values most wins.
-
-    Holds everything acting needs (decoder, perturbation, twin critics); BCQ trains the
-    VAE's encoder alongside.
-    """
-
-    kind = "bcq"
-
-    def __init__(
-        self,
-        obs_dim: int,
-        act_dim: int,
-        hidden: Sequence[int] = (256, 256),
-        vae_hidden: Sequence[int] = (750, 750),
-        latent_dim: int = 2,
-        max_shift: float = 0.05,
-        n_candidates: int = 10,
-    ) -> None:
-        super().__init__()
-        self.spec = {
-            "obs_dim": obs_dim,
-            "act_dim": act_dim,
-            "hidden": list(hidden),
-            "vae_hidden": list(vae_hidden),
-            "latent_dim": latent_dim,
-            "max_shift": max_shift,
-            "n_candidates": n_candidates,
-        }
-        self.latent_dim, self.n_candidates = latent_dim, n_candidates
-        self.decoder = mlp(obs_dim + latent_dim, act_dim, vae_hidden)
-        self.perturbation = Perturbation(obs_dim, act_dim, hidden, max_shift)
-        self.critic = EnsembleQ(obs_dim, act_dim, hidden, n=2)
-
-    def decode(self, obs: torch.Tensor, z: torch.Tensor | None = None) -> torch.Tensor:
-        """Actions in (-1, 1) for latents ``z``; by default z ~ N(0, 1) clipped to [-0.5, 0.5]
-        (the generator's likely region)."""
-        if z is None:
-            z = torch.randn(obs.shape[0], self.latent_dim, device=obs.device).clamp(-0.5, 0.5)
-        return torch.tanh(self.decoder(torch.cat([obs, z], dim=-1)))
-
-    @torch.no_grad()
-    def act(self, obs: torch.Tensor, deterministic: bool = True) -> torch.Tensor:
-        # Candidates are sampled either way: the argmax over them is BCQ's policy.
-        batch, n = obs.shape[0], self.n_candidates
-        repeated = obs.repeat_interleave(n, dim=0)  # all candidates of all states in one batch
-        candidates = self.perturbation(repeated, self.decode(repeated))
-        best = self.critic(repeated, candidates)[0].view(batch, n).argmax(1)
-        return candidates.view(batch, n, -1)[torch.arange(batch, device=obs.device), best]
-
-
-class AgentActors(nn.Module):
-    """One logits MLP per agent of a multi-agent env (MADDPG's decentralised actors).
-
-    ``logits(i, obs)`` / ``act(i, obs, deterministic)`` run agent ``i``'s actor on a batch of
-    its own observations; sampling draws from the softmax. With ``obs_deltas`` an actor's
-    input is ``[o_t, o_t - o_{t-1}]`` (:func:`rlpipe.training.multiagent.with_obs_delta`), twice the observation's size.
-    With ``ensemble`` K > 1 every agent has K sub-policies (``member`` k; the MADDPG paper's
-    policy ensembles), of which an episode uses one per agent.
-    """
-
-    kind = "agent_actors"
-
-    def __init__(
-        self,
-        agents: Sequence[str],
-        obs_dims: Sequence[int],
-        n_actions: Sequence[int],
-        hidden: Sequence[int] = (64, 64),
-        obs_deltas: bool = False,
-        ensemble: int = 1,
-    ) -> None:
-        super().__init__()
-        self.spec = {
-            "agents": list(agents),
-            "obs_dims": list(obs_dims),
-            "n_actions": list(n_actions),
-            "hidden": list(hidden),
-            "obs_deltas": obs_deltas,
-            "ensemble": ensemble,
-        }
-        self.agents, self.obs_deltas, self.ensemble = list(agents), obs_deltas, ensemble
-        # member k of agent i is nets[k * n_agents + i] (with one member, the one-policy layout)
-        self.nets = nn.ModuleList(
-            mlp(d * (2 if obs_deltas else 1), n, hidden) for _ in range(ensemble) for d, n in zip(obs_dims, n_actions)
-        )
-
-    def logits(self, i: int, obs: torch.Tensor, member: int = 0) -> torch.Tensor:
-        return self.nets[member * len(self.agents) + i](obs)
-
-    def member_logits(self, i: int, obs: torch.Tensor, members: torch.Tensor) -> torch.Tensor:
-        """Agent i's logits for a batch whose row b comes from member ``members[b]``."""
-        if self.ensemble == 1:
-            return self.logits(i, obs)
-        stacked = torch.stack([self.logits(i, obs, k) for k in range(self.ensemble)])  # [K, B, actions]
-        return stacked.gather(0, members[None, :, None].expand(1, *stacked.shape[1:]))[0]
-
-    @torch.no_grad()
-    def act(self, i: int, obs: torch.Tensor, deterministic: bool = True, member: int = 0) -> torch.Tensor:
-        logits = self.logits(i, obs, member)
-        return logits.argmax(-1) if deterministic else torch.multinomial(logits.softmax(-1), 1).squeeze(-1)
-
-
-POLICY_CLASSES: dict[str, type[nn.Module]] = {
-    cls.kind: cls
-    for cls in (
-        TanhGaussianActor,
-        DeterministicActor,
-        CategoricalActor,
-        ActorCritic,
-        CombatActorCritic,
-        GreedyQPolicy,
-        BCQPolicy,
-        AgentActors,
-    )
-}
-
-
 def build_policy(kind: str, spec: dict[str, Any]) -> nn.Module:
     """Rebuild an actor from the JSON ``(kind, spec)`` pair stored in a checkpoint."""
-    if kind not in POLICY_CLASSES:
+    if kind not in _POLICY_CLASSES:
         raise RlpipeError(f"unknown policy kind {kind!r}")
     try:
-        return POLICY_CLASSES[kind](**spec)
+        return _POLICY_CLASSES[kind](**spec)
     except (TypeError, ValueError, RuntimeError) as exc:  # a spec edited by hand or for another version
         raise RlpipeError(f"checkpoint policy spec does not fit {kind}: {exc}") from None

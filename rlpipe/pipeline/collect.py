@@ -126,7 +126,7 @@ def collect_dataset(
     stored as `info`/`next_info` columns (not for training runs). The metadata gets reference
     scores (`rlpipe.datasets.scores`). `fmt` defaults to "arrow"; "both" adds Minari's HDF5 layout, whose per-episode objects cost
     far more than the collection itself (docs/benchmarks.md).
-    Multi-agent envs (Combat-v0) go to :func:`collect_multi_agent`. Nothing is left in the
+    Multi-agent envs go to :func:`collect_multi_agent`. Nothing is left in the
     store on failure. `num_envs`
     None picks it from the env and the budget (`auto_num_envs`); the producer records the number used.
 
@@ -367,14 +367,15 @@ def collect_multi_agent(
     store: str | os.PathLike | None = None,
     force: bool = False,
 ) -> CollectedDataset:
-    """Collect ``episodes`` whole Combat episodes, one row per living agent per step (an
-    ``agent`` column), with random actions or a trained IPPO run's team policy (the Combat
-    rules it was trained with). Arrow only: Minari's HDF5 has no multi-agent layout."""
-    from rlpipe.envs.combat import CombatRules
-    from rlpipe.pipeline.multiagent import collect_combat, random_team_policy
+    """Collect ``episodes`` whole episodes of a multi-agent env, one row per living agent per
+    step (an ``agent`` column), with random actions or a trained run's team policy, as the
+    env's family collects them (:mod:`rlpipe.training.families`). Arrow only: Minari's HDF5
+    has no multi-agent layout."""
+    from rlpipe.training.families import family_plugin
 
-    if env_id != "Combat-v0":
-        raise RlpipeError(f"multi-agent collection supports Combat-v0; got {env_id!r}")
+    plugin = family_plugin(env_id)
+    if plugin.collection is None:
+        raise RlpipeError(f"rlpipe collect has no multi-agent collection for {env_id!r}")
     if fmt != "arrow":
         raise RlpipeError(
             f"--format {fmt}: multi-agent datasets are Arrow-only (Minari's HDF5 has no multi-agent layout); use --format arrow"
@@ -382,39 +383,32 @@ def collect_multi_agent(
     if steps is not None or episodes is None:
         raise RlpipeError("multi-agent collection counts whole episodes: give --episodes N")
     check_budget(episodes, steps)
-    if expert is not None and (expert != "ippo" or expert_run is None):
-        raise RlpipeError("multi-agent experts: --expert ippo --expert-run RUN_DIR (a trained `rlpipe train ippo` run)")
+    choices = "|".join(plugin.experts)
+    if expert is not None and (expert not in plugin.experts or expert_run is None):
+        raise RlpipeError(
+            f"multi-agent experts of {env_id}: --expert {choices} --expert-run RUN_DIR (a trained `rlpipe train {choices}` run)"
+        )
     if expert is None and policy not in POLICIES:
-        raise RlpipeError(f"unknown policy {policy!r}: use --policy random, or --expert ippo --expert-run RUN")
-    rules: dict[str, Any] = {}
-    producer: dict[str, Any] = {"algorithm": "random", "checkpoint_sha256": None}
-    if expert is not None:
-        import torch
+        raise RlpipeError(f"unknown policy {policy!r}: use --policy random, or --expert {choices} --expert-run RUN")
+    saved = None
+    if expert_run is not None and expert is not None:
+        from rlpipe.pipeline.experts import load_saved_actor
 
-        from rlpipe.training.multiagent import load_team_policy
-
-        # Without --stochastic the team acts as in its own evaluation (IPPO samples: eval_deterministic).
-        team, greedy, meta, sha = load_team_policy(expert_run, deterministic=False if stochastic else None, seed=seed)
-        if meta["env_id"] != env_id:
-            raise RlpipeError(f"--expert-run {expert_run} was trained on {meta['env_id']}, not {env_id}")
-        rules = {k: v for k, v in meta["config"].items() if k in CombatRules.__dataclass_fields__}
-        make_policy: Any = lambda envs: team  # noqa: E731
-        producer = {"algorithm": "ippo", "checkpoint_sha256": sha, "run_dir": str(expert_run), "deterministic": greedy}
-        torch.set_num_threads(1)
-    else:
-        make_policy = lambda envs: random_team_policy(envs.rules.n_actions, seed)  # noqa: E731
-    game = CombatRules(**rules)
+        saved = load_saved_actor(expert_run)
+        if saved.meta["env_id"] != env_id:
+            raise RlpipeError(f"--expert-run {expert_run} was trained on {saved.meta['env_id']}, not {env_id}")
+    collection = plugin.collection(saved, stochastic, seed)
     with DatasetWriter(
-        name or f"combat-{'expert' if expert else policy}",
-        game.observation_space(),
-        game.action_space(),
+        name or dataset_name(env_id, "expert" if expert else policy),
+        collection.observation_space,
+        collection.action_space,
         env_id=env_id,
         store=store,
         fmt="arrow",
         force=force,
         multi_agent=True,
     ) as writer:
-        collect_combat(writer.write, make_policy, episodes, num_envs, seed, rules)
-        producer.update({"seed": seed, "num_envs": num_envs, "params": {"episodes": episodes}, "rules": rules})
+        collection.play(writer.write, episodes, num_envs, seed)
+        producer = {**collection.producer, "seed": seed, "num_envs": num_envs, "params": {"episodes": episodes}}
         path = writer.finalize(producer)
     return CollectedDataset(path, writer.metadata)

@@ -14,9 +14,10 @@ import hashlib
 import json
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlpipe.algos import LoadedPolicy, get_algo, load_policy
+from rlpipe.algos.registry import import_algorithm
 from rlpipe.datasets.collector import EpisodeAssembler
 from rlpipe.datasets.writer import DatasetWriter
 from rlpipe.envs import env_slug
@@ -24,7 +25,21 @@ from rlpipe.errors import RlpipeError
 from rlpipe.models.checkpoint import read_meta
 from rlpipe.training.run import METRICS_FILE
 
+if TYPE_CHECKING:
+    from rlpipe.training.families import SavedActor
+
 EXPERTS = ("ppo", "sac")
+
+
+def load_saved_actor(run_dir: str | Path, device: Any = "cpu") -> SavedActor:
+    """The policy network of any saved run and its checkpoint record, rebuilt by the class its algorithm's module registers."""
+    from rlpipe.algos.policy import rebuild_actor
+    from rlpipe.models.checkpoint import load_checkpoint
+    from rlpipe.training.families import SavedActor
+
+    ckpt = load_checkpoint(run_dir, device)
+    import_algorithm(ckpt.meta["algo"])
+    return SavedActor(rebuild_actor(ckpt, run_dir, device), ckpt.meta, ckpt.sha256, Path(run_dir))
 
 
 def default_run_dir(algo: str, env_id: str, models_root: str | Path = "models") -> Path:

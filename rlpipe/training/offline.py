@@ -23,15 +23,14 @@ from rlpipe.datasets.mapped import MappedTransitions
 from rlpipe.datasets.schema import map_columnar
 from rlpipe.datasets.store import STEPS_DIR, DatasetInfo, open_dataset
 from rlpipe.envs import env_id_for_spec, trusted_env_id
-from rlpipe.envs.combat import CombatRules
 from rlpipe.envs.goals import flat_observation_space, flatten_obs, is_goal_space
 from rlpipe.envs.stepper import VecStepper
 from rlpipe.errors import RlpipeError
 from rlpipe.training.buffer import Batch, ReplayBuffer, Update
 from rlpipe.training.env import BOX, GOAL, ActionScaler, action_dim, env_spaces, make_vec_env, require_spaces, resolve_device
 from rlpipe.training.evaluation import policy_fn
+from rlpipe.training.families import dataset_evaluator
 from rlpipe.training.graphs import UpdateStepper, graphs_enabled
-from rlpipe.training.multiagent import CombatDatasetEvaluator, dataset_combat_rules
 from rlpipe.training.resume import Checkpointer
 from rlpipe.training.run import Run, TrainResult
 from rlpipe.training.sampler import MappedSampler, TransitionSampler
@@ -50,7 +49,7 @@ def dataset_env_id(name: str, store: str | os.PathLike | None = None) -> str:
     if not info.env_id:
         raise RlpipeError(f"dataset {name!r} names no environment, so a policy trained on it cannot be evaluated")
     if info.metadata.get("multi_agent", False):
-        return info.env_id  # a PettingZoo env (rlpipe.envs.multiagent), its rules in the producer record
+        return info.env_id  # a PettingZoo env of an env family (rlpipe.envs.multiagent), its options in the producer record
     spec = info.metadata.get("eval_env_spec") or info.metadata.get("env_spec")  # Minari's env meant for evaluation first
     if spec:
         return env_id_for_spec(spec, f"dataset {name!r}")
@@ -70,23 +69,15 @@ def _layout(space: gym.Space) -> Any:
 
 def require_dataset_fits_env(info: DatasetInfo) -> None:
     """Raise before training if the dataset's spaces differ from those of the env it names
-    (the policy would fail only at its first evaluation). A multi-agent dataset's env is
-    Combat under the rules it was collected with: each agent's spaces."""
+    (the policy would fail only at its first evaluation). A multi-agent dataset's rows hold
+    one agent's spaces, as its env family's evaluator sees them."""
     if info.metadata.get("multi_agent", False):
-        env_obs, env_act = combat_agent_spaces(info)
+        env_obs, env_act = dataset_evaluator(info).spaces()
     else:
         env_obs, env_act = env_spaces(trusted_env_id(info.env_id, f"dataset {info.name!r}"))
     for what, stored, actual in (("observation", info.observation_space, env_obs), ("action", info.action_space, env_act)):
         if _layout(stored) != _layout(actual):
             raise RlpipeError(f"dataset {info.name!r} has {what}s {stored}, but its env {info.env_id} has {actual}")
-
-
-def combat_agent_spaces(info: DatasetInfo) -> tuple[spaces.Space, spaces.Space]:
-    """One agent's (observation, action) spaces of the Combat game a multi-agent dataset holds."""
-    if info.env_id != "Combat-v0":
-        raise RlpipeError(f"dataset {info.name!r}: offline training on multi-agent data supports Combat-v0, not {info.env_id!r}")
-    rules = CombatRules(**dataset_combat_rules(info.metadata))
-    return rules.observation_space(), rules.action_space()
 
 
 def subset_rows(data: TransitionArrays, max_samples: int, seed: int) -> np.ndarray:
@@ -270,9 +261,9 @@ def train_offline(
     """
     if getattr(config, "finetune_env_steps", 0):
         require_finetunable(data)
-    # A multi-agent (Combat) dataset's policy is shared by the agents and scored by its win rate.
-    combat = CombatDatasetEvaluator(dataset_combat_rules(data.info.metadata)) if data.info.metadata.get("multi_agent") else None
-    run = Run(algo, config, out_dir, progress, evaluator=combat, env_kwargs=combat.rules if combat else None)
+    # A multi-agent dataset's policy is shared by the agents and scored as its env family says.
+    team = dataset_evaluator(data.info) if data.info.metadata.get("multi_agent") else None
+    run = Run(algo, config, out_dir, progress, evaluator=team, env_kwargs=team.env_kwargs if team else None)
     if config.checkpoint_every is not None and optimizers is None:
         run.close()
         raise RlpipeError(f"{algo} does not support --checkpoint-every yet")
@@ -294,7 +285,7 @@ def train_offline(
             if run.maybe_evaluate(eval_policy, updates):
                 break
             checkpoints.maybe_save(updates, {"updates": updates})
-        offline_end = run.evaluate_final(eval_policy, updates)  # before the Combat evaluator's win rate is read
+        offline_end = run.evaluate_final(eval_policy, updates)  # before a multi-agent evaluator's metrics are read
         env_steps, phases = 0, {}
         if getattr(config, "finetune_env_steps", 0):
             offline_heldout = {f"offline_{key}": value for key, value in run.heldout(eval_policy).items()}  # the same episodes as the end's
@@ -305,7 +296,7 @@ def train_offline(
                 **offline_heldout,
                 "finetune_env_steps": env_steps,
             }
-        extra = {**dataset_metrics(data), **phases, **(combat.metrics() if combat else {}), **(extra_metrics() if extra_metrics else {})}
+        extra = {**dataset_metrics(data), **phases, **(team.metrics() if team else {}), **(extra_metrics() if extra_metrics else {})}
         result = run.finish(eval_policy, actor, modules, data.action_space, env_steps, updates, extra)
         checkpoints.discard()
         return result

@@ -99,7 +99,8 @@ class Run:
     and in gradient updates for an :class:`OfflineConfig` (budget ``updates``);
     ``config.eval_every`` is in the same unit. ``evaluator(policy, episodes, seed)``
     replaces the Gymnasium evaluation (multi-agent envs); ``env_kwargs`` (the env's options
-    when the config does not hold them, e.g. a Combat dataset's rules) go into the checkpoint's meta.
+    when the config does not hold them, e.g. those a multi-agent dataset was collected
+    under) go into the checkpoint's meta.
     """
 
     def __init__(
