@@ -187,6 +187,8 @@ def test_cql_and_bcq_cli_round_trip_and_bad_input(offline_store: Path, tmp_path:
         assert json.loads((out / "metrics.json").read_text())["gradient_updates"] == 20
         evaluated = cli("eval", out, "--episodes", "2", "--json")
         assert evaluated.code == 0, evaluated.err
+        # BCQ samples its candidates, but one --seed gives one result
+        assert json.loads(cli("eval", out, "--episodes", "2", "--json").out)["returns"] == json.loads(evaluated.out)["returns"]
         assert load_policy(out).actor.kind == kind
     for args, message in [
         (["bcq", "--dataset", "cartpole-expert"], "bcq needs a continuous (Box) action space"),

@@ -86,9 +86,12 @@ def _evaluate_multi_agent(
 def _evaluate_single_agent(
     run_dir: Path, episodes: int, seed: int, deterministic: bool, device: str, video: Path | None, video_episodes: int
 ) -> SavedRunEval:
+    import torch
+
     from rlpipe.training.evaluation import evaluate
 
     policy = load_policy(run_dir, device=device, deterministic=deterministic)
+    torch.manual_seed(seed)  # policies that sample (BCQ's candidates, --stochastic) repeat for one --seed
     res = evaluate(policy, policy.env_id, episodes, seed)
     score = _normalized_score(policy.config, res.mean)
     report = {
