@@ -116,7 +116,7 @@ def prepare_run(
             raise RlpipeError(f"{algo} evaluates in the env recorded in the dataset's metadata; drop --env")
         info = open_dataset(dataset, store)
         spec.check_spaces(f"dataset {info.name!r}", info.observation_space, info.action_space)
-        env_id = dataset_env_id(dataset, store)
+        env_id = dataset_env_id(info)  # the dataset opened once here
         overrides.update(dataset=dataset, store=None if store is None else str(store))
         source = dataset
     config = spec.make_config(env_id, **overrides)

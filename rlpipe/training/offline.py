@@ -41,11 +41,13 @@ OBSERVATION_KINDS = (BOX, GOAL)
 FINETUNE_SEED_OFFSET = 30_000  # the fine-tuning env's seeds: disjoint from every evaluation's
 
 
-def dataset_env_id(name: str, store: str | os.PathLike | None = None) -> str:
-    """The env a dataset was collected in (where offline policies are evaluated), built from
-    its recorded spec (time limit, kwargs) when it has one: see `rlpipe.envs.env_id_for_spec`.
-    A spec or id naming code not registered here needs `--trust-env-spec`."""
-    info = open_dataset(name, store)
+def dataset_env_id(dataset: str | DatasetInfo, store: str | os.PathLike | None = None) -> str:
+    """The env a dataset (a name in ``store``, or one already opened) was collected in, where
+    offline policies are evaluated, built from its recorded spec (time limit, kwargs) when it
+    has one: see `rlpipe.envs.env_id_for_spec`. A spec or id naming code not registered here
+    needs `--trust-env-spec`."""
+    info = open_dataset(dataset, store) if isinstance(dataset, str) else dataset
+    name = info.name
     if not info.env_id:
         raise RlpipeError(f"dataset {name!r} names no environment, so a policy trained on it cannot be evaluated")
     if info.metadata.get("multi_agent", False):
