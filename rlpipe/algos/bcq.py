@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from rlpipe.algos.registry import OFFLINE_OBSERVATION_KINDS, AlgoSpec, Family
 from rlpipe.errors import RlpipeError
 from rlpipe.models.networks import BCQPolicy, mlp
 from rlpipe.training import Batch, OfflineConfig, TrainResult
@@ -28,6 +29,9 @@ from rlpipe.training.offline import load_offline, train_offline
 from rlpipe.training.optim import adam, frozen, optimizer_step, polyak_update, target_copy
 
 ACTION_SPACES = (BOX,)
+SPEC = AlgoSpec(
+    name="bcq", family=Family.OFFLINE, online=False, observation_kinds_ref=OFFLINE_OBSERVATION_KINDS, summary="batch-constrained Q-learning"
+)
 LOG_STD_MIN, LOG_STD_MAX = -4.0, 15.0  # the encoder's log std range in the BCQ paper's code
 
 
@@ -89,7 +93,7 @@ def bcq_target(
 
 def train(config: Config, out_dir: str | Path | None = None, *, progress: bool = True) -> TrainResult:
     """Train BCQ on ``config.dataset``; with ``out_dir`` also write checkpoint, metrics and curve."""
-    data = load_offline("bcq", config, ACTION_SPACES)
+    data = load_offline(SPEC.name, config, ACTION_SPACES)
     obs_dim, act_dim, device = data.obs_dim, data.act_dim, data.device
     latent_dim = config.latent_dim or 2 * act_dim
     policy = BCQPolicy(obs_dim, act_dim, config.hidden, config.vae_hidden, latent_dim, config.max_shift, config.act_candidates).to(device)
@@ -127,4 +131,4 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
         return {name: float(value) for name, value in stats.items()}
 
     modules = {"policy": policy, "encoder": encoder, "critic_target": critic_target, "perturbation_target": perturbation_target}
-    return train_offline("bcq", config, data, policy, modules, update, out_dir, progress, extra)
+    return train_offline(SPEC.name, config, data, policy, modules, update, out_dir, progress, extra)

@@ -15,6 +15,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from rlpipe.algos.registry import AlgoSpec, Family
 from rlpipe.models.networks import DeterministicActor, EnsembleQ
 from rlpipe.training import Batch, OnlineConfig, StepSink, TrainResult
 from rlpipe.training.env import BOX
@@ -23,6 +24,7 @@ from rlpipe.training.offpolicy import Agent, OffPolicySetup, noisy_explore, setu
 from rlpipe.training.optim import adam, frozen, optimizer_step, polyak_update, target_copy
 
 ACTION_SPACES = (BOX,)
+SPEC = AlgoSpec(name="ddpg", family=Family.OFF_POLICY, online=True, records_training=True, summary="deep deterministic policy gradient")
 
 
 @dataclass
@@ -102,5 +104,5 @@ def train(
 
     ``step_sink`` is called after every vector-env step, as in :func:`rlpipe.algos.sac.train`.
     """
-    env = setup("ddpg", config)
-    return train_off_policy("ddpg", config, env, make_agent(config, env), out_dir, progress, step_sink)
+    env = setup(SPEC.name, config)
+    return train_off_policy(SPEC.name, config, env, make_agent(config, env), out_dir, progress, step_sink)

@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from rlpipe.algos import ppo
+from rlpipe.algos.registry import AlgoSpec, Family
 from rlpipe.envs import base_env_id
 from rlpipe.errors import RlpipeError
 from rlpipe.models.networks import mlp
@@ -42,6 +43,9 @@ from rlpipe.training.offline import dataset_metrics, load_offline
 from rlpipe.training.optim import adam, optimizer_step
 
 ACTION_SPACES = (DISCRETE, BOX)
+SPEC = AlgoSpec(
+    name="gail", family=Family.IMITATION, online=False, summary="generative adversarial imitation (PPO generator, env-steps budget)"
+)
 
 
 @dataclass
@@ -110,7 +114,7 @@ def discriminator_update(
 
 def train(config: Config, out_dir: str | Path | None = None, *, progress: bool = True) -> TrainResult:
     """Train GAIL on ``config.dataset``; with ``out_dir`` also write checkpoint, metrics and curve."""
-    data = load_offline("gail", config, ACTION_SPACES)
+    data = load_offline(SPEC.name, config, ACTION_SPACES)
     if data.info.env_id != base_env_id(config.env_id):
         raise RlpipeError(f"dataset {data.info.name!r} was collected in {data.info.env_id!r}, not {config.env_id!r}")
     disc = Discriminator(data.obs_dim, data.act_dim, data.discrete, config.disc_hidden).to(data.device)
@@ -135,7 +139,7 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
         out_dir,
         progress=progress,
         reward_fn=reward_fn,
-        algo="gail",
+        algo=SPEC.name,
         extra_metrics=extra_metrics,
         extra_modules={"discriminator": disc},
     )

@@ -25,6 +25,7 @@ import torch
 from gymnasium import spaces
 
 from rlpipe.algos import ddpg, sac, td3
+from rlpipe.algos.registry import AlgoSpec, Family
 from rlpipe.datasets.her import STRATEGIES, goal_functions, goal_rows
 from rlpipe.envs.goals import flatten_obs
 from rlpipe.errors import RlpipeError
@@ -34,6 +35,35 @@ from rlpipe.training.offpolicy import setup, train_off_policy
 
 ACTION_SPACES = (BOX,)
 OBSERVATION_SPACES = (GOAL,)
+SPECS = (
+    AlgoSpec(
+        name="ddpg-her",
+        family=Family.OFF_POLICY,
+        online=True,
+        config_name="DDPGHerConfig",
+        observation_kinds_ref="rlpipe.algos.her:OBSERVATION_SPACES",
+        records_training=True,
+        summary="DDPG with hindsight experience replay, on goal envs",
+    ),
+    AlgoSpec(
+        name="td3-her",
+        family=Family.OFF_POLICY,
+        online=True,
+        config_name="TD3HerConfig",
+        observation_kinds_ref="rlpipe.algos.her:OBSERVATION_SPACES",
+        records_training=True,
+        summary="TD3 with hindsight experience replay, on goal envs",
+    ),
+    AlgoSpec(
+        name="sac-her",
+        family=Family.OFF_POLICY,
+        online=True,
+        config_name="SACHerConfig",
+        observation_kinds_ref="rlpipe.algos.her:OBSERVATION_SPACES",
+        records_training=True,
+        summary="SAC with hindsight experience replay, on goal envs",
+    ),
+)
 BASES: dict[str, ModuleType] = {"ddpg": ddpg, "td3": td3, "sac": sac}
 
 

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from rlpipe.algos.registry import AlgoSpec, Family
 from rlpipe.envs.combat import CombatRules, CombatVectorEnv
 from rlpipe.errors import RlpipeError
 from rlpipe.models.networks import CombatActorCritic, mlp
@@ -30,6 +31,13 @@ from rlpipe.training.onpolicy import RolloutStorage, ppo_update
 from rlpipe.training.optim import adam
 
 ACTION_SPACES = (DISCRETE,)
+SPEC = AlgoSpec(
+    name="ippo",
+    family=Family.MULTI_AGENT,
+    online=True,
+    multi_agent=True,
+    summary="independent PPO, one policy shared by a team (Combat-v0)",
+)
 
 
 @dataclass
@@ -153,7 +161,7 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
         )
         return evals[-1]
 
-    run = Run("ippo", config, out_dir, progress, evaluator=evaluator)
+    run = Run(SPEC.name, config, out_dir, progress, evaluator=evaluator)
     rows = CombatRows(envs, config.agent_ids, config.seed, config.win_bonus, config.team_reward, config.carry_dead, config.central_critic)
     storage = RolloutStorage(config.num_steps, config.num_envs * n_agents, row_dim, 1, True, device)
     perm_gen = torch.Generator(device=device).manual_seed(int(rng.integers(2**31)))

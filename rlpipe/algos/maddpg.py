@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from rlpipe.algos.registry import AlgoSpec, Family
 from rlpipe.envs.multiagent import make_parallel_env
 from rlpipe.errors import RlpipeError
 from rlpipe.models.networks import AgentActors, mlp
@@ -43,6 +44,13 @@ from rlpipe.training.multiagent import AgentPolicy, SideEval, evaluate_sides, wi
 from rlpipe.training.optim import adam, optimizer_step, polyak_update
 
 ACTION_SPACES = (DISCRETE,)
+SPEC = AlgoSpec(
+    name="maddpg",
+    family=Family.MULTI_AGENT,
+    online=True,
+    multi_agent=True,
+    summary="MADDPG: centralised critics, Gumbel-softmax actors (MPE)",
+)
 
 
 @dataclass
@@ -287,7 +295,7 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
         polyak_update(target_actors, actors, config.tau)
         polyak_update(target_critics, critics, config.tau)
 
-    run = Run("maddpg", config, out_dir, progress, evaluator=evaluator)  # independent DDPG: metrics' "centralised" is False
+    run = Run(SPEC.name, config, out_dir, progress, evaluator=evaluator)  # independent DDPG: metrics' "centralised" is False
     steps = updates = episodes = 0
     stop = False
     try:

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 import torch
 
+from rlpipe.algos.registry import AlgoSpec, Family
 from rlpipe.algos.sac import SACFields, make_agent
 from rlpipe.envs.stepper import EpisodeReturns
 from rlpipe.errors import RlpipeError
@@ -39,6 +40,7 @@ from rlpipe.training.offpolicy import Agent, OffPolicySetup, setup, train_off_po
 from rlpipe.training.planning import ModelEnv
 
 ACTION_SPACES = (BOX,)
+SPEC = AlgoSpec(name="mbpo", family=Family.MODEL_BASED, online=True, summary="SAC on real and short model rollouts")
 MODEL_SEED_OFFSET = 2  # the model's fits and rollouts draw from their own stream (the buffers: seed, seed + 1)
 
 
@@ -94,7 +96,7 @@ class ModelAugmentedReplay:
         synthetic = config.model_retain * config.rollout_batch * max(config.rollout_schedule[2:])
         self.synthetic = ReplayBuffer(synthetic, env.obs_dim, env.act_dim, env.device, seed=config.seed + 1)
         self.model, self.optimizer = build_ensemble(config, env.obs_dim, env.act_dim, env.device)
-        terminated, reward = termination_fn("mbpo", config.env_id), reward_fn("mbpo", config.env_id, config.reward)
+        terminated, reward = termination_fn(SPEC.name, config.env_id), reward_fn(SPEC.name, config.env_id, config.reward)
         self.model_env = ModelEnv(self.model, env.action_space, terminated, reward, generator)
         self.batches = MixedBatches(self.real.sample, self.synthetic, config.real_ratio)
         self.fits: list[FitReport] = []
@@ -122,7 +124,7 @@ class ModelAugmentedReplay:
 def train(config: Config, out_dir: str | Path | None = None, *, progress: bool = True) -> TrainResult:
     """Train MBPO; with ``out_dir`` also write checkpoint (policy, critics, dynamics),
     ``metrics.json`` (with every training episode's return) and the DVCLive curve."""
-    env = setup("mbpo", config)
+    env = setup(SPEC.name, config)
     agent = make_agent(config, env)
     replay = ModelAugmentedReplay(config, env, agent, torch.Generator(device=env.device).manual_seed(config.seed + MODEL_SEED_OFFSET))
     episodes = EpisodeReturns()
@@ -132,4 +134,4 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
         return {**sac_metrics(), "episode_returns": episodes.returns, **fits_metrics(replay.fits)}
 
     agent = replace(agent, modules={**agent.modules, DYNAMICS_MODULE: replay.model}, extra_metrics=extra_metrics)
-    return train_off_policy("mbpo", config, env, agent, out_dir, progress, episodes, replay)
+    return train_off_policy(SPEC.name, config, env, agent, out_dir, progress, episodes, replay)

@@ -19,6 +19,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
+from rlpipe.algos.registry import AlgoSpec, Family
 from rlpipe.errors import RlpipeError
 from rlpipe.models.networks import ActorCritic
 from rlpipe.training import (
@@ -40,6 +41,7 @@ from rlpipe.training.optim import adam
 from rlpipe.training.resume import Checkpointer
 
 ACTION_SPACES = (DISCRETE, BOX)
+SPEC = AlgoSpec(name="ppo", family=Family.ON_POLICY, online=True, records_training=True, resumable=True, summary="clipped PPO with GAE")
 
 
 @dataclass
@@ -105,7 +107,7 @@ def train(
     progress: bool = True,
     step_sink: StepSink | None = None,
     reward_fn: RewardFn | None = None,
-    algo: str = "ppo",
+    algo: str = SPEC.name,
     extra_metrics: Callable[[], dict[str, Any]] | None = None,
     extra_modules: dict[str, nn.Module] | None = None,
 ) -> TrainResult:

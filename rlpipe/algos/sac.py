@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from rlpipe.algos.registry import AlgoSpec, Family
 from rlpipe.models.networks import EnsembleQ, TanhGaussianActor
 from rlpipe.training import Batch, OnlineConfig, StepSink, TrainResult, Update
 from rlpipe.training.env import BOX
@@ -31,6 +32,15 @@ from rlpipe.training.seeding import seed_everything
 from rlpipe.training.seedstack import SeedStack, train_off_policy_seeds
 
 ACTION_SPACES = (BOX,)
+SPEC = AlgoSpec(
+    name="sac",
+    family=Family.OFF_POLICY,
+    online=True,
+    records_training=True,
+    batched_seeds=True,
+    resumable=True,
+    summary="soft actor-critic",
+)
 
 
 @dataclass
@@ -250,8 +260,8 @@ def train(
     is the real next observation even at episode ends; rows with ``valid`` False are
     autoreset steps and are not transitions.
     """
-    env = setup("sac", config)
-    return train_off_policy("sac", config, env, make_agent(config, env), out_dir, progress, step_sink)
+    env = setup(SPEC.name, config)
+    return train_off_policy(SPEC.name, config, env, make_agent(config, env), out_dir, progress, step_sink)
 
 
 def make_stacked_agent(configs: Sequence[Config], env: OffPolicySetup) -> tuple[StackedSoftActorCritic, Update]:
@@ -276,14 +286,14 @@ def train_seeds(configs: Sequence[Config], out_dirs: Sequence[str | Path | None]
     setups: list[OffPolicySetup] = []
     try:
         for config in configs:
-            setups.append(setup("sac", config))
+            setups.append(setup(SPEC.name, config))
         stacked, update = make_stacked_agent(configs, setups[0])
     except BaseException:
         for env in setups:
             env.envs.close()
         raise
     return train_off_policy_seeds(
-        "sac",
+        SPEC.name,
         configs,
         setups,
         stacked.stack,

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from rlpipe.algos import ddpg
+from rlpipe.algos.registry import AlgoSpec, Family
 from rlpipe.models.networks import DeterministicActor, EnsembleQ
 from rlpipe.training import Batch, StepSink, TrainResult, Update
 from rlpipe.training.env import BOX
@@ -25,6 +26,7 @@ from rlpipe.training.offpolicy import Agent, OffPolicySetup, noisy_explore, setu
 from rlpipe.training.optim import adam, frozen, optimizer_step, polyak_update, target_copy
 
 ACTION_SPACES = (BOX,)
+SPEC = AlgoSpec(name="td3", family=Family.OFF_POLICY, online=True, records_training=True, summary="twin delayed DDPG")
 
 
 @dataclass
@@ -120,5 +122,5 @@ def train(
 
     ``step_sink`` is called after every vector-env step, as in :func:`rlpipe.algos.sac.train`.
     """
-    env = setup("td3", config)
-    return train_off_policy("td3", config, env, make_agent(config, env), out_dir, progress, step_sink)
+    env = setup(SPEC.name, config)
+    return train_off_policy(SPEC.name, config, env, make_agent(config, env), out_dir, progress, step_sink)

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlpipe.algos.registry import OFFLINE_OBSERVATION_KINDS, AlgoSpec, Family
 from rlpipe.algos.td3 import td3_update
 from rlpipe.models.networks import DeterministicActor, EnsembleQ
 from rlpipe.training import Batch, OfflineConfig, TrainResult
@@ -23,6 +24,13 @@ from rlpipe.training.env import BOX
 from rlpipe.training.offline import load_offline, train_offline
 
 ACTION_SPACES = (BOX,)
+SPEC = AlgoSpec(
+    name="td3bc",
+    family=Family.OFFLINE,
+    online=False,
+    observation_kinds_ref=OFFLINE_OBSERVATION_KINDS,
+    summary="TD3 with a behaviour-cloning term",
+)
 
 
 @dataclass
@@ -62,7 +70,7 @@ def td3_bc_actor_loss(pi: torch.Tensor, q: torch.Tensor, actions: torch.Tensor, 
 
 def train(config: Config, out_dir: str | Path | None = None, *, progress: bool = True) -> TrainResult:
     """Train TD3+BC on ``config.dataset``; with ``out_dir`` also write checkpoint, metrics and curve."""
-    data = load_offline("td3bc", config, ACTION_SPACES)
+    data = load_offline(SPEC.name, config, ACTION_SPACES)
     obs_dim, act_dim, device = data.obs_dim, data.act_dim, data.device
     actor = DeterministicActor(obs_dim, act_dim, config.hidden, normalize_obs=config.normalize_obs).to(device)
     if config.normalize_obs:
@@ -73,4 +81,4 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
         return td3_bc_actor_loss(pi, q, b.actions, config.alpha)
 
     update, modules = td3_update(actor, critic, config, actor_loss)
-    return train_offline("td3bc", config, data, actor, modules, update, out_dir, progress, update_period=config.policy_delay)
+    return train_offline(SPEC.name, config, data, actor, modules, update, out_dir, progress, update_period=config.policy_delay)
