@@ -24,6 +24,7 @@ from rlpipe.algos.registry import OFFLINE_OBSERVATION_KINDS, AlgoSpec, Family
 from rlpipe.errors import RlpipeError
 from rlpipe.models.networks import BCQPolicy, mlp
 from rlpipe.training import Batch, OfflineConfig, TrainResult
+from rlpipe.training.config import positive
 from rlpipe.training.env import BOX
 from rlpipe.training.offline import load_offline, train_offline
 from rlpipe.training.optim import adam, frozen, optimizer_step, polyak_update, target_copy
@@ -37,20 +38,20 @@ LOG_STD_MIN, LOG_STD_MAX = -4.0, 15.0  # the encoder's log std range in the BCQ 
 
 @dataclass
 class Config(OfflineConfig):
-    updates: int = 20_000
-    batch_size: int = 256
+    updates: int = positive(20_000)
+    batch_size: int = positive(256)
     gamma: float = 0.99
     tau: float = 0.005
-    actor_lr: float = 1e-3  # the perturbation model
-    critic_lr: float = 1e-3
-    vae_lr: float = 1e-3
-    hidden: tuple[int, ...] = (256, 256)  # perturbation model and critics (paper: 400, 300)
-    vae_hidden: tuple[int, ...] = (750, 750)
-    latent_dim: int | None = None  # None: 2 * action_dim (the paper)
+    actor_lr: float = positive(1e-3)  # the perturbation model
+    critic_lr: float = positive(1e-3)
+    vae_lr: float = positive(1e-3)
+    hidden: tuple[int, ...] = positive((256, 256))  # perturbation model and critics (paper: 400, 300)
+    vae_hidden: tuple[int, ...] = positive((750, 750))
+    latent_dim: int | None = positive(None)  # None: 2 * action_dim (the paper)
     kl_weight: float = 0.5
     max_shift: float = 0.05  # the paper's Phi
     lmbda: float = 0.75  # target = lmbda * min + (1 - lmbda) * max of the twin critics
-    n_candidates: int = 10  # generated actions per next state in the critics' target (the paper's code: 10)
+    n_candidates: int = positive(10)  # generated actions per next state in the critics' target (the paper's code: 10)
     act_candidates: int = 100  # generated actions per state when acting (the paper's code: 100)
 
     def __post_init__(self) -> None:

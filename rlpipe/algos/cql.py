@@ -35,7 +35,7 @@ from rlpipe.algos.sac import SoftActorCritic, StackedSoftActorCritic
 from rlpipe.errors import RlpipeError
 from rlpipe.models.networks import EnsembleQ, GreedyQPolicy, TanhGaussianActor
 from rlpipe.training import Batch, OfflineConfig, TrainResult, Update
-from rlpipe.training.config import FinetuneFields
+from rlpipe.training.config import FinetuneFields, positive
 from rlpipe.training.env import BOX, DISCRETE
 from rlpipe.training.offline import OfflineData, load_offline, train_offline
 from rlpipe.training.optim import adam, optimizer_step, polyak_update, target_copy
@@ -56,18 +56,18 @@ CPU_BLOCK_ROWS = 512  # critic rows per pass on CPU (see data_and_sampled_q)
 
 @dataclass
 class Config(FinetuneFields, OfflineConfig):
-    updates: int = 20_000
-    batch_size: int = 256
+    updates: int = positive(20_000)
+    batch_size: int = positive(256)
     gamma: float = 0.99
     tau: float = 0.005  # target network averaging (both variants)
-    actor_lr: float = 1e-4
-    critic_lr: float = 3e-4  # the Q-network's learning rate in the discrete variant
-    alpha_lr: float = 3e-4
+    actor_lr: float = positive(1e-4)
+    critic_lr: float = positive(3e-4)  # the Q-network's learning rate in the discrete variant
+    alpha_lr: float = positive(3e-4)
     init_alpha: float = 1.0
     target_entropy: float | None = None  # None: -action_dim
-    hidden: tuple[int, ...] = (256, 256)
+    hidden: tuple[int, ...] = positive((256, 256))
     beta: float = 5.0  # weight of the conservative term (the text: 5)
-    num_sampled_actions: int = 5  # per proposal (uniform, pi(s), pi(s')) and state (the text: 5)
+    num_sampled_actions: int = positive(5)  # per proposal (uniform, pi(s), pi(s')) and state (the text: 5)
     td_loss: Literal["mse", "huber"] = "mse"
     reward_scale: float = 1.0  # rewards are learnt as (r + reward_shift) * reward_scale
     reward_shift: float = 0.0

@@ -38,6 +38,7 @@ from rlpipe.envs import base_env_id
 from rlpipe.errors import RlpipeError
 from rlpipe.models.networks import mlp
 from rlpipe.training import Batch, DatasetFields, TrainResult
+from rlpipe.training.config import positive
 from rlpipe.training.env import BOX, DISCRETE
 from rlpipe.training.offline import dataset_metrics, load_offline
 from rlpipe.training.optim import adam, optimizer_step
@@ -54,9 +55,9 @@ class Config(DatasetFields, ppo.Config):
     dataset (``env_id`` is filled from its metadata; ``max_samples``: the reference text
     imitates 30 pairs of one episode) and the discriminator's settings."""
 
-    disc_learning_rate: float = 1e-3
-    disc_hidden: tuple[int, ...] = (128,)
-    disc_updates: int = 1  # discriminator updates per PPO rollout
+    disc_learning_rate: float = positive(1e-3)
+    disc_hidden: tuple[int, ...] = positive((128,))
+    disc_updates: int = positive(1)  # discriminator updates per PPO rollout
 
 
 TUNED: dict[str, dict[str, Any]] = {

@@ -25,6 +25,7 @@ from rlpipe.envs.combat import CombatRules, CombatVectorEnv
 from rlpipe.errors import RlpipeError
 from rlpipe.models.networks import CombatActorCritic, mlp
 from rlpipe.training import OnlineConfig, Run, TrainResult, resolve_device, seed_everything
+from rlpipe.training.config import positive
 from rlpipe.training.env import DISCRETE
 from rlpipe.training.multiagent import CombatEval, CombatRows, TeamPolicy, combat_metrics, evaluate_combat, team_policy
 from rlpipe.training.onpolicy import RolloutStorage, ppo_update
@@ -42,14 +43,14 @@ SPEC = AlgoSpec(
 
 @dataclass
 class Config(OnlineConfig):
-    env_steps: int = 2_000_000  # game steps (each moves the whole team)
-    num_envs: int = 64  # games played side by side
-    eval_every: int = 200_000
-    eval_episodes: int = 200
-    num_steps: int = 64  # rollout length per game
-    num_epochs: int = 4
-    minibatch_size: int = 1024  # agent steps
-    learning_rate: float = 1e-3
+    env_steps: int = positive(2_000_000)  # game steps (each moves the whole team)
+    num_envs: int = positive(64)  # games played side by side
+    eval_every: int = positive(200_000)
+    eval_episodes: int = positive(200)
+    num_steps: int = positive(64)  # rollout length per game
+    num_epochs: int = positive(4)
+    minibatch_size: int = positive(1024)  # agent steps
+    learning_rate: float = positive(1e-3)
     anneal: bool = True  # linearly decay learning rate and clip range to 0
     gamma: float = 0.99
     gae_lambda: float = 0.95
@@ -59,7 +60,7 @@ class Config(OnlineConfig):
     max_grad_norm: float = 0.5
     normalize_advantages: bool = True
     target_kl: float | None = None  # stop an update's epochs early above this KL
-    hidden: tuple[int, ...] = (128, 128)
+    hidden: tuple[int, ...] = positive((128, 128))
     agent_ids: bool = True  # append each agent's one-hot id to its observation
     mask_attacks: bool = False  # rule out the attacks an agent's own observation says cannot hit
     # Training-only shaping: added to each agent's reward on the step its team wins. The env's

@@ -24,6 +24,7 @@ from rlpipe.errors import RlpipeError
 from rlpipe.models.dynamics import FitReport
 from rlpipe.models.env_fns import reward_fn, termination_fn
 from rlpipe.training import Batch, OnlineConfig, ReplayBuffer, StepBatch, TrainResult
+from rlpipe.training.config import positive
 from rlpipe.training.env import BOX
 from rlpipe.training.model_based import (
     DYNAMICS_MODULE,
@@ -46,20 +47,20 @@ MODEL_SEED_OFFSET = 2  # the model's fits and rollouts draw from their own strea
 
 @dataclass
 class Config(ModelFields, SACFields, OnlineConfig):
-    buffer_size: int = 100_000
+    buffer_size: int = positive(100_000)
     learning_starts: int = 250  # uniform random actions before this many env steps
     updates_per_step: float = 10.0  # SAC updates per env step (the text: 10)
     # The dynamics ensemble (see ModelFields): 7 members, 5 elites, the learned reward.
     reward: Literal["known", "learned"] = "learned"
-    members: int = 7
+    members: int = positive(7)
     # Branched rollouts, at the paper's data settings (Janner et al. 2019, appendix C).
-    model_train_every: int = 250  # env steps between model refits (and rollouts)
-    rollout_batch: int = 100_000  # real start states per refit: 400 per env step
+    model_train_every: int = positive(250)  # env steps between model refits (and rollouts)
+    rollout_batch: int = positive(100_000)  # real start states per refit: 400 per env step
     # Rollout length: (from_step, to_step, from_length, to_length), linear in env steps in
     # between (the paper's schedule, in env steps instead of its 1000-step epochs). The
     # default is InvertedPendulum's, length 1 throughout; Hopper's is (20_000, 100_000, 1, 15).
     rollout_schedule: tuple[int, int, int, int] = (0, 15_000, 1, 1)
-    model_retain: int = 4  # refits whose rollouts the model buffer keeps (the paper: one epoch)
+    model_retain: int = positive(4)  # refits whose rollouts the model buffer keeps (the paper: one epoch)
     real_ratio: float = 0.05  # share of real transitions per minibatch; 1.0 fits no model
 
     def __post_init__(self) -> None:

@@ -21,6 +21,7 @@ from rlpipe.algos.registry import AlgoSpec, Family
 from rlpipe.algos.sac import SACFields, SoftActorCritic
 from rlpipe.models.env_fns import reward_fn, termination_fn
 from rlpipe.training import Batch, OfflineConfig, ReplayBuffer, TrainResult
+from rlpipe.training.config import positive
 from rlpipe.training.env import BOX
 from rlpipe.training.model_based import (
     DYNAMICS_MODULE,
@@ -46,15 +47,15 @@ class Config(ModelFields, SACFields, OfflineConfig):
     # The dynamics ensemble and its fit, unless loaded (see ModelFields): 7 members of
     # 3 x 200, 5 elites, the learned reward.
     reward: Literal["known", "learned"] = "learned"
-    members: int = 7
-    model_hidden: tuple[int, ...] = (200, 200, 200)
-    model_max_epochs: int = 20
+    members: int = positive(7)
+    model_hidden: tuple[int, ...] = positive((200, 200, 200))
+    model_max_epochs: int = positive(20)
     # Penalised rollouts.
     penalty: float = 1.0  # lambda: reward - lambda * max_member ||std||
-    rollout_every: int = 1_000  # SAC updates between rollouts
-    rollout_batch: int = 2_000
-    rollout_length: int = 5
-    model_retain: int = 5  # rollouts the model buffer keeps
+    rollout_every: int = positive(1_000)  # SAC updates between rollouts
+    rollout_batch: int = positive(2_000)
+    rollout_length: int = positive(5)
+    model_retain: int = positive(5)  # rollouts the model buffer keeps
     real_ratio: float = 0.5
 
     def __post_init__(self) -> None:

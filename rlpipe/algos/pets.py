@@ -21,6 +21,7 @@ from rlpipe.algos.registry import PLANNER_LOADER, AlgoSpec, Family
 from rlpipe.envs.stepper import EpisodeReturns
 from rlpipe.models.env_fns import reward_fn, termination_fn
 from rlpipe.training import OnlineConfig, ReplayBuffer, Run, TrainResult, VecStepper
+from rlpipe.training.config import positive
 from rlpipe.training.env import BOX, ActionScaler
 from rlpipe.training.model_based import (
     DYNAMICS_MODULE,
@@ -46,10 +47,10 @@ EVAL_GENERATOR_OFFSET = 1  # the evaluation planner draws from its own generator
 
 @dataclass
 class Config(ModelFields, CEMSettings, OnlineConfig):
-    env_steps: int = 3_000
-    eval_every: int = 3_000
+    env_steps: int = positive(3_000)
+    eval_every: int = positive(3_000)
     random_steps: int = 200  # uniform random actions first (the text: one episode)
-    refit_every: int = 200  # env steps between model fits (200: every Pendulum episode)
+    refit_every: int = positive(200)  # env steps between model fits (200: every Pendulum episode)
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -20,6 +20,7 @@ from rlpipe.algos import ddpg
 from rlpipe.algos.registry import AlgoSpec, Family
 from rlpipe.models.networks import DeterministicActor, EnsembleQ
 from rlpipe.training import Batch, StepSink, TrainResult, Update
+from rlpipe.training.config import positive
 from rlpipe.training.env import BOX
 from rlpipe.training.noise import make_noise
 from rlpipe.training.offpolicy import Agent, OffPolicySetup, noisy_explore, setup, train_off_policy
@@ -33,7 +34,7 @@ SPEC = AlgoSpec(name="td3", family=Family.OFF_POLICY, online=True, records_train
 class Config(ddpg.Config):
     """DDPG's settings (networks, rates, exploration noise) plus TD3's three changes."""
 
-    policy_delay: int = 2
+    policy_delay: int = positive(2)
     target_noise: float = 0.2  # target policy smoothing
     target_noise_clip: float = 0.5
 

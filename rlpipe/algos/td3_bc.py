@@ -20,6 +20,7 @@ from rlpipe.algos.registry import OFFLINE_OBSERVATION_KINDS, AlgoSpec, Family
 from rlpipe.algos.td3 import td3_update
 from rlpipe.models.networks import DeterministicActor, EnsembleQ
 from rlpipe.training import Batch, OfflineConfig, TrainResult
+from rlpipe.training.config import positive
 from rlpipe.training.env import BOX
 from rlpipe.training.offline import load_offline, train_offline
 
@@ -35,17 +36,17 @@ SPEC = AlgoSpec(
 
 @dataclass
 class Config(OfflineConfig):
-    updates: int = 100_000
-    eval_every: int = 5_000
-    batch_size: int = 256
+    updates: int = positive(100_000)
+    eval_every: int = positive(5_000)
+    batch_size: int = positive(256)
     gamma: float = 0.99
     tau: float = 0.005
-    actor_lr: float = 3e-4
-    critic_lr: float = 3e-4
-    hidden: tuple[int, ...] = (256, 256)
+    actor_lr: float = positive(3e-4)
+    critic_lr: float = positive(3e-4)
+    hidden: tuple[int, ...] = positive((256, 256))
     alpha: float = 2.5  # weight of the Q term against behaviour cloning
     normalize_obs: bool = True  # with the dataset's mean and std
-    policy_delay: int = 2
+    policy_delay: int = positive(2)
     target_noise: float = 0.2  # target policy smoothing, in units of the [-1, 1] action range
     target_noise_clip: float = 0.5
 
