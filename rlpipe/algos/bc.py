@@ -17,7 +17,7 @@ import torch
 from rlpipe.algos.registry import OFFLINE_OBSERVATION_KINDS, AlgoSpec, Family
 from rlpipe.models.networks import CategoricalActor, DeterministicActor, TanhGaussianActor
 from rlpipe.training import Batch, OfflineConfig, TrainResult
-from rlpipe.training.config import positive
+from rlpipe.training.config import layer_sizes, positive
 from rlpipe.training.env import BOX, DISCRETE
 from rlpipe.training.offline import load_offline, train_offline
 from rlpipe.training.optim import adam, optimizer_step
@@ -39,7 +39,7 @@ class Config(OfflineConfig):
     eval_every: int = positive(500)
     batch_size: int = positive(64)
     learning_rate: float = positive(1e-3)
-    hidden: tuple[int, ...] = positive((256, 256))
+    hidden: tuple[int, ...] = layer_sizes((256, 256))
     continuous_loss: Literal["mse", "gaussian"] = "mse"  # continuous actions: "mse" or "gaussian" (likelihood)
     # False (discrete actions): evaluate by sampling the learnt distribution, not its mode, as a
     # sampling expert acts (IPPO's Combat team: its mode can stall, a blocked move repeating).

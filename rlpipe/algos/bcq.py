@@ -24,7 +24,7 @@ from rlpipe.algos.registry import OFFLINE_OBSERVATION_KINDS, AlgoSpec, Family
 from rlpipe.errors import RlpipeError
 from rlpipe.models.networks import BCQPolicy, mlp
 from rlpipe.training import Batch, OfflineConfig, TrainResult
-from rlpipe.training.config import positive
+from rlpipe.training.config import layer_sizes, positive
 from rlpipe.training.env import BOX
 from rlpipe.training.offline import load_offline, train_offline
 from rlpipe.training.optim import adam, frozen, optimizer_step, polyak_update, target_copy
@@ -45,8 +45,8 @@ class Config(OfflineConfig):
     actor_lr: float = positive(1e-3)  # the perturbation model
     critic_lr: float = positive(1e-3)
     vae_lr: float = positive(1e-3)
-    hidden: tuple[int, ...] = positive((256, 256))  # perturbation model and critics (paper: 400, 300)
-    vae_hidden: tuple[int, ...] = positive((750, 750))
+    hidden: tuple[int, ...] = layer_sizes((256, 256))  # perturbation model and critics (paper: 400, 300)
+    vae_hidden: tuple[int, ...] = layer_sizes((750, 750))
     latent_dim: int | None = positive(None)  # None: 2 * action_dim (the paper)
     kl_weight: float = 0.5
     max_shift: float = 0.05  # the paper's Phi

@@ -35,7 +35,7 @@ from rlpipe.algos.sac import SoftActorCritic, StackedSoftActorCritic
 from rlpipe.errors import RlpipeError
 from rlpipe.models.networks import EnsembleQ, GreedyQPolicy, TanhGaussianActor
 from rlpipe.training import Batch, OfflineConfig, TrainResult, Update
-from rlpipe.training.config import FinetuneFields, positive
+from rlpipe.training.config import FinetuneFields, layer_sizes, positive
 from rlpipe.training.env import BOX, DISCRETE
 from rlpipe.training.offline import OfflineData, load_offline, train_offline
 from rlpipe.training.optim import adam, optimizer_step, polyak_update, target_copy
@@ -65,7 +65,7 @@ class Config(FinetuneFields, OfflineConfig):
     alpha_lr: float = positive(3e-4)
     init_alpha: float = 1.0
     target_entropy: float | None = None  # None: -action_dim
-    hidden: tuple[int, ...] = positive((256, 256))
+    hidden: tuple[int, ...] = layer_sizes((256, 256))
     beta: float = 5.0  # weight of the conservative term (the text: 5)
     num_sampled_actions: int = positive(5)  # per proposal (uniform, pi(s), pi(s')) and state (the text: 5)
     td_loss: Literal["mse", "huber"] = "mse"

@@ -39,7 +39,7 @@ from rlpipe.algos.registry import AlgoSpec, Family
 from rlpipe.envs import base_env_id
 from rlpipe.errors import RlpipeError
 from rlpipe.training import Batch, DatasetFields, TrainResult
-from rlpipe.training.config import positive
+from rlpipe.training.config import layer_sizes, positive
 from rlpipe.training.env import BOX
 from rlpipe.training.offline import dataset_metrics, load_offline
 from rlpipe.training.offpolicy import Agent, setup, train_off_policy
@@ -61,7 +61,7 @@ class Config(DatasetFields, sac.Config):
     and the discriminator's settings."""
 
     disc_learning_rate: float = positive(3e-4)
-    disc_hidden: tuple[int, ...] = positive((64, 64))
+    disc_hidden: tuple[int, ...] = layer_sizes((64, 64))
     grad_penalty: float = 10.0  # weight of (|grad D| - 1)^2 on mixed pairs (the paper's 10)
     constant_reward: float | None = None  # the control: this reward instead of D's (D is not trained)
 

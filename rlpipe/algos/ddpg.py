@@ -18,7 +18,7 @@ from torch import nn
 from rlpipe.algos.registry import AlgoSpec, Family
 from rlpipe.models.networks import DeterministicActor, EnsembleQ
 from rlpipe.training import Batch, OnlineConfig, StepSink, TrainResult
-from rlpipe.training.config import positive
+from rlpipe.training.config import buffer_capacity, layer_sizes, positive
 from rlpipe.training.env import BOX
 from rlpipe.training.noise import make_noise
 from rlpipe.training.offpolicy import Agent, OffPolicySetup, noisy_explore, setup, train_off_policy
@@ -31,13 +31,13 @@ SPEC = AlgoSpec(name="ddpg", family=Family.OFF_POLICY, online=True, records_trai
 @dataclass
 class Config(OnlineConfig):
     env_steps: int = positive(20_000)
-    buffer_size: int = positive(1_000_000)
+    buffer_size: int = buffer_capacity(1_000_000)
     batch_size: int = positive(256)
     gamma: float = 0.99
     tau: float = 0.005
     actor_lr: float = positive(3e-4)
     critic_lr: float = positive(3e-4)
-    hidden: tuple[int, ...] = positive((256, 256))
+    hidden: tuple[int, ...] = layer_sizes((256, 256))
     noise: Literal["gaussian", "ou"] = "gaussian"  # exploration noise; "ou": Ornstein-Uhlenbeck
     noise_sigma: float = 0.1  # in units of the [-1, 1] action range
     ou_theta: float = 0.15

@@ -18,7 +18,7 @@ import torch
 from rlpipe.algos.registry import PLANNER_LOADER, AlgoSpec, Family
 from rlpipe.models.env_fns import reward_fn, termination_fn
 from rlpipe.training import OfflineConfig, Run, TrainResult
-from rlpipe.training.config import positive
+from rlpipe.training.config import layer_sizes, positive
 from rlpipe.training.env import BOX, ActionScaler
 from rlpipe.training.model_based import DYNAMICS_MODULE, ModelFields, build_ensemble, dataset_batch, fit_on
 from rlpipe.training.offline import dataset_metrics, load_offline
@@ -39,7 +39,7 @@ class Config(ModelFields, CEMSettings, OfflineConfig):
     # The ensemble (see ModelFields): 7 members of 3 x 200, 5 elites. The evaluation plans
     # with it by CEM-MPC (CEMSettings, as rlpipe.algos.pets).
     members: int = positive(7)
-    model_hidden: tuple[int, ...] = positive((200, 200, 200))
+    model_hidden: tuple[int, ...] = layer_sizes((200, 200, 200))
     model_max_epochs: int = positive(20)
 
     def __post_init__(self) -> None:

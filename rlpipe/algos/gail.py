@@ -38,7 +38,7 @@ from rlpipe.envs import base_env_id
 from rlpipe.errors import RlpipeError
 from rlpipe.models.networks import mlp
 from rlpipe.training import Batch, DatasetFields, TrainResult
-from rlpipe.training.config import positive
+from rlpipe.training.config import layer_sizes, positive
 from rlpipe.training.env import BOX, DISCRETE
 from rlpipe.training.offline import dataset_metrics, load_offline
 from rlpipe.training.optim import adam, optimizer_step
@@ -56,7 +56,7 @@ class Config(DatasetFields, ppo.Config):
     imitates 30 pairs of one episode) and the discriminator's settings."""
 
     disc_learning_rate: float = positive(1e-3)
-    disc_hidden: tuple[int, ...] = positive((128,))
+    disc_hidden: tuple[int, ...] = layer_sizes((128,))
     disc_updates: int = positive(1)  # discriminator updates per PPO rollout
 
 

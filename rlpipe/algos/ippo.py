@@ -25,7 +25,7 @@ from rlpipe.envs.combat import CombatRules, CombatVectorEnv
 from rlpipe.errors import RlpipeError
 from rlpipe.models.networks import CombatActorCritic, mlp
 from rlpipe.training import OnlineConfig, Run, TrainResult, resolve_device, seed_everything
-from rlpipe.training.config import positive
+from rlpipe.training.config import layer_sizes, positive
 from rlpipe.training.env import DISCRETE
 from rlpipe.training.multiagent import CombatEval, CombatRows, TeamPolicy, combat_metrics, evaluate_combat, team_policy
 from rlpipe.training.onpolicy import RolloutStorage, ppo_update
@@ -60,7 +60,7 @@ class Config(OnlineConfig):
     max_grad_norm: float = 0.5
     normalize_advantages: bool = True
     target_kl: float | None = None  # stop an update's epochs early above this KL
-    hidden: tuple[int, ...] = positive((128, 128))
+    hidden: tuple[int, ...] = layer_sizes((128, 128))
     agent_ids: bool = True  # append each agent's one-hot id to its observation
     mask_attacks: bool = False  # rule out the attacks an agent's own observation says cannot hit
     # Training-only shaping: added to each agent's reward on the step its team wins. The env's

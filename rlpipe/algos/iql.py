@@ -21,7 +21,7 @@ from rlpipe.algos.registry import OFFLINE_OBSERVATION_KINDS, AlgoSpec, Family
 from rlpipe.errors import RlpipeError
 from rlpipe.models.networks import DeterministicActor, EnsembleQ, TanhGaussianActor, ValueNet
 from rlpipe.training import Batch, OfflineConfig, TrainResult
-from rlpipe.training.config import FinetuneFields, positive
+from rlpipe.training.config import FinetuneFields, layer_sizes, positive
 from rlpipe.training.env import BOX
 from rlpipe.training.offline import load_offline, train_offline
 from rlpipe.training.optim import adam, optimizer_step, polyak_update, target_copy
@@ -42,7 +42,7 @@ class Config(FinetuneFields, OfflineConfig):
     actor_lr: float = positive(3e-4)
     critic_lr: float = positive(3e-4)
     value_lr: float = positive(3e-4)
-    hidden: tuple[int, ...] = positive((256, 256))
+    hidden: tuple[int, ...] = layer_sizes((256, 256))
     expectile: float = 0.7  # 0.5 = mean (SARSA-like); towards 1 = max over dataset actions
     beta: float = 3.0  # inverse temperature of the advantage weights
     max_weight: float = 100.0  # clip of exp(beta * advantage)

@@ -39,7 +39,7 @@ from rlpipe.envs.multiagent import make_parallel_env
 from rlpipe.errors import RlpipeError
 from rlpipe.models.networks import AgentActors, mlp
 from rlpipe.training import OnlineConfig, Run, TrainResult, resolve_device, seed_everything
-from rlpipe.training.config import positive
+from rlpipe.training.config import buffer_capacity, layer_sizes, positive
 from rlpipe.training.env import DISCRETE
 from rlpipe.training.multiagent import AgentPolicy, SideEval, evaluate_sides, with_obs_delta
 from rlpipe.training.optim import adam, optimizer_step, polyak_update
@@ -61,7 +61,7 @@ class Config(OnlineConfig):
     eval_every: int = positive(25_000)
     eval_episodes: int = positive(100)
     centralised: bool = True  # False: each critic sees only its own agent (independent DDPG)
-    buffer_size: int = positive(100_000)
+    buffer_size: int = buffer_capacity(100_000)
     batch_size: int = positive(1024)
     learning_starts: int = 4000
     update_every: int = 100  # env steps between updates (one gradient step per agent)
@@ -69,7 +69,7 @@ class Config(OnlineConfig):
     critic_lr: float = positive(1e-2)
     gamma: float = 0.95
     tau: float = 0.01
-    hidden: tuple[int, ...] = positive((64, 64))
+    hidden: tuple[int, ...] = layer_sizes((64, 64))
     logits_l2: float = 1e-3  # keeps the actor's logits small (the Gumbel-softmax saturates otherwise)
     # Inputs [o_t, o_t - o_{t-1}]: the velocities MPE's observations lack (the text's settings,
     # off and 1e-3: adversary/good -15.0/+5.0 over seeds 0-2; on, with logits_l2=1e-4: -10.82/4.20,

@@ -24,7 +24,7 @@ from rlpipe.errors import RlpipeError
 from rlpipe.models.dynamics import FitReport
 from rlpipe.models.env_fns import reward_fn, termination_fn
 from rlpipe.training import Batch, OnlineConfig, ReplayBuffer, StepBatch, TrainResult
-from rlpipe.training.config import positive
+from rlpipe.training.config import buffer_capacity, positive
 from rlpipe.training.env import BOX
 from rlpipe.training.model_based import (
     DYNAMICS_MODULE,
@@ -47,7 +47,7 @@ MODEL_SEED_OFFSET = 2  # the model's fits and rollouts draw from their own strea
 
 @dataclass
 class Config(ModelFields, SACFields, OnlineConfig):
-    buffer_size: int = positive(100_000)
+    buffer_size: int = buffer_capacity(100_000)
     learning_starts: int = 250  # uniform random actions before this many env steps
     updates_per_step: float = 10.0  # SAC updates per env step (the text: 10)
     # The dynamics ensemble (see ModelFields): 7 members, 5 elites, the learned reward.

@@ -21,7 +21,7 @@ from rlpipe.algos.registry import AlgoSpec, Family
 from rlpipe.algos.sac import SACFields, SoftActorCritic
 from rlpipe.models.env_fns import reward_fn, termination_fn
 from rlpipe.training import Batch, OfflineConfig, ReplayBuffer, TrainResult
-from rlpipe.training.config import positive
+from rlpipe.training.config import layer_sizes, positive
 from rlpipe.training.env import BOX
 from rlpipe.training.model_based import (
     DYNAMICS_MODULE,
@@ -48,7 +48,7 @@ class Config(ModelFields, SACFields, OfflineConfig):
     # 3 x 200, 5 elites, the learned reward.
     reward: Literal["known", "learned"] = "learned"
     members: int = positive(7)
-    model_hidden: tuple[int, ...] = positive((200, 200, 200))
+    model_hidden: tuple[int, ...] = layer_sizes((200, 200, 200))
     model_max_epochs: int = positive(20)
     # Penalised rollouts.
     penalty: float = 1.0  # lambda: reward - lambda * max_member ||std||

@@ -35,7 +35,7 @@ from rlpipe.training import (
     resolve_device,
     seed_everything,
 )
-from rlpipe.training.config import positive
+from rlpipe.training.config import layer_sizes, positive
 from rlpipe.training.env import BOX, DISCRETE, action_dim
 from rlpipe.training.onpolicy import RolloutStorage, ppo_update
 from rlpipe.training.optim import adam
@@ -64,7 +64,7 @@ class Config(OnlineConfig):
     target_kl: float | None = None  # stop an update's epochs early above this KL
     normalize_advantages: bool = True
     normalize_obs: bool = False
-    hidden: tuple[int, ...] = positive((64, 64))
+    hidden: tuple[int, ...] = layer_sizes((64, 64))
     init_log_std: float = 0.0  # continuous actions only
 
 

@@ -25,7 +25,7 @@ from torch import nn
 from rlpipe.algos.registry import AlgoSpec, Family
 from rlpipe.models.networks import EnsembleQ, TanhGaussianActor
 from rlpipe.training import Batch, OnlineConfig, StepSink, TrainResult, Update
-from rlpipe.training.config import positive
+from rlpipe.training.config import buffer_capacity, layer_sizes, positive
 from rlpipe.training.env import BOX
 from rlpipe.training.offpolicy import Agent, OffPolicySetup, setup, train_off_policy
 from rlpipe.training.optim import adam, frozen, optimizer_step, polyak_update, target_copy
@@ -57,12 +57,12 @@ class SACFields:
     alpha_lr: float = positive(3e-4)
     init_alpha: float = 1.0
     target_entropy: float | None = None  # None: -action_dim
-    hidden: tuple[int, ...] = positive((256, 256))
+    hidden: tuple[int, ...] = layer_sizes((256, 256))
 
 
 @dataclass
 class Config(SACFields, OnlineConfig):
-    buffer_size: int = positive(1_000_000)
+    buffer_size: int = buffer_capacity(1_000_000)
     learning_starts: int = 5_000  # uniform random actions before this many env steps
     updates_per_step: float = 1.0  # gradient updates per collected transition
 

@@ -20,7 +20,7 @@ from rlpipe.algos.registry import OFFLINE_OBSERVATION_KINDS, AlgoSpec, Family
 from rlpipe.algos.td3 import td3_update
 from rlpipe.models.networks import DeterministicActor, EnsembleQ
 from rlpipe.training import Batch, OfflineConfig, TrainResult
-from rlpipe.training.config import positive
+from rlpipe.training.config import layer_sizes, positive
 from rlpipe.training.env import BOX
 from rlpipe.training.offline import load_offline, train_offline
 
@@ -43,7 +43,7 @@ class Config(OfflineConfig):
     tau: float = 0.005
     actor_lr: float = positive(3e-4)
     critic_lr: float = positive(3e-4)
-    hidden: tuple[int, ...] = positive((256, 256))
+    hidden: tuple[int, ...] = layer_sizes((256, 256))
     alpha: float = 2.5  # weight of the Q term against behaviour cloning
     normalize_obs: bool = True  # with the dataset's mean and std
     policy_delay: int = positive(2)

@@ -17,7 +17,7 @@ import yaml
 
 from rlpipe.envs import base_env_id
 from rlpipe.errors import RlpipeError
-from rlpipe.limits import check_num_envs, check_seed
+from rlpipe.limits import MAX_BUFFER_SIZE, MAX_LAYER_WIDTH, check_num_envs, check_seed
 
 C = TypeVar("C")
 T = TypeVar("T")
@@ -25,10 +25,21 @@ T = TypeVar("T")
 POSITIVE = types.MappingProxyType({"positive": True})  # field metadata: the value (each element of a tuple) must be > 0
 
 
-def positive(default: T) -> T:
-    """A config field whose value (each element, for layer sizes) must be > 0: budgets,
-    sizes, rates, schedules. A subclass that changes the default declares it ``positive`` again."""
-    return field(default=default, metadata=POSITIVE)
+def positive(default: T, at_most: int | None = None) -> T:
+    """A config field whose value (each element, for layer sizes) must be > 0 (and at most
+    ``at_most``): budgets, sizes, rates, schedules. A subclass that changes the default
+    declares it so again."""
+    return field(default=default, metadata=POSITIVE if at_most is None else {**POSITIVE, "at_most": at_most})
+
+
+def layer_sizes(default: tuple[int, ...]) -> tuple[int, ...]:
+    """A hidden-layer sizes field: each width from 1 to rlpipe.limits.MAX_LAYER_WIDTH."""
+    return positive(default, at_most=MAX_LAYER_WIDTH)
+
+
+def buffer_capacity(default: int) -> int:
+    """A replay buffer's rows: from 1 to rlpipe.limits.MAX_BUFFER_SIZE."""
+    return positive(default, at_most=MAX_BUFFER_SIZE)
 
 
 # Fields set only by their own command option, never by a setting: field -> that option.
@@ -202,6 +213,11 @@ def check_values(config: Any) -> None:
                 raise RlpipeError(f"setting {name}={value!r}: expected a finite number")
             if declared.metadata.get("positive") and isinstance(item, (int, float)) and not isinstance(item, bool) and item <= 0:
                 raise RlpipeError(f"setting {name}={value!r}: expected a positive number")
+            if isinstance(item, int) and item > declared.metadata.get("at_most", item):
+                raise RlpipeError(
+                    f"setting {name}={value!r}: expected at most {declared.metadata['at_most']}"
+                    + (" per layer" if isinstance(value, tuple) else "")
+                )
     if hasattr(config, "num_envs"):
         check_num_envs(config.num_envs, "setting num_envs")
 
@@ -224,6 +240,8 @@ __all__ = [
     "OfflineConfig",
     "OnlineConfig",
     "RunConfig",
+    "buffer_capacity",
+    "layer_sizes",
     "check_values",
     "config_for_env",
     "field_types",
