@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from rlpipe.algos import load_policy, registry
+from rlpipe.errors import RlpipeError
 from tests.test_collector import collect_dataset
 
 # Behaviour cloning on a small MLP, the shortest algorithm the shared pieces allow.
@@ -87,3 +88,19 @@ def test_an_algorithm_added_by_the_documented_steps_trains_evaluates_and_loads(t
     assert evaluated.code == 0 and json.loads(evaluated.out)["episodes"] == 2
     policy = load_policy(run)
     assert policy.env_id == "CartPole-v1"
+
+
+def test_a_declaration_the_registry_cannot_read_without_importing_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(registry, "REGISTRY", dict(registry.REGISTRY))
+    (tmp_path / "computed_spec.py").write_text('NAME = "x"\nSPEC = AlgoSpec(name=NAME.upper(), family=Family.OFFLINE, online=False)\n')
+    with pytest.raises(RlpipeError, match=r"^computed_spec: SPEC value NAME.upper\(\) must be a literal"):
+        registry.register("computed_spec")
+    (tmp_path / "no_spec.py").write_text("ACTION_SPACES = ()\n")
+    with pytest.raises(RlpipeError, match=r"^no_spec declares no SPEC = AlgoSpec"):
+        registry.register("no_spec")
+    # control: the same module with a literal name registers, once
+    (tmp_path / "literal_spec.py").write_text('SPEC = AlgoSpec(name="x", family=Family.OFFLINE, online=False)\n')
+    assert [spec.name for spec in registry.register("literal_spec")] == ["x"]
+    with pytest.raises(RlpipeError, match=r"^literal_spec: algorithm name x is taken$"):
+        registry.register("literal_spec")

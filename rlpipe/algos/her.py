@@ -35,34 +35,13 @@ from rlpipe.training.offpolicy import setup, train_off_policy
 
 ACTION_SPACES = (BOX,)
 OBSERVATION_SPACES = (GOAL,)
+_SHARED: dict[str, Any] = dict(
+    family=Family.OFF_POLICY, online=True, observation_kinds_ref="rlpipe.algos.her:OBSERVATION_SPACES", records_training=True
+)
 SPECS = (
-    AlgoSpec(
-        name="ddpg-her",
-        family=Family.OFF_POLICY,
-        online=True,
-        config_name="DDPGHerConfig",
-        observation_kinds_ref="rlpipe.algos.her:OBSERVATION_SPACES",
-        records_training=True,
-        summary="DDPG with hindsight experience replay, on goal envs",
-    ),
-    AlgoSpec(
-        name="td3-her",
-        family=Family.OFF_POLICY,
-        online=True,
-        config_name="TD3HerConfig",
-        observation_kinds_ref="rlpipe.algos.her:OBSERVATION_SPACES",
-        records_training=True,
-        summary="TD3 with hindsight experience replay, on goal envs",
-    ),
-    AlgoSpec(
-        name="sac-her",
-        family=Family.OFF_POLICY,
-        online=True,
-        config_name="SACHerConfig",
-        observation_kinds_ref="rlpipe.algos.her:OBSERVATION_SPACES",
-        records_training=True,
-        summary="SAC with hindsight experience replay, on goal envs",
-    ),
+    AlgoSpec(name="ddpg-her", config_name="DDPGHerConfig", summary="DDPG with hindsight experience replay, on goal envs", **_SHARED),
+    AlgoSpec(name="td3-her", config_name="TD3HerConfig", summary="TD3 with hindsight experience replay, on goal envs", **_SHARED),
+    AlgoSpec(name="sac-her", config_name="SACHerConfig", summary="SAC with hindsight experience replay, on goal envs", **_SHARED),
 )
 BASES: dict[str, ModuleType] = {"ddpg": ddpg, "td3": td3, "sac": sac}
 

@@ -177,22 +177,40 @@ _DECLARATION_NAMES: dict[str, str] = {
 def declared_specs(module: str) -> tuple[AlgoSpec, ...]:
     """The specs ``module`` declares at top level, ``SPEC = AlgoSpec(...)`` (or a tuple
     ``SPECS = (AlgoSpec(...), ...)``), read from its source without importing it (so no torch):
-    each keyword a literal, ``Family.X`` or one of this module's reference constants."""
+    each keyword a literal, ``Family.X`` or one of this module's reference constants, and
+    ``**NAME`` the keywords of a top-level ``NAME = dict(...)`` (what several specs share)."""
     found = importlib.util.find_spec(module)
     if found is None or not found.origin:
         raise RlpipeError(f"algorithm module {module} not found")
     tree = ast.parse(Path(found.origin).read_text(encoding="utf-8"), found.origin)
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and [ast.unparse(target) for target in node.targets] in (["SPEC"], ["SPECS"]):
-            calls = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]
-            return tuple(_spec_of(call, module) for call in calls)
+    assigned = {
+        ast.unparse(node.targets[0] if isinstance(node, ast.Assign) else node.target): node.value
+        for node in tree.body
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1) or (isinstance(node, ast.AnnAssign) and node.value is not None)
+    }
+    for name in ("SPEC", "SPECS"):
+        if name in assigned:
+            value = assigned[name]
+            return tuple(_spec_of(call, module, assigned) for call in (value.elts if isinstance(value, ast.Tuple) else [value]))
     raise RlpipeError(f"{module} declares no SPEC = AlgoSpec(...)")
 
 
-def _spec_of(call: ast.expr, module: str) -> AlgoSpec:
-    if not (isinstance(call, ast.Call) and ast.unparse(call.func) == "AlgoSpec" and not call.args):
+def _keywords(call: ast.expr, func: str, module: str, assigned: Mapping[str, ast.expr]) -> list[ast.keyword]:
+    """The keywords of ``func(keyword=value, ..., **NAME)``, NAME's ``dict(...)`` expanded."""
+    if not (isinstance(call, ast.Call) and ast.unparse(call.func) == func and not call.args):
         raise RlpipeError(f"{module}: SPEC must be AlgoSpec(keyword=value, ...), got {ast.unparse(call)}")
-    return AlgoSpec(module=module, **{str(keyword.arg): _declared_value(keyword.value, module) for keyword in call.keywords})
+    expanded = []
+    for keyword in call.keywords:
+        if keyword.arg is None:
+            expanded += _keywords(assigned.get(ast.unparse(keyword.value), keyword.value), "dict", module, assigned)
+        else:
+            expanded.append(keyword)
+    return expanded
+
+
+def _spec_of(call: ast.expr, module: str, assigned: Mapping[str, ast.expr]) -> AlgoSpec:
+    keywords = _keywords(call, "AlgoSpec", module, assigned)
+    return AlgoSpec(module=module, **{str(keyword.arg): _declared_value(keyword.value, module) for keyword in keywords})
 
 
 def _declared_value(node: ast.expr, module: str) -> Any:
