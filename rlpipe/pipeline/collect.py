@@ -47,17 +47,7 @@ class Rollout:
 
     def run(self, env_id: str, make_policy: Callable[[gym.Space, int], Policy], sink: RowSink) -> CollectStats:
         """Roll out ``make_policy``'s policy in ``env_id`` for this budget, rows to ``sink``."""
-        return collect(
-            env_id,
-            make_policy,
-            sink,
-            episodes=self.episodes,
-            steps=self.steps,
-            num_envs=self.num_envs,
-            seed=self.seed,
-            show_progress=self.show_progress,
-            info_space=self.info_space,
-        )
+        return collect(env_id, make_policy, sink, **vars(self))  # the fields are collect's keywords
 
 
 @dataclass(frozen=True)
