@@ -22,6 +22,13 @@ from tests.smoke import CAPS, smoke_params, write_smoke_params
 REPO = Path(__file__).resolve().parents[1]
 
 
+def key_paths(tree: object, prefix: str = "") -> set[str]:
+    """Every key path of a nested mapping, e.g. {'collect_random.cartpole-random.env', ...}."""
+    if not isinstance(tree, dict):
+        return {prefix}
+    return set().union(*(key_paths(value, f"{prefix}.{key}" if prefix else str(key)) for key, value in tree.items()))
+
+
 def dataset_env(params: dict[str, Any], name: str) -> str:
     """The env of the pipeline's dataset ``name``: its collection's, or its source's."""
     for group in ("collect_random", "collect_expert", "collect_mixed"):
