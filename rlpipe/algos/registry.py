@@ -18,6 +18,7 @@ from __future__ import annotations
 import ast
 import importlib
 import importlib.util
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
@@ -175,14 +176,19 @@ _DECLARATION_NAMES: dict[str, str] = {
 
 
 def declared_specs(module: str) -> tuple[AlgoSpec, ...]:
-    """The specs ``module`` declares at top level, ``SPEC = AlgoSpec(...)`` (or a tuple
+    """The specs ``module`` declares before its first class or function, ``SPEC = AlgoSpec(...)`` (or a tuple
     ``SPECS = (AlgoSpec(...), ...)``), read from its source without importing it (so no torch):
     each keyword a literal, ``Family.X`` or one of this module's reference constants, and
     ``**NAME`` the keywords of a top-level ``NAME = dict(...)`` (what several specs share)."""
     found = importlib.util.find_spec(module)
     if found is None or not found.origin:
         raise RlpipeError(f"algorithm module {module} not found")
-    tree = ast.parse(Path(found.origin).read_text(encoding="utf-8"), found.origin)
+    # The declarations precede the module's first class or function: only that head is parsed.
+    head = re.split(r"^(?=@|class |def |async def )", Path(found.origin).read_text(encoding="utf-8"), maxsplit=1, flags=re.M)[0]
+    try:
+        tree = ast.parse(head, found.origin)
+    except SyntaxError as exc:
+        raise RlpipeError(f"cannot read the SPEC of {module}: {exc}") from None
     assigned = {
         ast.unparse(node.targets[0] if isinstance(node, ast.Assign) else node.target): node.value
         for node in tree.body
@@ -192,7 +198,7 @@ def declared_specs(module: str) -> tuple[AlgoSpec, ...]:
         if name in assigned:
             value = assigned[name]
             return tuple(_spec_of(call, module, assigned) for call in (value.elts if isinstance(value, ast.Tuple) else [value]))
-    raise RlpipeError(f"{module} declares no SPEC = AlgoSpec(...)")
+    raise RlpipeError(f"{module} declares no SPEC = AlgoSpec(...) before its first class or function")
 
 
 def _keywords(call: ast.expr, func: str, module: str, assigned: Mapping[str, ast.expr]) -> list[ast.keyword]:
