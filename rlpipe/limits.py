@@ -18,6 +18,11 @@ MAX_SEED = 2**32 - 1
 # more than with one (CartPole; Pendulum, stepped one by one, about 100 MB), while 10^11 envs
 # asked for 373 GiB before the first step. `--num-envs auto` picks at most 256.
 MAX_NUM_ENVS = 4096
+# A hidden layer's width: a 8192 x 8192 float32 layer is 256 MiB, while --set hidden=[10**9]
+# would ask torch for exabytes before the first update.
+MAX_LAYER_WIDTH = 8192
+# Replay rows: 10^8 rows of a 17-dim observation (and the next one) are about 14 GiB.
+MAX_BUFFER_SIZE = 100_000_000
 
 
 def check_seed(seed: int, name: str = "seed") -> int:

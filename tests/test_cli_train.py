@@ -50,6 +50,8 @@ PENDULUM = ["train", "sac", "--env", "Pendulum-v1"]
         ([*PENDULUM, "--set", "actor_lr=-1e-3"], "setting actor_lr=-0.001: expected a positive number"),
         ([*PENDULUM, "--set", "hidden=[64, 0]"], "setting hidden=(64, 0): expected a positive number"),
         ([*PENDULUM, "--set", "eval_episodes=0"], "setting eval_episodes=0: expected a positive number"),
+        ([*PENDULUM, "--set", "hidden=[64, 1000000000]"], "setting hidden=(64, 1000000000): expected at most 8192 per layer"),
+        ([*PENDULUM, "--set", "buffer_size=1000000000000"], "setting buffer_size=1000000000000: expected at most 100000000"),
         ([*PENDULUM, "--set", "torch_threads=0"], "setting torch_threads=0: expected a positive number"),
         ([*PENDULUM, "--env-steps", "0"], "setting env_steps=0: expected a positive number"),
         ([*PENDULUM, "--set", "seed=-1"], "setting seed=-1: expected an integer from 0 to 4294967295"),

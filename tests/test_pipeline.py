@@ -8,12 +8,16 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
+from rlpipe.algos import get_algo
 from rlpipe.datasets.store import list_datasets
 from rlpipe.datasets.validate import validate_dataset
+from rlpipe.training.config import typed_value
+from tests.smoke import CAPS, smoke_params, write_smoke_params
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -25,10 +29,58 @@ def key_paths(tree: object, prefix: str = "") -> set[str]:
     return set().union(*(key_paths(value, f"{prefix}.{key}" if prefix else str(key)) for key, value in tree.items()))
 
 
-def test_smoke_profile_mirrors_params() -> None:
+def dataset_env(params: dict[str, Any], name: str) -> str:
+    """The env of the pipeline's dataset ``name``: its collection's, or its source's."""
+    for group in ("collect_random", "collect_expert", "collect_mixed"):
+        if name in params[group]:
+            return params[group][name]["env"]
+    for group, source in (("relabel_her", "dataset"), ("merge_datasets", "first"), ("filter_datasets", "source")):
+        if name in params[group]:
+            return dataset_env(params, params[group][name][source])
+    raise KeyError(name)
+
+
+def repeated_defaults(params: dict[str, Any]) -> list[str]:
+    """The `set:` values of training entries, budgets aside, equal to the algorithm's tuned
+    default for the entry's env (which the stage would use without them)."""
+    repeated = []
+    for group, entries in params.items():
+        for key, entry in entries.items():
+            if "algo" not in entry:
+                continue
+            spec = get_algo(entry["algo"])
+            default = spec.make_config(entry.get("env") or dataset_env(params, entry["dataset"]))
+            for name, value in entry["set"].items():
+                if name != spec.budget and typed_value(spec.config_class, name, value) == getattr(default, name):
+                    repeated.append(f"{group}.{key}.set.{name}")
+    return repeated
+
+
+def test_params_set_budgets_and_values_that_differ_from_the_defaults_only() -> None:
     params = yaml.safe_load((REPO / "params.yaml").read_text())
-    smoke = yaml.safe_load((REPO / "tests" / "smoke_params.yaml").read_text())
-    assert key_paths(smoke) == key_paths(params)
+    assert repeated_defaults(params) == []
+    # control: the default held-out evaluation written into an entry is found
+    params["train_offline"]["cql-cartpole"]["set"]["heldout_eval_episodes"] = 100
+    assert repeated_defaults(params) == ["train_offline.cql-cartpole.set.heldout_eval_episodes"]
+
+
+def test_the_smoke_profile_has_every_stage_at_capped_budgets() -> None:
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    smoke = smoke_params(params)
+    assert {group: set(entries) for group, entries in smoke.items()} == {group: set(entries) for group, entries in params.items()}
+    for group, entries in smoke.items():
+        for key, entry in entries.items():
+            settings = {**entry, **entry.get("set", {})}
+            assert all(settings[k] <= cap for k, cap in CAPS.items() if k in settings), (group, key)
+            if "algo" in entry:  # the default held-out evaluation, 100 episodes, is cut
+                assert settings["heldout_eval_episodes"] == 2, (group, key)
+    # control: a budget params.yaml sets above its cap is cut, one below is kept
+    assert (
+        smoke["train_online"]["ppo-cartpole"]["set"]["env_steps"]
+        == CAPS["env_steps"]
+        < params["train_online"]["ppo-cartpole"]["set"]["env_steps"]
+    )
+    assert smoke["collect_expert"]["pendulum-expert"]["num_envs"] == min(4, params["collect_expert"]["pendulum-expert"]["num_envs"])
 
 
 def dvc_repro_in_copy(work: Path, pipeline: str, params: Path) -> tuple[list[str], dict[str, str]]:
@@ -54,7 +106,8 @@ def dvc_repro_in_copy(work: Path, pipeline: str, params: Path) -> tuple[list[str
 @pytest.mark.slow
 def test_dvc_repro_runs_every_stage(tmp_path: Path) -> None:
     work = tmp_path / "repo"
-    dvc, env = dvc_repro_in_copy(work, ".", REPO / "tests" / "smoke_params.yaml")
+    smoke_file = write_smoke_params(tmp_path / "smoke_params.yaml")
+    dvc, env = dvc_repro_in_copy(work, ".", smoke_file)
 
     def changed_stages() -> set[str]:
         status = subprocess.run([*dvc, "status", "--json"], cwd=work, env=env, capture_output=True, text=True, check=True)
@@ -65,7 +118,7 @@ def test_dvc_repro_runs_every_stage(tmp_path: Path) -> None:
     stages = set(listed.stdout.split())
     assert {s.split("@")[0] for s in stages} >= {"collect_random", "merge_datasets", "filter_datasets", "train_offline-cql", "report"}
 
-    smoke = yaml.safe_load((REPO / "tests" / "smoke_params.yaml").read_text())
+    smoke = yaml.safe_load(smoke_file.read_text())
     datasets = {info.name: info for info in list_datasets(work / "datasets")}
     for name, settings in {**smoke["collect_random"], **smoke["collect_expert"]}.items():
         assert datasets[name].metadata["total_episodes"] == settings["episodes"]

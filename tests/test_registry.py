@@ -89,3 +89,15 @@ def test_rollout_storage_trains_on_valid_rows_only() -> None:
     batch = storage.batch(torch.ones(3, 2), gamma=0.9, gae_lambda=0.95)
     assert batch.obs[:, 0].tolist() == [0.0, 1.0, 3.0, 4.0, 5.0]  # the reset step (row 0, t=1) is dropped
     assert batch.advantages[0] == pytest.approx(1.0)  # terminated: no bootstrap, no carry-over
+
+
+def test_layer_widths_and_buffer_rows_are_bounded_at_the_limits() -> None:
+    from rlpipe.limits import MAX_BUFFER_SIZE, MAX_LAYER_WIDTH
+
+    sac = get_algo("sac")
+    config = sac.make_config("Pendulum-v1", hidden=(MAX_LAYER_WIDTH, 1), buffer_size=MAX_BUFFER_SIZE)  # the edges are accepted
+    assert config.hidden == (MAX_LAYER_WIDTH, 1) and config.buffer_size == MAX_BUFFER_SIZE
+    with pytest.raises(RlpipeError, match=rf"^setting hidden=\(1, {MAX_LAYER_WIDTH + 1}\): expected at most {MAX_LAYER_WIDTH} per layer$"):
+        sac.make_config("Pendulum-v1", hidden=(1, MAX_LAYER_WIDTH + 1))
+    with pytest.raises(RlpipeError, match=rf"^setting buffer_size={MAX_BUFFER_SIZE + 1}: expected at most {MAX_BUFFER_SIZE}$"):
+        sac.make_config("Pendulum-v1", buffer_size=MAX_BUFFER_SIZE + 1)

@@ -11,6 +11,7 @@ import yaml
 
 from rlpipe.algos.registry import SPECS
 from rlpipe.pipeline.stage_deps import ALGO_FIELDS, REPO, TEMPLATE, WRITE_COMMAND, CodeGraph, module_paths, render, scan_imports
+from tests.smoke import smoke_params
 
 PARAMS = yaml.safe_load((REPO / "params.yaml").read_text())
 
@@ -37,7 +38,7 @@ def test_dvc_yaml_is_written_from_the_template_and_the_code() -> None:
     expected = render(template, PARAMS, graph)
     assert (REPO / "dvc.yaml").read_text() == expected, f"dvc.yaml is stale: run `{WRITE_COMMAND}` (make deps)"
     # the end-to-end test runs dvc.yaml with the smoke profile: it makes the same stages
-    assert render(template, yaml.safe_load((REPO / "tests" / "smoke_params.yaml").read_text()), graph) == expected
+    assert render(template, smoke_params(PARAMS), graph) == expected
     # control: a new params.yaml entry is a new stage, so the check fails until dvc.yaml is rewritten
     params = yaml.safe_load((REPO / "params.yaml").read_text())
     params["train_offline"]["cql-extra"] = {**params["train_offline"]["cql-cartpole"]}

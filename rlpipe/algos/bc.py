@@ -14,22 +14,32 @@ from typing import Any, Literal
 
 import torch
 
+from rlpipe.algos.registry import OFFLINE_OBSERVATION_KINDS, AlgoSpec, Family
 from rlpipe.models.networks import CategoricalActor, DeterministicActor, TanhGaussianActor
 from rlpipe.training import Batch, OfflineConfig, TrainResult
+from rlpipe.training.config import layer_sizes, positive
 from rlpipe.training.env import BOX, DISCRETE
 from rlpipe.training.offline import load_offline, train_offline
 from rlpipe.training.optim import adam, optimizer_step
 
 ACTION_SPACES = (DISCRETE, BOX)
+SPEC = AlgoSpec(
+    name="bc",
+    family=Family.IMITATION,
+    online=False,
+    observation_kinds_ref=OFFLINE_OBSERVATION_KINDS,
+    resumable=True,
+    summary="behaviour cloning",
+)
 
 
 @dataclass
 class Config(OfflineConfig):
-    updates: int = 2_000
-    eval_every: int = 500
-    batch_size: int = 64
-    learning_rate: float = 1e-3
-    hidden: tuple[int, ...] = (256, 256)
+    updates: int = positive(2_000)
+    eval_every: int = positive(500)
+    batch_size: int = positive(64)
+    learning_rate: float = positive(1e-3)
+    hidden: tuple[int, ...] = layer_sizes((256, 256))
     continuous_loss: Literal["mse", "gaussian"] = "mse"  # continuous actions: "mse" or "gaussian" (likelihood)
     # False (discrete actions): evaluate by sampling the learnt distribution, not its mode, as a
     # sampling expert acts (IPPO's Combat team: its mode can stall, a blocked move repeating).
@@ -46,7 +56,7 @@ TUNED: dict[str, dict[str, Any]] = {
 
 def train(config: Config, out_dir: str | Path | None = None, *, progress: bool = True) -> TrainResult:
     """Train BC on ``config.dataset``; with ``out_dir`` also write checkpoint, metrics and curve."""
-    data = load_offline("bc", config, ACTION_SPACES)
+    data = load_offline(SPEC.name, config, ACTION_SPACES)
     obs_dim, act_dim, device = data.obs_dim, data.act_dim, data.device
     if data.discrete:
         actor = CategoricalActor(obs_dim, act_dim, config.hidden, activation="relu").to(device)
@@ -68,7 +78,7 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
         optimizer_step(optimizer, loss)
 
     return train_offline(
-        "bc",
+        SPEC.name,
         config,
         data,
         actor,

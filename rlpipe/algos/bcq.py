@@ -21,33 +21,38 @@ from typing import Any
 import torch
 from torch import nn
 
+from rlpipe.algos.registry import OFFLINE_OBSERVATION_KINDS, AlgoSpec, Family
 from rlpipe.errors import RlpipeError
 from rlpipe.models.networks import EnsembleQ, mlp, register_policy_class
 from rlpipe.training import Batch, OfflineConfig, TrainResult
+from rlpipe.training.config import layer_sizes, positive
 from rlpipe.training.env import BOX
 from rlpipe.training.offline import load_offline, train_offline
 from rlpipe.training.optim import adam, frozen, optimizer_step, polyak_update, target_copy
 
 ACTION_SPACES = (BOX,)
+SPEC = AlgoSpec(
+    name="bcq", family=Family.OFFLINE, online=False, observation_kinds_ref=OFFLINE_OBSERVATION_KINDS, summary="batch-constrained Q-learning"
+)
 LOG_STD_MIN, LOG_STD_MAX = -4.0, 15.0  # the encoder's log std range in the BCQ paper's code
 
 
 @dataclass
 class Config(OfflineConfig):
-    updates: int = 20_000
-    batch_size: int = 256
+    updates: int = positive(20_000)
+    batch_size: int = positive(256)
     gamma: float = 0.99
     tau: float = 0.005
-    actor_lr: float = 1e-3  # the perturbation model
-    critic_lr: float = 1e-3
-    vae_lr: float = 1e-3
-    hidden: tuple[int, ...] = (256, 256)  # perturbation model and critics (paper: 400, 300)
-    vae_hidden: tuple[int, ...] = (750, 750)
-    latent_dim: int | None = None  # None: 2 * action_dim (the paper)
+    actor_lr: float = positive(1e-3)  # the perturbation model
+    critic_lr: float = positive(1e-3)
+    vae_lr: float = positive(1e-3)
+    hidden: tuple[int, ...] = layer_sizes((256, 256))  # perturbation model and critics (paper: 400, 300)
+    vae_hidden: tuple[int, ...] = layer_sizes((750, 750))
+    latent_dim: int | None = positive(None)  # None: 2 * action_dim (the paper)
     kl_weight: float = 0.5
     max_shift: float = 0.05  # the paper's Phi
     lmbda: float = 0.75  # target = lmbda * min + (1 - lmbda) * max of the twin critics
-    n_candidates: int = 10  # generated actions per next state in the critics' target (the paper's code: 10)
+    n_candidates: int = positive(10)  # generated actions per next state in the critics' target (the paper's code: 10)
     act_candidates: int = 100  # generated actions per state when acting (the paper's code: 100)
 
     def __post_init__(self) -> None:
@@ -156,7 +161,7 @@ def bcq_target(
 
 def train(config: Config, out_dir: str | Path | None = None, *, progress: bool = True) -> TrainResult:
     """Train BCQ on ``config.dataset``; with ``out_dir`` also write checkpoint, metrics and curve."""
-    data = load_offline("bcq", config, ACTION_SPACES)
+    data = load_offline(SPEC.name, config, ACTION_SPACES)
     obs_dim, act_dim, device = data.obs_dim, data.act_dim, data.device
     latent_dim = config.latent_dim or 2 * act_dim
     policy = BCQPolicy(obs_dim, act_dim, config.hidden, config.vae_hidden, latent_dim, config.max_shift, config.act_candidates).to(device)
@@ -194,4 +199,4 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
         return {name: float(value) for name, value in stats.items()}
 
     modules = {"policy": policy, "encoder": encoder, "critic_target": critic_target, "perturbation_target": perturbation_target}
-    return train_offline("bcq", config, data, policy, modules, update, out_dir, progress, extra)
+    return train_offline(SPEC.name, config, data, policy, modules, update, out_dir, progress, extra)

@@ -30,11 +30,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from rlpipe.algos.registry import OFFLINE_OBSERVATION_KINDS, AlgoSpec, Family
 from rlpipe.algos.sac import SoftActorCritic, StackedSoftActorCritic
 from rlpipe.errors import RlpipeError
 from rlpipe.models.networks import EnsembleQ, GreedyQPolicy, TanhGaussianActor
 from rlpipe.training import Batch, OfflineConfig, TrainResult, Update
-from rlpipe.training.config import FinetuneFields
+from rlpipe.training.config import FinetuneFields, layer_sizes, positive
 from rlpipe.training.env import BOX, DISCRETE
 from rlpipe.training.offline import OfflineData, load_offline, train_offline
 from rlpipe.training.optim import adam, optimizer_step, polyak_update, target_copy
@@ -42,23 +43,31 @@ from rlpipe.training.seeding import seed_everything
 from rlpipe.training.seedstack import SeedStack, train_offline_seeds
 
 ACTION_SPACES = (BOX, DISCRETE)
+SPEC = AlgoSpec(
+    name="cql",
+    family=Family.OFFLINE,
+    online=False,
+    observation_kinds_ref=OFFLINE_OBSERVATION_KINDS,
+    batched_seeds=True,
+    summary="conservative Q-learning",
+)
 CPU_BLOCK_ROWS = 512  # critic rows per pass on CPU (see data_and_sampled_q)
 
 
 @dataclass
 class Config(FinetuneFields, OfflineConfig):
-    updates: int = 20_000
-    batch_size: int = 256
+    updates: int = positive(20_000)
+    batch_size: int = positive(256)
     gamma: float = 0.99
     tau: float = 0.005  # target network averaging (both variants)
-    actor_lr: float = 1e-4
-    critic_lr: float = 3e-4  # the Q-network's learning rate in the discrete variant
-    alpha_lr: float = 3e-4
+    actor_lr: float = positive(1e-4)
+    critic_lr: float = positive(3e-4)  # the Q-network's learning rate in the discrete variant
+    alpha_lr: float = positive(3e-4)
     init_alpha: float = 1.0
     target_entropy: float | None = None  # None: -action_dim
-    hidden: tuple[int, ...] = (256, 256)
+    hidden: tuple[int, ...] = layer_sizes((256, 256))
     beta: float = 5.0  # weight of the conservative term (the text: 5)
-    num_sampled_actions: int = 5  # per proposal (uniform, pi(s), pi(s')) and state (the text: 5)
+    num_sampled_actions: int = positive(5)  # per proposal (uniform, pi(s), pi(s')) and state (the text: 5)
     td_loss: Literal["mse", "huber"] = "mse"
     reward_scale: float = 1.0  # rewards are learnt as (r + reward_shift) * reward_scale
     reward_shift: float = 0.0
@@ -236,9 +245,9 @@ def batched_discrete_cql(configs: Sequence[Config], data: OfflineData) -> Batche
 
 def train(config: Config, out_dir: str | Path | None = None, *, progress: bool = True) -> TrainResult:
     """Train CQL on ``config.dataset``; with ``out_dir`` also write checkpoint, metrics and curve."""
-    data = load_offline("cql", config, ACTION_SPACES)
+    data = load_offline(SPEC.name, config, ACTION_SPACES)
     actor, modules, update, extra = (discrete_cql if data.discrete else continuous_cql)(config, data)
-    return train_offline("cql", config, data, actor, modules, update, out_dir, progress, extra)
+    return train_offline(SPEC.name, config, data, actor, modules, update, out_dir, progress, extra)
 
 
 def train_seeds(configs: Sequence[Config], out_dirs: Sequence[str | Path | None], *, progress: bool = True) -> list[TrainResult]:
@@ -246,6 +255,6 @@ def train_seeds(configs: Sequence[Config], out_dirs: Sequence[str | Path | None]
     seed's run goes to its ``out_dirs`` entry as ``train`` would write it."""
     if configs[0].finetune_env_steps:
         raise RlpipeError("online fine-tuning trains one seed at a time: run each seed with `rlpipe train cql`")
-    data = load_offline("cql", configs[0], ACTION_SPACES)
+    data = load_offline(SPEC.name, configs[0], ACTION_SPACES)
     stack, modules, update, extra = (batched_discrete_cql if data.discrete else batched_continuous_cql)(configs, data)
-    return train_offline_seeds("cql", configs, data, stack, modules, update, out_dirs, progress, extra)
+    return train_offline_seeds(SPEC.name, configs, data, stack, modules, update, out_dirs, progress, extra)

@@ -35,15 +35,23 @@ import torch
 
 from rlpipe.algos import sac
 from rlpipe.algos.gail import Discriminator, discriminator_update
+from rlpipe.algos.registry import AlgoSpec, Family
 from rlpipe.envs import base_env_id
 from rlpipe.errors import RlpipeError
 from rlpipe.training import Batch, DatasetFields, TrainResult
+from rlpipe.training.config import layer_sizes, positive
 from rlpipe.training.env import BOX
 from rlpipe.training.offline import dataset_metrics, load_offline
 from rlpipe.training.offpolicy import Agent, setup, train_off_policy
 from rlpipe.training.optim import adam
 
 ACTION_SPACES = (BOX,)
+SPEC = AlgoSpec(
+    name="dac",
+    family=Family.IMITATION,
+    online=False,
+    summary="discriminator-actor-critic: adversarial imitation with a SAC learner (env-steps budget)",
+)
 
 
 @dataclass
@@ -52,8 +60,8 @@ class Config(DatasetFields, sac.Config):
     dataset (``env_id`` is filled from its metadata; ``max_samples``: expert pairs to imitate)
     and the discriminator's settings."""
 
-    disc_learning_rate: float = 3e-4
-    disc_hidden: tuple[int, ...] = (64, 64)
+    disc_learning_rate: float = positive(3e-4)
+    disc_hidden: tuple[int, ...] = layer_sizes((64, 64))
     grad_penalty: float = 10.0  # weight of (|grad D| - 1)^2 on mixed pairs (the paper's 10)
     constant_reward: float | None = None  # the control: this reward instead of D's (D is not trained)
 
@@ -73,10 +81,10 @@ TUNED: dict[str, dict[str, Any]] = {
 
 def train(config: Config, out_dir: str | Path | None = None, *, progress: bool = True) -> TrainResult:
     """Train DAC on ``config.dataset``; with ``out_dir`` also write checkpoint, metrics and curve."""
-    data = load_offline("dac", config, ACTION_SPACES)
+    data = load_offline(SPEC.name, config, ACTION_SPACES)
     if data.info.env_id != base_env_id(config.env_id):
         raise RlpipeError(f"dataset {data.info.name!r} was collected in {data.info.env_id!r}, not {config.env_id!r}")
-    env = setup("dac", config)
+    env = setup(SPEC.name, config)
     learner = sac.make_agent(config, env)
     disc = Discriminator(env.obs_dim, env.act_dim, False, config.disc_hidden).to(env.device)
     optimizer = adam(disc.parameters(), config.disc_learning_rate)
@@ -99,4 +107,4 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
         return {**learner_metrics, **dataset_metrics(data), "discriminator_updates": disc_updates, "discriminator_loss": disc_loss}
 
     agent = Agent(learner.actor, {**learner.modules, "discriminator": disc}, learner.explore, update, extra_metrics)
-    return train_off_policy("dac", config, env, agent, out_dir, progress, None)
+    return train_off_policy(SPEC.name, config, env, agent, out_dir, progress, None)

@@ -15,26 +15,29 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from rlpipe.algos.registry import AlgoSpec, Family
 from rlpipe.models.networks import DeterministicActor, EnsembleQ
 from rlpipe.training import Batch, OnlineConfig, StepSink, TrainResult
+from rlpipe.training.config import buffer_capacity, layer_sizes, positive
 from rlpipe.training.env import BOX
 from rlpipe.training.noise import make_noise
 from rlpipe.training.offpolicy import Agent, OffPolicySetup, noisy_explore, setup, train_off_policy
 from rlpipe.training.optim import adam, frozen, optimizer_step, polyak_update, target_copy
 
 ACTION_SPACES = (BOX,)
+SPEC = AlgoSpec(name="ddpg", family=Family.OFF_POLICY, online=True, records_training=True, summary="deep deterministic policy gradient")
 
 
 @dataclass
 class Config(OnlineConfig):
-    env_steps: int = 20_000
-    buffer_size: int = 1_000_000
-    batch_size: int = 256
+    env_steps: int = positive(20_000)
+    buffer_size: int = buffer_capacity(1_000_000)
+    batch_size: int = positive(256)
     gamma: float = 0.99
     tau: float = 0.005
-    actor_lr: float = 3e-4
-    critic_lr: float = 3e-4
-    hidden: tuple[int, ...] = (256, 256)
+    actor_lr: float = positive(3e-4)
+    critic_lr: float = positive(3e-4)
+    hidden: tuple[int, ...] = layer_sizes((256, 256))
     noise: Literal["gaussian", "ou"] = "gaussian"  # exploration noise; "ou": Ornstein-Uhlenbeck
     noise_sigma: float = 0.1  # in units of the [-1, 1] action range
     ou_theta: float = 0.15
@@ -102,5 +105,5 @@ def train(
 
     ``step_sink`` is called after every vector-env step, as in :func:`rlpipe.algos.sac.train`.
     """
-    env = setup("ddpg", config)
-    return train_off_policy("ddpg", config, env, make_agent(config, env), out_dir, progress, step_sink)
+    env = setup(SPEC.name, config)
+    return train_off_policy(SPEC.name, config, env, make_agent(config, env), out_dir, progress, step_sink)

@@ -15,23 +15,32 @@ from typing import Any
 
 import torch
 
+from rlpipe.algos.registry import PLANNER_LOADER, AlgoSpec, Family
 from rlpipe.models.env_fns import reward_fn, termination_fn
 from rlpipe.training import OfflineConfig, Run, TrainResult
+from rlpipe.training.config import layer_sizes, positive
 from rlpipe.training.env import BOX, ActionScaler
 from rlpipe.training.model_based import DYNAMICS_MODULE, ModelFields, build_ensemble, dataset_batch, fit_on
 from rlpipe.training.offline import dataset_metrics, load_offline
 from rlpipe.training.planning import CEMPlanner, CEMSettings, ModelEnv, planner_policy
 
 ACTION_SPACES = (BOX,)
+SPEC = AlgoSpec(
+    name="dynamics",
+    family=Family.MODEL_BASED,
+    online=False,
+    loader_ref=PLANNER_LOADER,
+    summary="fit a dynamics ensemble to a dataset (reused by mopo)",
+)
 
 
 @dataclass
 class Config(ModelFields, CEMSettings, OfflineConfig):
     # The ensemble (see ModelFields): 7 members of 3 x 200, 5 elites. The evaluation plans
     # with it by CEM-MPC (CEMSettings, as rlpipe.algos.pets).
-    members: int = 7
-    model_hidden: tuple[int, ...] = (200, 200, 200)
-    model_max_epochs: int = 20
+    members: int = positive(7)
+    model_hidden: tuple[int, ...] = layer_sizes((200, 200, 200))
+    model_max_epochs: int = positive(20)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -45,11 +54,11 @@ TUNED: dict[str, dict[str, Any]] = {
 
 def train(config: Config, out_dir: str | Path | None = None, *, progress: bool = True) -> TrainResult:
     """Fit the ensemble on ``config.dataset``, evaluate MPC with it, save it."""
-    data = load_offline("dynamics", config, ACTION_SPACES)
-    terminated, reward = termination_fn("dynamics", config.env_id), reward_fn("dynamics", config.env_id, config.reward)
+    data = load_offline(SPEC.name, config, ACTION_SPACES)
+    terminated, reward = termination_fn(SPEC.name, config.env_id), reward_fn(SPEC.name, config.env_id, config.reward)
     model, optimizer = build_ensemble(config, data.obs_dim, data.act_dim, data.device)
     generator = torch.Generator(device=data.device).manual_seed(config.seed)
-    run = Run("dynamics", config, out_dir, progress)
+    run = Run(SPEC.name, config, out_dir, progress)
     try:
         fit = fit_on(model, optimizer, dataset_batch(data), config, generator, max_updates=config.updates)
         planner = CEMPlanner(ModelEnv(model, data.action_space, terminated, reward, generator), config, data.act_dim, generator)

@@ -33,15 +33,20 @@ import torch.nn.functional as F
 from torch import nn
 
 from rlpipe.algos import ppo
+from rlpipe.algos.registry import AlgoSpec, Family
 from rlpipe.envs import base_env_id
 from rlpipe.errors import RlpipeError
 from rlpipe.models.networks import mlp
 from rlpipe.training import Batch, DatasetFields, TrainResult
+from rlpipe.training.config import layer_sizes, positive
 from rlpipe.training.env import BOX, DISCRETE
 from rlpipe.training.offline import dataset_metrics, load_offline
 from rlpipe.training.optim import adam, optimizer_step
 
 ACTION_SPACES = (DISCRETE, BOX)
+SPEC = AlgoSpec(
+    name="gail", family=Family.IMITATION, online=False, summary="generative adversarial imitation (PPO generator, env-steps budget)"
+)
 
 
 @dataclass
@@ -50,9 +55,9 @@ class Config(DatasetFields, ppo.Config):
     dataset (``env_id`` is filled from its metadata; ``max_samples``: the reference text
     imitates 30 pairs of one episode) and the discriminator's settings."""
 
-    disc_learning_rate: float = 1e-3
-    disc_hidden: tuple[int, ...] = (128,)
-    disc_updates: int = 1  # discriminator updates per PPO rollout
+    disc_learning_rate: float = positive(1e-3)
+    disc_hidden: tuple[int, ...] = layer_sizes((128,))
+    disc_updates: int = positive(1)  # discriminator updates per PPO rollout
 
 
 TUNED: dict[str, dict[str, Any]] = {
@@ -110,7 +115,7 @@ def discriminator_update(
 
 def train(config: Config, out_dir: str | Path | None = None, *, progress: bool = True) -> TrainResult:
     """Train GAIL on ``config.dataset``; with ``out_dir`` also write checkpoint, metrics and curve."""
-    data = load_offline("gail", config, ACTION_SPACES)
+    data = load_offline(SPEC.name, config, ACTION_SPACES)
     if data.info.env_id != base_env_id(config.env_id):
         raise RlpipeError(f"dataset {data.info.name!r} was collected in {data.info.env_id!r}, not {config.env_id!r}")
     disc = Discriminator(data.obs_dim, data.act_dim, data.discrete, config.disc_hidden).to(data.device)
@@ -135,7 +140,7 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
         out_dir,
         progress=progress,
         reward_fn=reward_fn,
-        algo="gail",
+        algo=SPEC.name,
         extra_metrics=extra_metrics,
         extra_modules={"discriminator": disc},
     )

@@ -20,10 +20,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from rlpipe.algos.registry import AlgoSpec, Family
 from rlpipe.envs.combat import CombatVectorEnv
 from rlpipe.errors import RlpipeError
 from rlpipe.models.networks import mlp
 from rlpipe.training import OnlineConfig, Run, TrainResult, resolve_device, seed_everything
+from rlpipe.training.config import layer_sizes, positive
 from rlpipe.training.env import DISCRETE
 from rlpipe.training.families.combat import CombatActorCritic, CombatEval, CombatRows, combat_metrics, combat_rules, evaluate_combat
 from rlpipe.training.multiagent import TeamPolicy, team_policy
@@ -31,18 +33,25 @@ from rlpipe.training.onpolicy import RolloutStorage, ppo_update
 from rlpipe.training.optim import adam
 
 ACTION_SPACES = (DISCRETE,)
+SPEC = AlgoSpec(
+    name="ippo",
+    family=Family.MULTI_AGENT,
+    online=True,
+    multi_agent=True,
+    summary="independent PPO, one policy shared by a team (Combat-v0)",
+)
 
 
 @dataclass
 class Config(OnlineConfig):
-    env_steps: int = 2_000_000  # game steps (each moves the whole team)
-    num_envs: int = 64  # games played side by side
-    eval_every: int = 200_000
-    eval_episodes: int = 200
-    num_steps: int = 64  # rollout length per game
-    num_epochs: int = 4
-    minibatch_size: int = 1024  # agent steps
-    learning_rate: float = 1e-3
+    env_steps: int = positive(2_000_000)  # game steps (each moves the whole team)
+    num_envs: int = positive(64)  # games played side by side
+    eval_every: int = positive(200_000)
+    eval_episodes: int = positive(200)
+    num_steps: int = positive(64)  # rollout length per game
+    num_epochs: int = positive(4)
+    minibatch_size: int = positive(1024)  # agent steps
+    learning_rate: float = positive(1e-3)
     anneal: bool = True  # linearly decay learning rate and clip range to 0
     gamma: float = 0.99
     gae_lambda: float = 0.95
@@ -52,7 +61,7 @@ class Config(OnlineConfig):
     max_grad_norm: float = 0.5
     normalize_advantages: bool = True
     target_kl: float | None = None  # stop an update's epochs early above this KL
-    hidden: tuple[int, ...] = (128, 128)
+    hidden: tuple[int, ...] = layer_sizes((128, 128))
     agent_ids: bool = True  # append each agent's one-hot id to its observation
     mask_attacks: bool = False  # rule out the attacks an agent's own observation says cannot hit
     # Training-only shaping: added to each agent's reward on the step its team wins. The env's
@@ -148,7 +157,7 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
         )
         return evals[-1]
 
-    run = Run("ippo", config, out_dir, progress, evaluator=evaluator)
+    run = Run(SPEC.name, config, out_dir, progress, evaluator=evaluator)
     rows = CombatRows(envs, config.agent_ids, config.seed, config.win_bonus, config.team_reward, config.carry_dead, config.central_critic)
     storage = RolloutStorage(config.num_steps, config.num_envs * n_agents, row_dim, 1, True, device)
     perm_gen = torch.Generator(device=device).manual_seed(int(rng.integers(2**31)))

@@ -17,28 +17,32 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from rlpipe.algos.registry import OFFLINE_OBSERVATION_KINDS, AlgoSpec, Family
 from rlpipe.errors import RlpipeError
 from rlpipe.models.networks import DeterministicActor, EnsembleQ, TanhGaussianActor, ValueNet
 from rlpipe.training import Batch, OfflineConfig, TrainResult
-from rlpipe.training.config import FinetuneFields
+from rlpipe.training.config import FinetuneFields, layer_sizes, positive
 from rlpipe.training.env import BOX
 from rlpipe.training.offline import load_offline, train_offline
 from rlpipe.training.optim import adam, optimizer_step, polyak_update, target_copy
 
 ACTION_SPACES = (BOX,)
+SPEC = AlgoSpec(
+    name="iql", family=Family.OFFLINE, online=False, observation_kinds_ref=OFFLINE_OBSERVATION_KINDS, summary="implicit Q-learning"
+)
 
 
 @dataclass
 class Config(FinetuneFields, OfflineConfig):
-    updates: int = 100_000
-    eval_every: int = 5_000
-    batch_size: int = 256
+    updates: int = positive(100_000)
+    eval_every: int = positive(5_000)
+    batch_size: int = positive(256)
     gamma: float = 0.99
     tau: float = 0.005  # target critics' Polyak rate
-    actor_lr: float = 3e-4
-    critic_lr: float = 3e-4
-    value_lr: float = 3e-4
-    hidden: tuple[int, ...] = (256, 256)
+    actor_lr: float = positive(3e-4)
+    critic_lr: float = positive(3e-4)
+    value_lr: float = positive(3e-4)
+    hidden: tuple[int, ...] = layer_sizes((256, 256))
     expectile: float = 0.7  # 0.5 = mean (SARSA-like); towards 1 = max over dataset actions
     beta: float = 3.0  # inverse temperature of the advantage weights
     max_weight: float = 100.0  # clip of exp(beta * advantage)
@@ -82,7 +86,7 @@ def awr_weights(advantage: torch.Tensor, beta: float, max_weight: float) -> torc
 
 def train(config: Config, out_dir: str | Path | None = None, *, progress: bool = True) -> TrainResult:
     """Train IQL on ``config.dataset``; with ``out_dir`` also write checkpoint, metrics and curve."""
-    data = load_offline("iql", config, ACTION_SPACES)
+    data = load_offline(SPEC.name, config, ACTION_SPACES)
     obs_dim, act_dim, device = data.obs_dim, data.act_dim, data.device
     actor_cls = TanhGaussianActor if config.actor == "gaussian" else DeterministicActor
     actor = actor_cls(obs_dim, act_dim, config.hidden, normalize_obs=config.normalize_obs).to(device)
@@ -119,4 +123,4 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
         optimizer_step(actor_opt, actor_loss)
 
     modules = {"policy": actor, "critic": critic, "critic_target": critic_target, "value": value}
-    return train_offline("iql", config, data, actor, modules, update, out_dir, progress)
+    return train_offline(SPEC.name, config, data, actor, modules, update, out_dir, progress)

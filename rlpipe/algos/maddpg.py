@@ -35,33 +35,42 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from rlpipe.algos.registry import AlgoSpec, Family
 from rlpipe.envs.multiagent import make_parallel_env
 from rlpipe.errors import RlpipeError
 from rlpipe.models.networks import mlp, register_policy_class
 from rlpipe.training import OnlineConfig, Run, TrainResult, resolve_device, seed_everything
+from rlpipe.training.config import buffer_capacity, layer_sizes, positive
 from rlpipe.training.env import DISCRETE
 from rlpipe.training.families.mpe import AgentPolicy, SideEval, evaluate_sides, with_obs_delta
 from rlpipe.training.optim import adam, optimizer_step, polyak_update
 
 ACTION_SPACES = (DISCRETE,)
+SPEC = AlgoSpec(
+    name="maddpg",
+    family=Family.MULTI_AGENT,
+    online=True,
+    multi_agent=True,
+    summary="MADDPG: centralised critics, Gumbel-softmax actors (MPE)",
+)
 
 
 @dataclass
 class Config(OnlineConfig):
-    env_steps: int = 125_000  # 5000 episodes of 25 steps
-    num_envs: int = 1  # one env, as the text (the only value accepted)
-    eval_every: int = 25_000
-    eval_episodes: int = 100
+    env_steps: int = positive(125_000)  # 5000 episodes of 25 steps
+    num_envs: int = positive(1)  # one env, as the text (the only value accepted)
+    eval_every: int = positive(25_000)
+    eval_episodes: int = positive(100)
     centralised: bool = True  # False: each critic sees only its own agent (independent DDPG)
-    buffer_size: int = 100_000
-    batch_size: int = 1024
+    buffer_size: int = buffer_capacity(100_000)
+    batch_size: int = positive(1024)
     learning_starts: int = 4000
     update_every: int = 100  # env steps between updates (one gradient step per agent)
-    actor_lr: float = 1e-2
-    critic_lr: float = 1e-2
+    actor_lr: float = positive(1e-2)
+    critic_lr: float = positive(1e-2)
     gamma: float = 0.95
     tau: float = 0.01
-    hidden: tuple[int, ...] = (64, 64)
+    hidden: tuple[int, ...] = layer_sizes((64, 64))
     logits_l2: float = 1e-3  # keeps the actor's logits small (the Gumbel-softmax saturates otherwise)
     # Inputs [o_t, o_t - o_{t-1}]: the velocities MPE's observations lack (the text's settings,
     # off and 1e-3: adversary/good -15.0/+5.0 over seeds 0-2; on, with logits_l2=1e-4: -10.82/4.20,
@@ -341,7 +350,7 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
         polyak_update(target_actors, actors, config.tau)
         polyak_update(target_critics, critics, config.tau)
 
-    run = Run("maddpg", config, out_dir, progress, evaluator=evaluator)  # independent DDPG: metrics' "centralised" is False
+    run = Run(SPEC.name, config, out_dir, progress, evaluator=evaluator)  # independent DDPG: metrics' "centralised" is False
     steps = updates = episodes = 0
     stop = False
     try:

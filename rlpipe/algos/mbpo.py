@@ -17,12 +17,14 @@ from typing import Any, Literal
 
 import torch
 
+from rlpipe.algos.registry import AlgoSpec, Family
 from rlpipe.algos.sac import SACFields, make_agent
 from rlpipe.envs.stepper import EpisodeReturns
 from rlpipe.errors import RlpipeError
 from rlpipe.models.dynamics import FitReport
 from rlpipe.models.env_fns import reward_fn, termination_fn
 from rlpipe.training import Batch, OnlineConfig, ReplayBuffer, StepBatch, TrainResult
+from rlpipe.training.config import buffer_capacity, positive
 from rlpipe.training.env import BOX
 from rlpipe.training.model_based import (
     DYNAMICS_MODULE,
@@ -39,25 +41,26 @@ from rlpipe.training.offpolicy import Agent, OffPolicySetup, setup, train_off_po
 from rlpipe.training.planning import ModelEnv
 
 ACTION_SPACES = (BOX,)
+SPEC = AlgoSpec(name="mbpo", family=Family.MODEL_BASED, online=True, summary="SAC on real and short model rollouts")
 MODEL_SEED_OFFSET = 2  # the model's fits and rollouts draw from their own stream (the buffers: seed, seed + 1)
 
 
 @dataclass
 class Config(ModelFields, SACFields, OnlineConfig):
-    buffer_size: int = 100_000
+    buffer_size: int = buffer_capacity(100_000)
     learning_starts: int = 250  # uniform random actions before this many env steps
     updates_per_step: float = 10.0  # SAC updates per env step (the text: 10)
     # The dynamics ensemble (see ModelFields): 7 members, 5 elites, the learned reward.
     reward: Literal["known", "learned"] = "learned"
-    members: int = 7
+    members: int = positive(7)
     # Branched rollouts, at the paper's data settings (Janner et al. 2019, appendix C).
-    model_train_every: int = 250  # env steps between model refits (and rollouts)
-    rollout_batch: int = 100_000  # real start states per refit: 400 per env step
+    model_train_every: int = positive(250)  # env steps between model refits (and rollouts)
+    rollout_batch: int = positive(100_000)  # real start states per refit: 400 per env step
     # Rollout length: (from_step, to_step, from_length, to_length), linear in env steps in
     # between (the paper's schedule, in env steps instead of its 1000-step epochs). The
     # default is InvertedPendulum's, length 1 throughout; Hopper's is (20_000, 100_000, 1, 15).
     rollout_schedule: tuple[int, int, int, int] = (0, 15_000, 1, 1)
-    model_retain: int = 4  # refits whose rollouts the model buffer keeps (the paper: one epoch)
+    model_retain: int = positive(4)  # refits whose rollouts the model buffer keeps (the paper: one epoch)
     real_ratio: float = 0.05  # share of real transitions per minibatch; 1.0 fits no model
 
     def __post_init__(self) -> None:
@@ -94,7 +97,7 @@ class ModelAugmentedReplay:
         synthetic = config.model_retain * config.rollout_batch * max(config.rollout_schedule[2:])
         self.synthetic = ReplayBuffer(synthetic, env.obs_dim, env.act_dim, env.device, seed=config.seed + 1)
         self.model, self.optimizer = build_ensemble(config, env.obs_dim, env.act_dim, env.device)
-        terminated, reward = termination_fn("mbpo", config.env_id), reward_fn("mbpo", config.env_id, config.reward)
+        terminated, reward = termination_fn(SPEC.name, config.env_id), reward_fn(SPEC.name, config.env_id, config.reward)
         self.model_env = ModelEnv(self.model, env.action_space, terminated, reward, generator)
         self.batches = MixedBatches(self.real.sample, self.synthetic, config.real_ratio)
         self.fits: list[FitReport] = []
@@ -122,7 +125,7 @@ class ModelAugmentedReplay:
 def train(config: Config, out_dir: str | Path | None = None, *, progress: bool = True) -> TrainResult:
     """Train MBPO; with ``out_dir`` also write checkpoint (policy, critics, dynamics),
     ``metrics.json`` (with every training episode's return) and the DVCLive curve."""
-    env = setup("mbpo", config)
+    env = setup(SPEC.name, config)
     agent = make_agent(config, env)
     replay = ModelAugmentedReplay(config, env, agent, torch.Generator(device=env.device).manual_seed(config.seed + MODEL_SEED_OFFSET))
     episodes = EpisodeReturns()
@@ -132,4 +135,4 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
         return {**sac_metrics(), "episode_returns": episodes.returns, **fits_metrics(replay.fits)}
 
     agent = replace(agent, modules={**agent.modules, DYNAMICS_MODULE: replay.model}, extra_metrics=extra_metrics)
-    return train_off_policy("mbpo", config, env, agent, out_dir, progress, episodes, replay)
+    return train_off_policy(SPEC.name, config, env, agent, out_dir, progress, episodes, replay)

@@ -17,9 +17,11 @@ from typing import Any, Literal
 
 import torch
 
+from rlpipe.algos.registry import AlgoSpec, Family
 from rlpipe.algos.sac import SACFields, SoftActorCritic
 from rlpipe.models.env_fns import reward_fn, termination_fn
 from rlpipe.training import Batch, OfflineConfig, ReplayBuffer, TrainResult
+from rlpipe.training.config import layer_sizes, positive
 from rlpipe.training.env import BOX
 from rlpipe.training.model_based import (
     DYNAMICS_MODULE,
@@ -36,6 +38,7 @@ from rlpipe.training.offline import OfflineData, load_offline, train_offline
 from rlpipe.training.planning import ModelEnv
 
 ACTION_SPACES = (BOX,)
+SPEC = AlgoSpec(name="mopo", family=Family.MODEL_BASED, online=False, summary="offline MBPO with an uncertainty penalty")
 
 
 @dataclass
@@ -44,15 +47,15 @@ class Config(ModelFields, SACFields, OfflineConfig):
     # The dynamics ensemble and its fit, unless loaded (see ModelFields): 7 members of
     # 3 x 200, 5 elites, the learned reward.
     reward: Literal["known", "learned"] = "learned"
-    members: int = 7
-    model_hidden: tuple[int, ...] = (200, 200, 200)
-    model_max_epochs: int = 20
+    members: int = positive(7)
+    model_hidden: tuple[int, ...] = layer_sizes((200, 200, 200))
+    model_max_epochs: int = positive(20)
     # Penalised rollouts.
     penalty: float = 1.0  # lambda: reward - lambda * max_member ||std||
-    rollout_every: int = 1_000  # SAC updates between rollouts
-    rollout_batch: int = 2_000
-    rollout_length: int = 5
-    model_retain: int = 5  # rollouts the model buffer keeps
+    rollout_every: int = positive(1_000)  # SAC updates between rollouts
+    rollout_batch: int = positive(2_000)
+    rollout_length: int = positive(5)
+    model_retain: int = positive(5)  # rollouts the model buffer keeps
     real_ratio: float = 0.5
 
     def __post_init__(self) -> None:
@@ -87,8 +90,8 @@ def dynamics_for(config: Config, data: OfflineData, generator: torch.Generator) 
 def train(config: Config, out_dir: str | Path | None = None, *, progress: bool = True) -> TrainResult:
     """Train MOPO on ``config.dataset``; with ``out_dir`` also write checkpoint (policy,
     critics, dynamics), metrics and curve."""
-    data = load_offline("mopo", config, ACTION_SPACES)
-    terminated, reward = termination_fn("mopo", config.env_id), reward_fn("mopo", config.env_id, config.reward)
+    data = load_offline(SPEC.name, config, ACTION_SPACES)
+    terminated, reward = termination_fn(SPEC.name, config.env_id), reward_fn(SPEC.name, config.env_id, config.reward)
     generator = torch.Generator(device=data.device).manual_seed(config.seed)
     model, model_metrics = dynamics_for(config, data, generator)
     model_env = ModelEnv(model, data.action_space, terminated, reward, generator)
@@ -117,4 +120,4 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
     mixed = replace(data, sampler=MixedBatches(dataset_sampler.sample, synthetic, config.real_ratio))
     modules = {"policy": sac.actor, "critic": sac.critic, "critic_target": sac.critic_target, DYNAMICS_MODULE: model}
     extra = lambda: {**model_metrics, "alpha": sac.alpha(), "penalised_model_reward": stats["rollout_reward"]}  # noqa: E731
-    return train_offline("mopo", config, mixed, sac.actor, modules, update, out_dir, progress, extra)
+    return train_offline(SPEC.name, config, mixed, sac.actor, modules, update, out_dir, progress, extra)

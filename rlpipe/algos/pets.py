@@ -17,9 +17,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlpipe.algos.registry import PLANNER_LOADER, AlgoSpec, Family
 from rlpipe.envs.stepper import EpisodeReturns
 from rlpipe.models.env_fns import reward_fn, termination_fn
 from rlpipe.training import OnlineConfig, ReplayBuffer, Run, TrainResult, VecStepper
+from rlpipe.training.config import positive
 from rlpipe.training.env import BOX, ActionScaler
 from rlpipe.training.model_based import (
     DYNAMICS_MODULE,
@@ -33,15 +35,22 @@ from rlpipe.training.offpolicy import setup
 from rlpipe.training.planning import CEMPlanner, CEMSettings, ModelEnv, planner_policy
 
 ACTION_SPACES = (BOX,)
+SPEC = AlgoSpec(
+    name="pets",
+    family=Family.MODEL_BASED,
+    online=True,
+    loader_ref=PLANNER_LOADER,
+    summary="dynamics ensemble + CEM planning (no policy network)",
+)
 EVAL_GENERATOR_OFFSET = 1  # the evaluation planner draws from its own generator
 
 
 @dataclass
 class Config(ModelFields, CEMSettings, OnlineConfig):
-    env_steps: int = 3_000
-    eval_every: int = 3_000
+    env_steps: int = positive(3_000)
+    eval_every: int = positive(3_000)
     random_steps: int = 200  # uniform random actions first (the text: one episode)
-    refit_every: int = 200  # env steps between model fits (200: every Pendulum episode)
+    refit_every: int = positive(200)  # env steps between model fits (200: every Pendulum episode)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -60,8 +69,8 @@ TUNED: dict[str, dict[str, Any]] = {
 
 def train(config: Config, out_dir: str | Path | None = None, *, progress: bool = True) -> TrainResult:
     """Train PETS; with ``out_dir`` also write the model checkpoint, metrics.json and curve."""
-    terminated, reward = termination_fn("pets", config.env_id), reward_fn("pets", config.env_id, config.reward)
-    env = setup("pets", config)
+    terminated, reward = termination_fn(SPEC.name, config.env_id), reward_fn(SPEC.name, config.env_id, config.reward)
+    env = setup(SPEC.name, config)
     model, optimizer = build_ensemble(config, env.obs_dim, env.act_dim, env.device)
     generator = torch.Generator(device=env.device).manual_seed(config.seed)
     planner = CEMPlanner(ModelEnv(model, env.action_space, terminated, reward, generator), config, env.act_dim, generator)
@@ -72,7 +81,7 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
     stepper = VecStepper(env.envs, scaler, config.seed, episodes)
     buffer = ReplayBuffer(config.env_steps + config.num_envs, env.obs_dim, env.act_dim, env.device, seed=config.seed)
     eval_policy = planner_policy(eval_planner, scaler, env.device)
-    run = Run("pets", config, out_dir, progress)
+    run = Run(SPEC.name, config, out_dir, progress)
     fits, next_fit = [], config.random_steps
     try:
         while True:

@@ -19,6 +19,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
+from rlpipe.algos.registry import AlgoSpec, Family
 from rlpipe.errors import RlpipeError
 from rlpipe.models.networks import ActorCritic
 from rlpipe.training import (
@@ -34,23 +35,25 @@ from rlpipe.training import (
     resolve_device,
     seed_everything,
 )
+from rlpipe.training.config import layer_sizes, positive
 from rlpipe.training.env import BOX, DISCRETE, action_dim
 from rlpipe.training.onpolicy import RolloutStorage, ppo_update
 from rlpipe.training.optim import adam
 from rlpipe.training.resume import Checkpointer
 
 ACTION_SPACES = (DISCRETE, BOX)
+SPEC = AlgoSpec(name="ppo", family=Family.ON_POLICY, online=True, records_training=True, resumable=True, summary="clipped PPO with GAE")
 
 
 @dataclass
 class Config(OnlineConfig):
-    env_steps: int = 100_000
-    num_envs: int = 8
-    eval_every: int = 10_000
-    num_steps: int = 32  # rollout length per env
-    num_epochs: int = 20
-    minibatch_size: int = 256
-    learning_rate: float = 1e-3
+    env_steps: int = positive(100_000)
+    num_envs: int = positive(8)
+    eval_every: int = positive(10_000)
+    num_steps: int = positive(32)  # rollout length per env
+    num_epochs: int = positive(20)
+    minibatch_size: int = positive(256)
+    learning_rate: float = positive(1e-3)
     anneal: bool = True  # linearly decay learning rate and clip range to 0
     gamma: float = 0.98
     gae_lambda: float = 0.8
@@ -61,7 +64,7 @@ class Config(OnlineConfig):
     target_kl: float | None = None  # stop an update's epochs early above this KL
     normalize_advantages: bool = True
     normalize_obs: bool = False
-    hidden: tuple[int, ...] = (64, 64)
+    hidden: tuple[int, ...] = layer_sizes((64, 64))
     init_log_std: float = 0.0  # continuous actions only
 
 
@@ -105,7 +108,7 @@ def train(
     progress: bool = True,
     step_sink: StepSink | None = None,
     reward_fn: RewardFn | None = None,
-    algo: str = "ppo",
+    algo: str = SPEC.name,
     extra_metrics: Callable[[], dict[str, Any]] | None = None,
     extra_modules: dict[str, nn.Module] | None = None,
 ) -> TrainResult:

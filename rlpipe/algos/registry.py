@@ -4,18 +4,21 @@ The CLI, the pipeline and policy loading read what an algorithm can do from here
 or offline, the action and observation kinds it accepts, single- or multi-agent, whether
 it can stream its training transitions) instead of from the module. Adding an algorithm
 is one module in ``rlpipe/algos/`` (a ``Config`` extending :class:`OnlineConfig` or
-:class:`OfflineConfig`, a ``TUNED`` table, a ``train``, its ``ACTION_SPACES``) plus one
-entry in :data:`SPECS`.
+:class:`OfflineConfig`, a ``TUNED`` table, a ``train``, its ``ACTION_SPACES`` and its
+``SPEC = AlgoSpec(...)``) plus its name in :data:`ALGORITHM_MODULES`.
 
-Importing this module does not import torch: an entry names its algorithm's module, which
-is imported the first time a spec's config class, tuned values, ``train``, space kinds or
-policy loader are read. So ``rlpipe --help`` and the collect/dataset commands, which only
-list the registry, start without torch.
+Importing this module does not import torch: the specs are read from the modules' source
+(:func:`declared_specs`), and a module is imported the first time a spec's config class,
+tuned values, ``train``, space kinds or policy loader are read. So ``rlpipe --help`` and
+the collect/dataset commands, which only list the registry, start without torch.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
+import importlib.util
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
@@ -77,7 +80,7 @@ class AlgoSpec:
     name: str
     family: Family
     online: bool  # learns by acting in ``--env``; False: learns from ``--dataset`` (its env from the metadata)
-    module: str  # the algorithm's module: its config class, TUNED, train and ACTION_SPACES
+    module: str = ""  # filled by the registry: the declaring module (config class, TUNED, train, ACTION_SPACES)
     config_name: str = "Config"  # the config class's name in ``module``
     observation_kinds_ref: str = ""  # "module:NAME" of the accepted observation kinds (BOX, GOAL); "": BOX only
     multi_agent: bool = False  # trains on the multi-agent env ids of its TUNED table (rlpipe.envs.multiagent)
@@ -140,152 +143,109 @@ class AlgoSpec:
         require_spaces(self.name, where, observation_space, action_space, self.action_kinds, self.observation_kinds)
 
 
-def _her(base: str) -> AlgoSpec:
-    return AlgoSpec(
-        name=f"{base}-her",
-        family=Family.OFF_POLICY,
-        online=True,
-        module="rlpipe.algos.her",
-        config_name=f"{base.upper()}HerConfig",
-        observation_kinds_ref="rlpipe.algos.her:OBSERVATION_SPACES",
-        records_training=True,
-        summary=f"{base.upper()} with hindsight experience replay, on goal envs",
+# The modules that declare algorithms, in ``rlpipe train --help`` order.
+ALGORITHM_MODULES: tuple[str, ...] = tuple(
+    f"rlpipe.algos.{name}"
+    for name in (
+        "ppo",
+        "sac",
+        "ddpg",
+        "td3",
+        "her",
+        "bc",
+        "gail",
+        "dac",
+        "cql",
+        "bcq",
+        "td3_bc",
+        "iql",
+        "ippo",
+        "maddpg",
+        "pets",
+        "mbpo",
+        "dynamics",
+        "mopo",
     )
-
-
-SPECS: tuple[AlgoSpec, ...] = (
-    AlgoSpec(
-        name="ppo",
-        family=Family.ON_POLICY,
-        online=True,
-        module="rlpipe.algos.ppo",
-        records_training=True,
-        resumable=True,
-        summary="clipped PPO with GAE",
-    ),
-    AlgoSpec(
-        name="sac",
-        family=Family.OFF_POLICY,
-        online=True,
-        module="rlpipe.algos.sac",
-        records_training=True,
-        resumable=True,
-        batched_seeds=True,
-        summary="soft actor-critic",
-    ),
-    AlgoSpec(
-        name="ddpg",
-        family=Family.OFF_POLICY,
-        online=True,
-        module="rlpipe.algos.ddpg",
-        records_training=True,
-        summary="deep deterministic policy gradient",
-    ),
-    AlgoSpec(
-        name="td3", family=Family.OFF_POLICY, online=True, module="rlpipe.algos.td3", records_training=True, summary="twin delayed DDPG"
-    ),
-    _her("ddpg"),
-    _her("td3"),
-    _her("sac"),
-    AlgoSpec(
-        name="bc",
-        family=Family.IMITATION,
-        online=False,
-        module="rlpipe.algos.bc",
-        observation_kinds_ref=OFFLINE_OBSERVATION_KINDS,
-        resumable=True,
-        summary="behaviour cloning",
-    ),
-    AlgoSpec(
-        name="gail",
-        family=Family.IMITATION,
-        online=False,
-        module="rlpipe.algos.gail",
-        summary="generative adversarial imitation (PPO generator, env-steps budget)",
-    ),
-    AlgoSpec(
-        name="dac",
-        family=Family.IMITATION,
-        online=False,
-        module="rlpipe.algos.dac",
-        summary="discriminator-actor-critic: adversarial imitation with a SAC learner (env-steps budget)",
-    ),
-    AlgoSpec(
-        name="cql",
-        family=Family.OFFLINE,
-        online=False,
-        module="rlpipe.algos.cql",
-        observation_kinds_ref=OFFLINE_OBSERVATION_KINDS,
-        batched_seeds=True,
-        summary="conservative Q-learning",
-    ),
-    AlgoSpec(
-        name="bcq",
-        family=Family.OFFLINE,
-        online=False,
-        module="rlpipe.algos.bcq",
-        observation_kinds_ref=OFFLINE_OBSERVATION_KINDS,
-        summary="batch-constrained Q-learning",
-    ),
-    AlgoSpec(
-        name="td3bc",
-        family=Family.OFFLINE,
-        online=False,
-        module="rlpipe.algos.td3_bc",
-        observation_kinds_ref=OFFLINE_OBSERVATION_KINDS,
-        summary="TD3 with a behaviour-cloning term",
-    ),
-    AlgoSpec(
-        name="iql",
-        family=Family.OFFLINE,
-        online=False,
-        module="rlpipe.algos.iql",
-        observation_kinds_ref=OFFLINE_OBSERVATION_KINDS,
-        summary="implicit Q-learning",
-    ),
-    AlgoSpec(
-        name="ippo",
-        family=Family.MULTI_AGENT,
-        online=True,
-        module="rlpipe.algos.ippo",
-        multi_agent=True,
-        summary="independent PPO, one policy shared by a team (Combat-v0)",
-    ),
-    AlgoSpec(
-        name="maddpg",
-        family=Family.MULTI_AGENT,
-        online=True,
-        module="rlpipe.algos.maddpg",
-        multi_agent=True,
-        summary="MADDPG: centralised critics, Gumbel-softmax actors (MPE)",
-    ),
-    AlgoSpec(
-        name="pets",
-        family=Family.MODEL_BASED,
-        online=True,
-        module="rlpipe.algos.pets",
-        loader_ref=PLANNER_LOADER,
-        summary="dynamics ensemble + CEM planning (no policy network)",
-    ),
-    AlgoSpec(
-        name="mbpo", family=Family.MODEL_BASED, online=True, module="rlpipe.algos.mbpo", summary="SAC on real and short model rollouts"
-    ),
-    AlgoSpec(
-        name="dynamics",
-        family=Family.MODEL_BASED,
-        online=False,
-        module="rlpipe.algos.dynamics",
-        loader_ref=PLANNER_LOADER,
-        summary="fit a dynamics ensemble to a dataset (reused by mopo)",
-    ),
-    AlgoSpec(
-        name="mopo", family=Family.MODEL_BASED, online=False, module="rlpipe.algos.mopo", summary="offline MBPO with an uncertainty penalty"
-    ),
 )
+# Names a declaration may use besides literals and ``Family.X``.
+_DECLARATION_NAMES: dict[str, str] = {
+    "OFFLINE_OBSERVATION_KINDS": OFFLINE_OBSERVATION_KINDS,
+    "CHECKPOINT_LOADER": CHECKPOINT_LOADER,
+    "PLANNER_LOADER": PLANNER_LOADER,
+}
+
+
+def declared_specs(module: str) -> tuple[AlgoSpec, ...]:
+    """The specs ``module`` declares before its first class or function, ``SPEC = AlgoSpec(...)`` (or a tuple
+    ``SPECS = (AlgoSpec(...), ...)``), read from its source without importing it (so no torch):
+    each keyword a literal, ``Family.X`` or one of this module's reference constants, and
+    ``**NAME`` the keywords of a top-level ``NAME = dict(...)`` (what several specs share)."""
+    found = importlib.util.find_spec(module)
+    if found is None or not found.origin:
+        raise RlpipeError(f"algorithm module {module} not found")
+    # The declarations precede the module's first class or function: only that head is parsed.
+    head = re.split(r"^(?=@|class |def |async def )", Path(found.origin).read_text(encoding="utf-8"), maxsplit=1, flags=re.M)[0]
+    try:
+        tree = ast.parse(head, found.origin)
+    except SyntaxError as exc:
+        raise RlpipeError(f"cannot read the SPEC of {module}: {exc}") from None
+    assigned = {
+        ast.unparse(node.targets[0] if isinstance(node, ast.Assign) else node.target): node.value
+        for node in tree.body
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1) or (isinstance(node, ast.AnnAssign) and node.value is not None)
+    }
+    for name in ("SPEC", "SPECS"):
+        if name in assigned:
+            value = assigned[name]
+            return tuple(_spec_of(call, module, assigned) for call in (value.elts if isinstance(value, ast.Tuple) else [value]))
+    raise RlpipeError(f"{module} declares no SPEC = AlgoSpec(...) before its first class or function")
+
+
+def _keywords(call: ast.expr, func: str, module: str, assigned: Mapping[str, ast.expr]) -> list[ast.keyword]:
+    """The keywords of ``func(keyword=value, ..., **NAME)``, NAME's ``dict(...)`` expanded."""
+    if not (isinstance(call, ast.Call) and ast.unparse(call.func) == func and not call.args):
+        raise RlpipeError(f"{module}: SPEC must be AlgoSpec(keyword=value, ...), got {ast.unparse(call)}")
+    expanded = []
+    for keyword in call.keywords:
+        if keyword.arg is None:
+            expanded += _keywords(assigned.get(ast.unparse(keyword.value), keyword.value), "dict", module, assigned)
+        else:
+            expanded.append(keyword)
+    return expanded
+
+
+def _spec_of(call: ast.expr, module: str, assigned: Mapping[str, ast.expr]) -> AlgoSpec:
+    keywords = _keywords(call, "AlgoSpec", module, assigned)
+    return AlgoSpec(module=module, **{str(keyword.arg): _declared_value(keyword.value, module) for keyword in keywords})
+
+
+def _declared_value(node: ast.expr, module: str) -> Any:
+    if isinstance(node, ast.Constant):
+        return node.value
+    text = ast.unparse(node)
+    if text.startswith("Family.") and text.removeprefix("Family.") in Family.__members__:
+        return Family[text.removeprefix("Family.")]
+    if text in _DECLARATION_NAMES:
+        return _DECLARATION_NAMES[text]
+    raise RlpipeError(f"{module}: SPEC value {text} must be a literal, Family.X or one of {', '.join(_DECLARATION_NAMES)}")
+
+
+SPECS: tuple[AlgoSpec, ...] = tuple(spec for module in ALGORITHM_MODULES for spec in declared_specs(module))
 REGISTRY: dict[str, AlgoSpec] = {spec.name: spec for spec in SPECS}
 ONLINE: tuple[str, ...] = tuple(spec.name for spec in SPECS if spec.online)
 OFFLINE: tuple[str, ...] = tuple(spec.name for spec in SPECS if not spec.online)
 RESUMABLE: tuple[str, ...] = tuple(spec.name for spec in SPECS if spec.resumable)
+
+
+def register(module: str) -> tuple[AlgoSpec, ...]:
+    """Add the algorithms ``module`` declares (as :data:`ALGORITHM_MODULES` entries do) to
+    :data:`REGISTRY`, for ``get_algo`` and ``rlpipe train``: an algorithm kept outside rlpipe."""
+    specs = declared_specs(module)
+    taken = [spec.name for spec in specs if spec.name in REGISTRY]
+    if taken:
+        raise RlpipeError(f"{module}: algorithm name {', '.join(taken)} is taken")
+    REGISTRY.update((spec.name, spec) for spec in specs)
+    return specs
 
 
 def get_algo(name: str) -> AlgoSpec:
@@ -321,4 +281,18 @@ def load_policy(run_dir: str | Path, device: str = "cpu", deterministic: bool = 
     return spec.load_policy(run_dir, device=device, deterministic=deterministic)
 
 
-__all__ = ["AlgoSpec", "OFFLINE", "ONLINE", "REGISTRY", "RESUMABLE", "SPECS", "get_algo", "import_algorithm", "load_policy"]
+__all__ = [
+    "ALGORITHM_MODULES",
+    "AlgoSpec",
+    "Family",
+    "OFFLINE",
+    "ONLINE",
+    "REGISTRY",
+    "RESUMABLE",
+    "SPECS",
+    "declared_specs",
+    "get_algo",
+    "import_algorithm",
+    "load_policy",
+    "register",
+]

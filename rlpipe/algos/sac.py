@@ -22,8 +22,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from rlpipe.algos.registry import AlgoSpec, Family
 from rlpipe.models.networks import EnsembleQ, TanhGaussianActor
 from rlpipe.training import Batch, OnlineConfig, StepSink, TrainResult, Update
+from rlpipe.training.config import buffer_capacity, layer_sizes, positive
 from rlpipe.training.env import BOX
 from rlpipe.training.offpolicy import Agent, OffPolicySetup, setup, train_off_policy
 from rlpipe.training.optim import adam, frozen, optimizer_step, polyak_update, target_copy
@@ -31,6 +33,15 @@ from rlpipe.training.seeding import seed_everything
 from rlpipe.training.seedstack import SeedStack, train_off_policy_seeds
 
 ACTION_SPACES = (BOX,)
+SPEC = AlgoSpec(
+    name="sac",
+    family=Family.OFF_POLICY,
+    online=True,
+    records_training=True,
+    batched_seeds=True,
+    resumable=True,
+    summary="soft actor-critic",
+)
 
 
 @dataclass
@@ -38,20 +49,20 @@ class SACFields:
     """SAC's settings in a run's config (SAC, MBPO, MOPO): what :class:`SoftActorCritic`
     and its update read."""
 
-    batch_size: int = 256
+    batch_size: int = positive(256)
     gamma: float = 0.99
     tau: float = 0.005
-    actor_lr: float = 3e-4
-    critic_lr: float = 3e-4
-    alpha_lr: float = 3e-4
+    actor_lr: float = positive(3e-4)
+    critic_lr: float = positive(3e-4)
+    alpha_lr: float = positive(3e-4)
     init_alpha: float = 1.0
     target_entropy: float | None = None  # None: -action_dim
-    hidden: tuple[int, ...] = (256, 256)
+    hidden: tuple[int, ...] = layer_sizes((256, 256))
 
 
 @dataclass
 class Config(SACFields, OnlineConfig):
-    buffer_size: int = 1_000_000
+    buffer_size: int = buffer_capacity(1_000_000)
     learning_starts: int = 5_000  # uniform random actions before this many env steps
     updates_per_step: float = 1.0  # gradient updates per collected transition
 
@@ -250,8 +261,8 @@ def train(
     is the real next observation even at episode ends; rows with ``valid`` False are
     autoreset steps and are not transitions.
     """
-    env = setup("sac", config)
-    return train_off_policy("sac", config, env, make_agent(config, env), out_dir, progress, step_sink)
+    env = setup(SPEC.name, config)
+    return train_off_policy(SPEC.name, config, env, make_agent(config, env), out_dir, progress, step_sink)
 
 
 def make_stacked_agent(configs: Sequence[Config], env: OffPolicySetup) -> tuple[StackedSoftActorCritic, Update]:
@@ -276,14 +287,14 @@ def train_seeds(configs: Sequence[Config], out_dirs: Sequence[str | Path | None]
     setups: list[OffPolicySetup] = []
     try:
         for config in configs:
-            setups.append(setup("sac", config))
+            setups.append(setup(SPEC.name, config))
         stacked, update = make_stacked_agent(configs, setups[0])
     except BaseException:
         for env in setups:
             env.envs.close()
         raise
     return train_off_policy_seeds(
-        "sac",
+        SPEC.name,
         configs,
         setups,
         stacked.stack,

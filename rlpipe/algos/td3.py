@@ -17,21 +17,24 @@ import torch
 from torch import nn
 
 from rlpipe.algos import ddpg
+from rlpipe.algos.registry import AlgoSpec, Family
 from rlpipe.models.networks import DeterministicActor, EnsembleQ
 from rlpipe.training import Batch, StepSink, TrainResult, Update
+from rlpipe.training.config import positive
 from rlpipe.training.env import BOX
 from rlpipe.training.noise import make_noise
 from rlpipe.training.offpolicy import Agent, OffPolicySetup, noisy_explore, setup, train_off_policy
 from rlpipe.training.optim import adam, frozen, optimizer_step, polyak_update, target_copy
 
 ACTION_SPACES = (BOX,)
+SPEC = AlgoSpec(name="td3", family=Family.OFF_POLICY, online=True, records_training=True, summary="twin delayed DDPG")
 
 
 @dataclass
 class Config(ddpg.Config):
     """DDPG's settings (networks, rates, exploration noise) plus TD3's three changes."""
 
-    policy_delay: int = 2
+    policy_delay: int = positive(2)
     target_noise: float = 0.2  # target policy smoothing
     target_noise_clip: float = 0.5
 
@@ -120,5 +123,5 @@ def train(
 
     ``step_sink`` is called after every vector-env step, as in :func:`rlpipe.algos.sac.train`.
     """
-    env = setup("td3", config)
-    return train_off_policy("td3", config, env, make_agent(config, env), out_dir, progress, step_sink)
+    env = setup(SPEC.name, config)
+    return train_off_policy(SPEC.name, config, env, make_agent(config, env), out_dir, progress, step_sink)

@@ -16,28 +16,37 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlpipe.algos.registry import OFFLINE_OBSERVATION_KINDS, AlgoSpec, Family
 from rlpipe.algos.td3 import td3_update
 from rlpipe.models.networks import DeterministicActor, EnsembleQ
 from rlpipe.training import Batch, OfflineConfig, TrainResult
+from rlpipe.training.config import layer_sizes, positive
 from rlpipe.training.env import BOX
 from rlpipe.training.offline import load_offline, train_offline
 
 ACTION_SPACES = (BOX,)
+SPEC = AlgoSpec(
+    name="td3bc",
+    family=Family.OFFLINE,
+    online=False,
+    observation_kinds_ref=OFFLINE_OBSERVATION_KINDS,
+    summary="TD3 with a behaviour-cloning term",
+)
 
 
 @dataclass
 class Config(OfflineConfig):
-    updates: int = 100_000
-    eval_every: int = 5_000
-    batch_size: int = 256
+    updates: int = positive(100_000)
+    eval_every: int = positive(5_000)
+    batch_size: int = positive(256)
     gamma: float = 0.99
     tau: float = 0.005
-    actor_lr: float = 3e-4
-    critic_lr: float = 3e-4
-    hidden: tuple[int, ...] = (256, 256)
+    actor_lr: float = positive(3e-4)
+    critic_lr: float = positive(3e-4)
+    hidden: tuple[int, ...] = layer_sizes((256, 256))
     alpha: float = 2.5  # weight of the Q term against behaviour cloning
     normalize_obs: bool = True  # with the dataset's mean and std
-    policy_delay: int = 2
+    policy_delay: int = positive(2)
     target_noise: float = 0.2  # target policy smoothing, in units of the [-1, 1] action range
     target_noise_clip: float = 0.5
 
@@ -62,7 +71,7 @@ def td3_bc_actor_loss(pi: torch.Tensor, q: torch.Tensor, actions: torch.Tensor, 
 
 def train(config: Config, out_dir: str | Path | None = None, *, progress: bool = True) -> TrainResult:
     """Train TD3+BC on ``config.dataset``; with ``out_dir`` also write checkpoint, metrics and curve."""
-    data = load_offline("td3bc", config, ACTION_SPACES)
+    data = load_offline(SPEC.name, config, ACTION_SPACES)
     obs_dim, act_dim, device = data.obs_dim, data.act_dim, data.device
     actor = DeterministicActor(obs_dim, act_dim, config.hidden, normalize_obs=config.normalize_obs).to(device)
     if config.normalize_obs:
@@ -73,4 +82,4 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
         return td3_bc_actor_loss(pi, q, b.actions, config.alpha)
 
     update, modules = td3_update(actor, critic, config, actor_loss)
-    return train_offline("td3bc", config, data, actor, modules, update, out_dir, progress, update_period=config.policy_delay)
+    return train_offline(SPEC.name, config, data, actor, modules, update, out_dir, progress, update_period=config.policy_delay)

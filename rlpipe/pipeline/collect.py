@@ -8,11 +8,12 @@ or an expert's whole training run), name the dataset, stream the episodes throug
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rlpipe.datasets.collector import RandomPolicy, check_budget, collect, probe_info_space
+from rlpipe.datasets.collector import CollectStats, Policy, RandomPolicy, RowSink, check_budget, collect, probe_info_space
 from rlpipe.datasets.scores import reference_scores
 from rlpipe.datasets.writer import DatasetWriter
 from rlpipe.envs import env_slug, env_spaces, has_native_vector_env
@@ -20,8 +21,33 @@ from rlpipe.envs.multiagent import is_multi_agent
 from rlpipe.errors import RlpipeError
 from rlpipe.limits import check_num_envs, check_seed
 
+if TYPE_CHECKING:
+    import gymnasium as gym
+
 POLICIES = ("random",)  # behaviour policies that need no expert
 INFO_KEYS = ("is_success",)  # env info keys stored as info/next_info columns by default
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """One collection's roll-out: its budget (whole episodes, or at least this many steps),
+    envs, seed, progress bar and the info keys its rows keep."""
+
+    episodes: int | None
+    steps: int | None
+    num_envs: int
+    seed: int
+    show_progress: bool
+    info_space: gym.spaces.Dict | None
+
+    @property
+    def budget(self) -> dict[str, int | None]:
+        """The budget as a producer records it."""
+        return {"episodes": self.episodes, "steps": self.steps}
+
+    def run(self, env_id: str, make_policy: Callable[[gym.Space, int], Policy], sink: RowSink) -> CollectStats:
+        """Roll out ``make_policy``'s policy in ``env_id`` for this budget, rows to ``sink``."""
+        return collect(env_id, make_policy, sink, **vars(self))  # the fields are collect's keywords
 
 
 @dataclass(frozen=True)
@@ -165,14 +191,7 @@ def collect_dataset(
     kind = "mixed" if from_training else ("expert" if expert else policy)
     obs_space, act_space = env_spaces(env_id)  # validates the id before any file is made
     info_space = None if from_training else probe_info_space(env_id, info_keys)
-    rollout: dict[str, Any] = {
-        "episodes": episodes,
-        "steps": steps,
-        "num_envs": num_envs,
-        "seed": seed,
-        "show_progress": progress,
-        "info_space": info_space,
-    }
+    rollout = Rollout(episodes, steps, num_envs, seed, progress, info_space)
     with DatasetWriter(
         name or dataset_name(env_id, kind), obs_space, act_space, env_id=env_id, store=store, fmt=fmt, force=force, info_space=info_space
     ) as writer:
@@ -181,8 +200,8 @@ def collect_dataset(
                 expert, env_id, writer, expert_run, overrides, stochastic, rollout, backend or "local", workers or 1
             )
         elif expert is None:
-            collect(env_id, lambda space, n: RandomPolicy(space, n, seed=seed), writer.write, **rollout)
-            producer: Producer = RandomProducer(seed, num_envs, {"episodes": episodes, "steps": steps})
+            rollout.run(env_id, lambda space, n: RandomPolicy(space, n, seed=seed), writer.write)
+            producer: Producer = RandomProducer(seed, num_envs, rollout.budget)
             expert_return = None
         elif from_training:
             producer = _store_training_run(expert, env_id, writer, expert_run, overrides, progress)
@@ -258,7 +277,7 @@ def _collect_in_tasks(
     expert_run: Path | None,
     overrides: dict[str, Any],
     stochastic: bool,
-    rollout: dict[str, Any],
+    rollout: Rollout,
     backend: str,
     workers: int,
 ) -> tuple[RandomProducer | ExpertProducer, float | None]:
@@ -266,7 +285,7 @@ def _collect_in_tasks(
     loaded (or trained) here first and reloaded from its run directory by each task."""
     from rlpipe.pipeline.tasks import TaskPolicy, collect_tasks
 
-    budget = {"episodes": rollout["episodes"], "steps": rollout["steps"]}
+    budget = rollout.budget
     policy = TaskPolicy()
     if expert is not None:
         from rlpipe.pipeline import experts
@@ -279,22 +298,22 @@ def _collect_in_tasks(
             overrides,
             match_params=expert_run is None,
             deterministic=not stochastic,
-            progress=rollout["show_progress"],
+            progress=rollout.show_progress,
         )
         policy = TaskPolicy(str(Path(run_dir).resolve()), not stochastic)
     tasks, mean_return = collect_tasks(
-        writer, env_id, policy, **budget, seed=rollout["seed"], num_envs=rollout["num_envs"], backend=backend, workers=workers
+        writer, env_id, policy, **budget, seed=rollout.seed, num_envs=rollout.num_envs, backend=backend, workers=workers
     )
     params = {**budget, "tasks": tasks}
     if expert is None:
-        return RandomProducer(rollout["seed"], rollout["num_envs"], params), None
+        return RandomProducer(rollout.seed, rollout.num_envs, params), None
     return ExpertProducer(
         expert,
         loaded.checkpoint_sha256,
         str(run_dir),
         not stochastic,
-        rollout["seed"],
-        rollout["num_envs"],
+        rollout.seed,
+        rollout.num_envs,
         {**params, **_expert_params(overrides)},
     ), mean_return
 
@@ -324,7 +343,7 @@ def _roll_out_expert(
     expert_run: Path | None,
     overrides: dict[str, Any],
     stochastic: bool,
-    rollout: dict[str, Any],
+    rollout: Rollout,
 ) -> tuple[ExpertProducer, float]:
     """Load (or first train) the expert and collect `rollout`'s budget of its episodes into
     `writer`; returns the producer record and the mean return of the stored episodes.
@@ -336,17 +355,17 @@ def _roll_out_expert(
 
     run_dir = expert_run or experts.expert_run_dir(expert, env_id, overrides)
     loaded, _ = experts.ensure_expert(
-        expert, env_id, run_dir, overrides, match_params=expert_run is None, deterministic=not stochastic, progress=rollout["show_progress"]
+        expert, env_id, run_dir, overrides, match_params=expert_run is None, deterministic=not stochastic, progress=rollout.show_progress
     )
-    stats = collect(env_id, lambda space, n: loaded, writer.write, **rollout)
+    stats = rollout.run(env_id, lambda space, n: loaded, writer.write)
     producer = ExpertProducer(
         expert,
         loaded.checkpoint_sha256,
         str(run_dir),
         not stochastic,
-        rollout["seed"],
-        rollout["num_envs"],
-        {"episodes": rollout["episodes"], "steps": rollout["steps"], **_expert_params(overrides)},
+        rollout.seed,
+        rollout.num_envs,
+        {**rollout.budget, **_expert_params(overrides)},
     )
     return producer, stats.mean_return
 

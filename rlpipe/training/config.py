@@ -10,68 +10,38 @@ from __future__ import annotations
 
 import math
 import types
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
 import yaml
 
 from rlpipe.envs import base_env_id
 from rlpipe.errors import RlpipeError
-from rlpipe.limits import check_num_envs, check_seed
+from rlpipe.limits import MAX_BUFFER_SIZE, MAX_LAYER_WIDTH, check_num_envs, check_seed
 
 C = TypeVar("C")
+T = TypeVar("T")
 
-# Fields that must be > 0 wherever a config declares them (budgets, sizes, rates, schedules).
-POSITIVE_FIELDS = frozenset(
-    {
-        "env_steps",
-        "updates",
-        "eval_every",
-        "eval_episodes",
-        "torch_threads",
-        "num_envs",
-        "max_samples",
-        "batch_size",
-        "minibatch_size",
-        "buffer_size",
-        "num_steps",
-        "num_epochs",
-        "hidden",
-        "disc_hidden",
-        "vae_hidden",
-        "learning_rate",
-        "actor_lr",
-        "critic_lr",
-        "alpha_lr",
-        "value_lr",
-        "vae_lr",
-        "disc_learning_rate",
-        "disc_updates",
-        "n_candidates",
-        "num_sampled_actions",
-        "policy_delay",
-        "latent_dim",
-        "checkpoint_every",
-        "members",
-        "elites",
-        "model_hidden",
-        "model_lr",
-        "model_batch_size",
-        "model_max_epochs",
-        "model_patience",
-        "horizon",
-        "population",
-        "iterations",
-        "particles",
-        "init_std",
-        "refit_every",
-        "model_train_every",
-        "rollout_batch",
-        "rollout_length",
-        "model_retain",
-        "rollout_every",
-    }
-)
+POSITIVE = types.MappingProxyType({"positive": True})  # field metadata: the value (each element of a tuple) must be > 0
+
+
+def positive(default: T, at_most: int | None = None) -> T:
+    """A config field whose value (each element, for layer sizes) must be > 0 (and at most
+    ``at_most``): budgets, sizes, rates, schedules. A subclass that changes the default
+    declares it so again."""
+    return field(default=default, metadata=POSITIVE if at_most is None else {**POSITIVE, "at_most": at_most})
+
+
+def layer_sizes(default: tuple[int, ...]) -> tuple[int, ...]:
+    """A hidden-layer sizes field: each width from 1 to rlpipe.limits.MAX_LAYER_WIDTH."""
+    return positive(default, at_most=MAX_LAYER_WIDTH)
+
+
+def buffer_capacity(default: int) -> int:
+    """A replay buffer's rows: from 1 to rlpipe.limits.MAX_BUFFER_SIZE."""
+    return positive(default, at_most=MAX_BUFFER_SIZE)
+
+
 # Fields set only by their own command option, never by a setting: field -> that option.
 NOT_SETTABLE = {"env_id": "--env (offline: the dataset's metadata)", "dataset": "--dataset", "store": "--store"}
 
@@ -83,15 +53,15 @@ class RunConfig:
     env_id: str = ""  # online: the env trained in; offline: filled from the dataset's metadata
     seed: int = 0
     device: str = "cpu"
-    torch_threads: int = 1
-    eval_every: int = 1_000  # in the run's unit: env steps online, gradient updates offline
-    eval_episodes: int = 10
+    torch_threads: int = positive(1)
+    eval_every: int = positive(1_000)  # in the run's unit: env steps online, gradient updates offline
+    eval_episodes: int = positive(10)
     # After training, this many episodes on seeds neither training nor the periodic evaluation
     # (which settings were tuned and early stopping decided on) used: the figure to report.
     # 0 skips it (a costly evaluator, e.g. a planner).
     heldout_eval_episodes: int = 100
     stop_at_return: float | None = None  # stop early once the eval mean return reaches this
-    checkpoint_every: int | None = None  # save the full training state this often (run's unit): resumable
+    checkpoint_every: int | None = positive(None)  # save the full training state this often (run's unit): resumable
 
     def __post_init__(self) -> None:
         check_values(self)
@@ -101,8 +71,8 @@ class RunConfig:
 class OnlineConfig(RunConfig):
     """A run that learns by acting in ``num_envs`` vectorised envs for ``env_steps`` steps."""
 
-    env_steps: int = 10_000
-    num_envs: int = 1
+    env_steps: int = positive(10_000)
+    num_envs: int = positive(1)
 
 
 @dataclass
@@ -111,14 +81,14 @@ class DatasetFields:
 
     dataset: str = ""
     store: str | None = None  # default: $RLPIPE_DATASETS or ./datasets
-    max_samples: int | None = None  # train on a subset (leading whole episodes; the text: 30 pairs)
+    max_samples: int | None = positive(None)  # train on a subset (leading whole episodes; the text: 30 pairs)
 
 
 @dataclass
 class OfflineConfig(DatasetFields, RunConfig):
     """A run of ``updates`` gradient updates on a stored dataset."""
 
-    updates: int = 10_000
+    updates: int = positive(10_000)
 
 
 @dataclass
@@ -226,22 +196,28 @@ def parse_settings(pairs: list[str], cls: type) -> dict[str, Any]:
 
 
 def check_values(config: Any) -> None:
-    """Raise an RlpipeError naming the first field out of range: the ``POSITIVE_FIELDS`` must
-    be > 0 (each element, for layer sizes), floats finite, ``heldout_eval_episodes`` >= 0,
+    """Raise an RlpipeError naming the first field out of range: a :func:`positive` field
+    must be > 0 (each element, for layer sizes), floats finite, ``heldout_eval_episodes`` >= 0,
     ``seed`` and ``num_envs`` within rlpipe.limits, and a Literal field one of its choices."""
     check_seed(config.seed, "setting seed")
     if config.heldout_eval_episodes < 0:
         raise RlpipeError(f"setting heldout_eval_episodes={config.heldout_eval_episodes!r}: expected an integer >= 0")
-    for name, tp in field_types(type(config)).items():
-        value = getattr(config, name)
+    types_ = field_types(type(config))
+    for declared in fields(config):
+        name, tp, value = declared.name, types_[declared.name], getattr(config, declared.name)
         if get_origin(tp) is Literal and value not in get_args(tp):
             raise RlpipeError(f"setting {name}={value!r}: expected {_type_name(tp)}")
         items = value if isinstance(value, tuple) else (value,)
         for item in items:
             if isinstance(item, float) and not math.isfinite(item):
                 raise RlpipeError(f"setting {name}={value!r}: expected a finite number")
-            if name in POSITIVE_FIELDS and isinstance(item, (int, float)) and not isinstance(item, bool) and item <= 0:
+            if declared.metadata.get("positive") and isinstance(item, (int, float)) and not isinstance(item, bool) and item <= 0:
                 raise RlpipeError(f"setting {name}={value!r}: expected a positive number")
+            if isinstance(item, int) and item > declared.metadata.get("at_most", item):
+                raise RlpipeError(
+                    f"setting {name}={value!r}: expected at most {declared.metadata['at_most']}"
+                    + (" per layer" if isinstance(value, tuple) else "")
+                )
     if hasattr(config, "num_envs"):
         check_num_envs(config.num_envs, "setting num_envs")
 
@@ -264,9 +240,12 @@ __all__ = [
     "OfflineConfig",
     "OnlineConfig",
     "RunConfig",
+    "buffer_capacity",
+    "layer_sizes",
     "check_values",
     "config_for_env",
     "field_types",
     "parse_settings",
+    "positive",
     "typed_value",
 ]

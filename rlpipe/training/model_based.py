@@ -17,6 +17,7 @@ from rlpipe.errors import RlpipeError
 from rlpipe.models.checkpoint import load_checkpoint
 from rlpipe.models.dynamics import FitReport, GaussianEnsemble, fit_ensemble, transitions_to_xy
 from rlpipe.training.buffer import Batch, ReplayBuffer
+from rlpipe.training.config import layer_sizes, positive
 from rlpipe.training.env import ActionScaler
 from rlpipe.training.offline import OfflineData
 from rlpipe.training.planning import ModelEnv
@@ -34,14 +35,14 @@ class ModelFields:
     """
 
     reward: Literal["known", "learned"] = "known"
-    members: int = 5
-    elites: int = 5  # the members with the lowest holdout error, used for planning and rollouts
-    model_hidden: tuple[int, ...] = (200, 200, 200, 200)  # the text's 4 x 200 Swish
-    model_lr: float = 1e-3
+    members: int = positive(5)
+    elites: int = positive(5)  # the members with the lowest holdout error, used for planning and rollouts
+    model_hidden: tuple[int, ...] = layer_sizes((200, 200, 200, 200))  # the text's 4 x 200 Swish
+    model_lr: float = positive(1e-3)
     model_weight_decay: float = 5e-5
-    model_batch_size: int = 256
-    model_max_epochs: int = 50
-    model_patience: int = 5
+    model_batch_size: int = positive(256)
+    model_max_epochs: int = positive(50)
+    model_patience: int = positive(5)
     holdout_fraction: float = 0.2
 
     def __post_init__(self) -> None:

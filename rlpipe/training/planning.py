@@ -20,6 +20,7 @@ from gymnasium import spaces
 from rlpipe.errors import RlpipeError
 from rlpipe.models.dynamics import GaussianEnsemble, Layers
 from rlpipe.models.env_fns import EnvFn
+from rlpipe.training.config import positive
 from rlpipe.training.env import ActionScaler
 from rlpipe.training.evaluation import PolicyFn
 
@@ -93,12 +94,12 @@ class CEMSettings:
     The paper's planner (PETS, mbrl-lib) is ``population=400 particles=20``; the defaults,
     50 x 1, cost 45-90x less CPU per planning step (docs/benchmarks.md)."""
 
-    horizon: int = 25
-    population: int = 50
+    horizon: int = positive(25)
+    population: int = positive(50)
     elite_fraction: float = 0.2
-    iterations: int = 5
-    particles: int = 1
-    init_std: float = 0.5
+    iterations: int = positive(5)
+    particles: int = positive(1)
+    init_std: float = positive(0.5)
     smoothing: float = 0.1
 
     def check_planning(self, members: int) -> None:
