@@ -83,7 +83,14 @@ def test_every_stage_that_writes_a_dataset_or_checkpoint_depends_on_the_file_wri
 def test_a_stage_that_runs_no_algorithm_depends_on_no_algorithm_module() -> None:
     modules = {f"{spec.module.replace('.', '/')}.py" for spec in SPECS}
     plain = {name: deps for name, (item, deps, _) in stage_items().items() if not any(f in item for f in ALGO_FIELDS)}
-    assert {name.split("@")[0] for name in plain} == {"collect_random", "relabel_her", "merge_datasets", "filter_datasets", "ope_fqe", "report"}
+    assert {name.split("@")[0] for name in plain} == {
+        "collect_random",
+        "relabel_her",
+        "merge_datasets",
+        "filter_datasets",
+        "ope_fqe",
+        "report",
+    }
     assert all(not modules & set(deps) for deps in plain.values())
     # the console script imports every command module but runs only the stage's command
     collect = set(plain["collect_random@cartpole-random"])
