@@ -56,8 +56,6 @@ def smoke_params(params: dict[str, Any]) -> dict[str, Any]:
     smoke = _capped(copy.deepcopy(params))
     for entries in smoke.values():
         for entry in entries.values():
-            if not isinstance(entry, dict):  # a single stage's own settings (ope_fqe's updates, seed)
-                continue
             if "algo" in entry:
                 declared = {f.name for f in fields(get_algo(entry["algo"]).config_class)}
                 entry["set"] = {**entry.get("set", {}), **{k: v for k, v in SMOKE_SETTINGS.items() if k in declared}}
