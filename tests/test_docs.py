@@ -33,7 +33,8 @@ def test_results_page_is_generated_from_the_committed_metrics(tmp_path: Path) ->
 
     if not list((REPO / "models").glob("*/metrics.json")):
         pytest.skip("no pipeline metrics are committed: run make repro, then make results")
-    write_report([str(REPO / "models" / "*")], tmp_path / "report", markdown=tmp_path / "results.md")
+    estimates = sorted((REPO / "ope").glob("*.json"))  # the pipeline's FQE estimates, committed with the metrics
+    write_report([str(REPO / "models" / "*")], tmp_path / "report", markdown=tmp_path / "results.md", ope_files=estimates)
     assert (REPO / "docs" / "results.md").read_text() == (tmp_path / "results.md").read_text(), "run: make results"
 
 
