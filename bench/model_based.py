@@ -12,15 +12,16 @@ other jobs slows the figures less than wall time would (cache sharing still does
 
     .venv/bin/python bench/model_based.py [--repeats 3]
 
-``--learning`` instead measures where MBPO's model helps on Pendulum: MBPO at its defaults,
+``--learning`` instead measures where MBPO's model helps: MBPO at its defaults for ``--env``,
 the same run without model data (``real_ratio=1.0``: SAC at MBPO's updates per env step)
 and SAC at 1 update per env step (MBPO's nets and settings otherwise), on training seeds
 that no setting was tuned on. Per run: the env steps at which the 10-episode evaluation
-(every 250 env steps) first reached -200, its return at each budget, the 100-episode
+(every 250 env steps) first reached the target (Pendulum -200, InvertedPendulum 1000, the
+maximum), its return at each budget, the 100-episode
 held-out return at the last budget and the CPU seconds; then mean ± standard error over
 seeds. Each run's figures are also printed as a JSON line as soon as it ends.
 
-    .venv/bin/python bench/model_based.py --learning [--seeds 5-9] [--budgets 1000,2500] [--variants ...]
+    .venv/bin/python bench/model_based.py --learning [--env Pendulum-v1] [--seeds 5-9] [--budgets 1000,2500] [--variants ...]
 """
 
 from __future__ import annotations
@@ -95,25 +96,25 @@ def measure(members: int, elites: int, hidden: tuple[int, ...], settings: CEMSet
     return plan_s, flops, timed(model_only, repeats)
 
 
-# name -> MBPO settings over its Pendulum defaults
+# name -> MBPO settings over its defaults for the env
 LEARNERS = {
     "mbpo": {},
     "no-model": {"real_ratio": 1.0},
     "sac-utd1": {"real_ratio": 1.0, "updates_per_step": 1.0},
 }
-TARGET = -200.0
+TARGETS = {"Pendulum-v1": -200.0, "InvertedPendulum-v5": 1000.0}
 
 
-def learning_run(variant: str, seed: int, budgets: list[int]) -> dict[str, object]:
-    """One MBPO-family run on Pendulum to the last budget: its curve's figures."""
+def learning_run(env_id: str, variant: str, seed: int, budgets: list[int]) -> dict[str, object]:
+    """One MBPO-family run on ``env_id`` to the last budget: its curve's figures."""
     mbpo = get_algo("mbpo")
     config = mbpo.make_config(
-        "Pendulum-v1", seed=seed, env_steps=budgets[-1], eval_every=250, eval_episodes=10, heldout_eval_episodes=100, **LEARNERS[variant]
+        env_id, seed=seed, env_steps=budgets[-1], eval_every=250, eval_episodes=10, heldout_eval_episodes=100, **LEARNERS[variant]
     )
     start = time.process_time()
     result = mbpo.train(config, progress=False)
     at = {p.done: p.mean for p in result.history}
-    reached = next((p.done for p in result.history if p.mean >= TARGET), None)
+    reached = next((p.done for p in result.history if p.mean >= TARGETS[env_id]), None)
     return {
         "variant": variant,
         "seed": seed,
@@ -131,7 +132,7 @@ def mean_se(values: list[float]) -> str:
     return f"{statistics.mean(values):.1f} ± {se:.1f}"
 
 
-def learning_table(runs: list[dict], budgets: list[int]) -> str:
+def learning_table(runs: list[dict], budgets: list[int], target: float) -> str:
     rows = []
     for variant, settings in LEARNERS.items():
         mine = [r for r in runs if r["variant"] == variant]
@@ -155,7 +156,7 @@ def learning_table(runs: list[dict], budgets: list[int]) -> str:
             "variant",
             "settings",
             "seeds",
-            f"env steps to {TARGET:.0f} (10-episode evals)",
+            f"env steps to {target:.0f} (10-episode evals)",
             *(f"return at {b} (10 ep.)" for b in budgets),
             f"held-out at {budgets[-1]} (100 ep.)",
             "CPU-s",
@@ -173,6 +174,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--learning", action="store_true", help="the MBPO / no-model / SAC learning table instead")
+    parser.add_argument("--env", default="Pendulum-v1", choices=sorted(TARGETS))
     parser.add_argument("--seeds", type=seeds_arg, default=seeds_arg("5-9"))
     parser.add_argument("--budgets", default="1000,2500", help="env steps, comma-separated; runs train to the last")
     parser.add_argument("--variants", default=",".join(LEARNERS))
@@ -183,10 +185,10 @@ def main() -> None:
         runs = []
         for variant in args.variants.split(","):
             for seed in args.seeds:
-                runs.append(learning_run(variant, seed, budgets))
+                runs.append(learning_run(args.env, variant, seed, budgets))
                 print(json.dumps(runs[-1]), flush=True)
-        print(f"{today()}, {machine_description()}, torch {torch.__version__}, 1 thread; Pendulum-v1, mean ± s.e. over seeds")
-        print(learning_table(runs, budgets))
+        print(f"{today()}, {machine_description()}, torch {torch.__version__}, 1 thread; {args.env}, mean ± s.e. over seeds")
+        print(learning_table(runs, budgets, TARGETS[args.env]))
         return
     peak = matmul_peak(args.repeats)
     rows = []

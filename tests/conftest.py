@@ -102,7 +102,8 @@ def offline_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A store shared by the offline tests, built once per session (about 30 s):
     `cartpole-expert` (20 episodes of a PPO expert that scores 500) and `pendulum-mixed`
     (every transition of a 10k-step SAC run from scratch, as in the reference CQL chapter)
-    and `pendulum-expert` (20 episodes of that run's final policy)."""
+    and `pendulum-expert` (20 episodes of that run's final policy; `pendulum-expert-sampled`:
+    the same with its sampled actions)."""
     from rlpipe.algos import get_algo
     from rlpipe.pipeline.collect import collect_dataset
 
@@ -131,14 +132,16 @@ def offline_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
         progress=False,
     )
     # The end of that run: an expert like the pipeline's.
-    collect_dataset(
-        "Pendulum-v1",
-        expert="sac",
-        expert_run=models / "sac-mixed",
-        episodes=20,
-        num_envs=4,
-        name="pendulum-expert",
-        store=store,
-        progress=False,
-    )
+    for name, stochastic in [("pendulum-expert", False), ("pendulum-expert-sampled", True)]:
+        collect_dataset(
+            "Pendulum-v1",
+            expert="sac",
+            expert_run=models / "sac-mixed",
+            episodes=20,
+            num_envs=4,
+            stochastic=stochastic,
+            name=name,
+            store=store,
+            progress=False,
+        )
     return store

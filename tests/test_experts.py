@@ -13,6 +13,9 @@ from rlpipe.datasets.store import open_dataset
 from tests.conftest import store_contents
 from tests.test_collector import assert_episodes_well_formed
 
+# A SAC expert trained for 600 Pendulum steps, every transition it saw stored.
+SAC_FROM_TRAINING_600 = ("collect", "--expert", "sac", "--from-training", "--env", "Pendulum-v1", "--expert-steps", "600")
+
 
 def test_expert_is_trained_once_then_reused(store: Path, tmp_path: Path, cli) -> None:
     run = tmp_path / "ppo-run"
@@ -50,21 +53,7 @@ def test_expert_is_trained_once_then_reused(store: Path, tmp_path: Path, cli) ->
 
 
 def test_from_training_stores_every_transition(store: Path, tmp_path: Path, cli) -> None:
-    result = cli(
-        "collect",
-        "--expert",
-        "sac",
-        "--from-training",
-        "--env",
-        "Pendulum-v1",
-        "--expert-steps",
-        "600",
-        "--expert-run",
-        tmp_path / "sac-run",
-        "--store",
-        store,
-        "--quiet",
-    )
+    result = cli(*SAC_FROM_TRAINING_600, "--expert-run", tmp_path / "sac-run", "--store", store, "--quiet")
     assert result.code == 0, result.err
     data = load_dataset("pendulum-mixed", store)
     assert len(data) == 600 and len(data.episode_starts()) == 3
@@ -126,14 +115,7 @@ def test_expert_set_reaches_the_experts_training(store: Path, tmp_path: Path, cl
     # A bar every evaluation clears stops the training run at its first evaluation (200 of 600
     # steps); the same settings without it store all 600 steps (the control).
     common = [
-        "collect",
-        "--expert",
-        "sac",
-        "--from-training",
-        "--env",
-        "Pendulum-v1",
-        "--expert-steps",
-        "600",
+        *SAC_FROM_TRAINING_600,
         "--store",
         store,
         "--quiet",

@@ -10,11 +10,13 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
+import torch
 
 from rlpipe.algos import get_algo
 from rlpipe.datasets.loader import load_dataset
 from rlpipe.datasets.store import open_dataset
 from rlpipe.datasets.validate import validate_dataset
+from rlpipe.models.env_fns import termination_fn
 from tests.conftest import store_contents
 
 
@@ -136,3 +138,23 @@ def test_ddpg_her_solves_fetch_reach_and_without_her_does_not(learning_seed: int
             record_property("reached_at", reached)
     record_property("best_success_without_her", best[False])
     assert best[True] >= FETCH_BAR and best[False] <= 0.5, best
+
+
+@pytest.mark.parametrize("env_id", ["InvertedPendulum-v5", "Hopper-v5"])
+def test_model_termination_functions_agree_with_the_env(env_id: str) -> None:
+    """Model rollouts end where the real env would: the known termination function gives the
+    env's own `terminated` on random-action transitions, falls included."""
+    env = gym.make(env_id)
+    rng = np.random.default_rng(0)
+    obs, _ = env.reset(seed=0)
+    rows, ends = [], []
+    while len(ends) < 400:
+        action = rng.uniform(env.action_space.low, env.action_space.high).astype(np.float32)
+        next_obs, _, terminated, truncated, _ = env.step(action)
+        rows.append((obs, action, next_obs))
+        ends.append(terminated)
+        obs = env.reset()[0] if terminated or truncated else next_obs
+    obs_t, act_t, next_t = (torch.as_tensor(np.stack(column), dtype=torch.float32) for column in zip(*rows, strict=True))
+    predicted = termination_fn("mbpo", env_id)(obs_t, act_t, next_t)
+    assert 10 < sum(ends) < 390  # both outcomes occur, so agreement is not vacuous
+    assert predicted.tolist() == ends

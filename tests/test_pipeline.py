@@ -31,7 +31,7 @@ def key_paths(tree: object, prefix: str = "") -> set[str]:
 
 def dataset_env(params: dict[str, Any], name: str) -> str:
     """The env of the pipeline's dataset ``name``: its collection's, or its source's."""
-    for group in ("collect_random", "collect_expert", "collect_mixed"):
+    for group in ("collect_random", "collect_expert", "collect_expert_sampled", "collect_mixed"):
         if name in params[group]:
             return params[group][name]["env"]
     for group, source in (("relabel_her", "dataset"), ("merge_datasets", "first"), ("filter_datasets", "source")):
@@ -120,7 +120,7 @@ def test_dvc_repro_runs_every_stage(tmp_path: Path) -> None:
 
     smoke = yaml.safe_load(smoke_file.read_text())
     datasets = {info.name: info for info in list_datasets(work / "datasets")}
-    for name, settings in {**smoke["collect_random"], **smoke["collect_expert"]}.items():
+    for name, settings in {**smoke["collect_random"], **smoke["collect_expert"], **smoke["collect_expert_sampled"]}.items():
         assert datasets[name].metadata["total_episodes"] == settings["episodes"]
     for name, settings in smoke["collect_mixed"].items():
         assert datasets[name].metadata["total_steps"] == settings["expert_steps"]

@@ -30,8 +30,24 @@ def never_terminates(obs: torch.Tensor, action: torch.Tensor, next_obs: torch.Te
     return torch.zeros(obs.shape[:-1], dtype=torch.bool, device=obs.device)
 
 
+def inverted_pendulum_terminates(obs: torch.Tensor, action: torch.Tensor, next_obs: torch.Tensor) -> torch.Tensor:
+    """InvertedPendulum-v5: the pole (next_obs[1]) beyond 0.2 rad, or a non-finite state."""
+    return ~next_obs.isfinite().all(-1) | (next_obs[..., 1].abs() > 0.2)
+
+
+def hopper_terminates(obs: torch.Tensor, action: torch.Tensor, next_obs: torch.Tensor) -> torch.Tensor:
+    """Hopper-v5 at its default health ranges: fallen (height next_obs[0] <= 0.7), torso
+    angle (next_obs[1]) outside (-0.2, 0.2), or a state element outside (-100, 100)."""
+    healthy = (next_obs[..., 0] > 0.7) & (next_obs[..., 1].abs() < 0.2) & (next_obs[..., 1:].abs() < 100.0).all(-1)
+    return ~(healthy & next_obs.isfinite().all(-1))
+
+
 REWARD_FNS: dict[str, EnvFn] = {"Pendulum-v1": pendulum_reward}
-TERMINATION_FNS: dict[str, EnvFn] = {"Pendulum-v1": never_terminates}
+TERMINATION_FNS: dict[str, EnvFn] = {
+    "Pendulum-v1": never_terminates,
+    "InvertedPendulum-v5": inverted_pendulum_terminates,
+    "Hopper-v5": hopper_terminates,
+}
 
 
 def termination_fn(algo: str, env_id: str) -> EnvFn:
