@@ -11,6 +11,7 @@ BROWSER_STAMP := $(VENV)/.browser
 # by constraints.txt's torch line only (the full pins hold gymnasium 1.4).
 D3RLPY_VENV := .bench-venvs/d3rlpy
 TORCH_PIN = $(shell grep '^torch==' constraints.txt)
+MUJOCO_PIN = $(shell grep '^mujoco==' constraints.txt)
 LOCK_VENV := .lock-venv
 
 .PHONY: install deps lock repro d4rl test test-heavy check docs results bench clean
@@ -42,9 +43,12 @@ repro: $(STAMP)
 	$(PY) -m rlpipe.pipeline.stage_deps  # a stale dvc.yaml would skip stages an edit touched
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/dvc repro
 
-# The D4RL-style MuJoCo datasets and offline runs (benchmarks/d4rl; days of CPU at full size: docs/d4rl.md).
+# The D4RL-style MuJoCo datasets and offline runs (docs/d4rl.md): benchmarks/d4rl at the papers'
+# size (days of CPU), or with PROFILE=cpu benchmarks/d4rl-cpu, Hopper at a budget 2 cores finish.
+D4RL_DIR := benchmarks/d4rl$(if $(filter cpu,$(PROFILE)),-cpu,)
 d4rl: $(STAMP)
-	cd benchmarks/d4rl && PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(CURDIR)/$(VENV)/bin/dvc repro
+	$(PY) -m rlpipe.pipeline.stage_deps  # a stale dvc.yaml would skip stages an edit touched
+	cd $(D4RL_DIR) && PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(CURDIR)/$(VENV)/bin/dvc repro
 
 # The report's browser test opens report pages in Debian's chromium, installed here where apt-get can.
 $(BROWSER_STAMP): $(STAMP)
@@ -80,7 +84,7 @@ results: $(STAMP)
 $(BENCH_STAMP): $(STAMP)
 	$(PY) -m pip install -q $(PIP_FLAGS) -e '.[dev,bench]'
 	test -x $(D3RLPY_VENV)/bin/python || python3 -m venv $(D3RLPY_VENV)
-	$(D3RLPY_VENV)/bin/pip install -q $(FIND_LINKS) d3rlpy==2.8.1 '$(TORCH_PIN)'
+	$(D3RLPY_VENV)/bin/pip install -q $(FIND_LINKS) d3rlpy==2.8.1 '$(TORCH_PIN)' '$(MUJOCO_PIN)' imageio==2.38.2  # MuJoCo: bench/d4rl_peer.py's Hopper
 	touch $(BENCH_STAMP)
 
 # Every benchmark in bench/; figures go to docs/benchmarks.md by hand, with the command.

@@ -73,8 +73,9 @@ def ensure_peer_venv() -> None:
         return
     print(f"creating {PEER_VENV} (d3rlpy 2.8.1) ...", flush=True)
     subprocess.run(["python3", "-m", "venv", str(PEER_VENV)], check=True)
-    torch_pin = next(line for line in (ROOT / "constraints.txt").read_text().splitlines() if line.startswith("torch=="))
-    subprocess.run([str(PEER_VENV / "bin" / "pip"), "install", "-q", "d3rlpy==2.8.1", torch_pin], check=True, cwd=ROOT)
+    pins = [line for line in (ROOT / "constraints.txt").read_text().splitlines() if line.startswith(("torch==", "mujoco=="))]
+    # as the Makefile's bench target: MuJoCo (and imageio, which gymnasium's MuJoCo envs import) for bench/d4rl_peer.py
+    subprocess.run([str(PEER_VENV / "bin" / "pip"), "install", "-q", "d3rlpy==2.8.1", *pins, "imageio==2.38.2"], check=True, cwd=ROOT)
 
 
 def build_dataset(store: Path, steps: int) -> Path:
@@ -93,14 +94,16 @@ class _Caught(Exception):
     """Raised by the stand-in training loop once it holds the update function."""
 
 
-def captured_update(algo: str, store: Path, device: str = "cpu", overrides: dict[str, Any] | None = None) -> tuple[Any, Any, int]:
-    """(sampler, update, batch_size) exactly as `rlpipe train ALGO` would run them
-    (config: `RLPIPE_CONFIGS[algo]`, or `overrides`)."""
+def captured_update(
+    algo: str, store: Path, device: str = "cpu", overrides: dict[str, Any] | None = None, env_id: str = ENV_ID, name: str = NAME
+) -> tuple[Any, Any, int]:
+    """(sampler, update, batch_size) exactly as `rlpipe train ALGO` would run them on dataset
+    `name` of `env_id` (config: `RLPIPE_CONFIGS[algo]`, or `overrides`)."""
     from rlpipe.algos import get_algo
 
     spec = get_algo(algo)
     module: ModuleType = importlib.import_module(spec.train.__module__)
-    config = spec.make_config(ENV_ID, dataset=NAME, store=str(store), device=device, **(overrides or RLPIPE_CONFIGS[algo]))
+    config = spec.make_config(env_id, dataset=name, store=str(store), device=device, **(overrides or RLPIPE_CONFIGS[algo]))
     caught: dict[str, Any] = {}
 
     def stand_in(_algo: str, _config: Any, data: Any, _actor: Any, _modules: Any, update: Any, *args: Any, **kwargs: Any) -> None:

@@ -1,6 +1,7 @@
-"""The D4RL-style pipeline (benchmarks/d4rl): its stages' wiring, `dvc repro` end to end with
-the smoke profile in a copy of the repo, and a MuJoCo dataset read back by Minari with D4RL's
-reference returns."""
+"""The D4RL-style pipeline (benchmarks/d4rl, and its CPU profile benchmarks/d4rl-cpu): its
+stages' wiring, `dvc repro` end to end with the smoke profile in a copy of the repo, a MuJoCo
+dataset read back by Minari with D4RL's reference returns, and the CPU profile's committed
+scoreboard."""
 
 from __future__ import annotations
 
@@ -16,28 +17,30 @@ import yaml
 from rlpipe.datasets.loader import load_dataset
 from rlpipe.datasets.store import list_datasets
 from rlpipe.datasets.validate import validate_dataset
+from rlpipe.pipeline.stage_deps import WRITE_COMMAND, expected_dvc_yaml
 from tests.test_pipeline import dvc_repro_in_copy, key_paths
 
 REPO = Path(__file__).resolve().parents[1]
-# The D4RL pipeline's stages depend on whole packages (its dvc.yaml is written by hand).
-PACKAGES = sorted(f"rlpipe/{p.name}" for p in (REPO / "rlpipe").iterdir() if (p / "__init__.py").is_file())
-BASE_DEPS = {"rlpipe/cli", "rlpipe/pipeline", "rlpipe/datasets", "rlpipe/envs", "rlpipe/errors.py"}
 PIPELINE = REPO / "benchmarks" / "d4rl"
+CPU_PROFILE = REPO / "benchmarks" / "d4rl-cpu"
 KINDS = ("random", "medium", "medium-replay", "expert", "medium-expert")
 HOPPER_REFERENCE = (-20.272305, 3234.3)  # D4RL's random and expert returns for Hopper
 
 
-def stages() -> dict:
-    return yaml.safe_load((PIPELINE / "dvc.yaml").read_text())["stages"]
+def stages(pipeline: Path = PIPELINE) -> dict:
+    return yaml.safe_load((pipeline / "dvc.yaml").read_text())["stages"]
 
 
-def test_every_stage_depends_on_the_code_it_runs() -> None:
-    for name, stage in stages().items():
-        stage = stage.get("do", stage)
-        deps = set(stage["deps"])
-        assert {f"../../{d}" for d in BASE_DEPS} <= deps, name
-        if "rlpipe train" in stage["cmd"] or "--expert" in stage["cmd"]:
-            assert {f"../../{p}" for p in PACKAGES} <= deps, name
+@pytest.mark.parametrize("pipeline", [PIPELINE, CPU_PROFILE], ids=["paper", "cpu"])
+def test_every_stage_depends_on_the_code_it_runs_only(pipeline: Path) -> None:
+    where = pipeline.relative_to(REPO).as_posix()
+    assert (pipeline / "dvc.yaml").read_text() == expected_dvc_yaml(REPO, where), f"{where}/dvc.yaml is stale: run `{WRITE_COMMAND}`"
+    deps = {name: set(stage.get("do", stage)["deps"]) for name, stage in stages(pipeline).items()}
+    assert all("../../rlpipe/files.py" in files and "../../rlpipe/cli/main.py" in files for files in deps.values())
+    # an edit to CQL reruns CQL's runs only; the SAC behind the data is in the collections' code
+    assert {name for name, files in deps.items() if "../../rlpipe/algos/cql.py" in files} == {"train_offline-cql"}
+    assert "../../rlpipe/algos/sac.py" in deps["medium_replay"] and "../../rlpipe/algos/sac.py" in deps["medium"]
+    assert not any(file.startswith("../../rlpipe/algos/") and file.endswith(("/bc.py", "/iql.py")) for file in deps["medium"])
 
 
 def test_the_medium_run_is_the_expert_run_stopped_early() -> None:

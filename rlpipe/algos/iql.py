@@ -4,7 +4,9 @@ Read top to bottom: config and tuned defaults, the expectile loss, then ``train`
 regressed to an upper expectile of the target twin critics' min Q(s, a) over dataset
 actions, fused twin Q(s, a) trained towards r + gamma V(s'), and the actor extracted by
 advantage-weighted regression (weights exp(beta (Q - V)), clipped), in the shared
-offline loop. Observations are normalised with the dataset's mean and std by a
+offline loop. With ``scale_rewards`` the rewards are scaled so the dataset's episode
+returns span 1000, as the paper does on the MuJoCo datasets (a fixed scale, so ``beta``
+means the same across them). Observations are normalised with the dataset's mean and std by a
 normaliser the policy holds (so the saved policy applies it) and the critics share.
 """
 
@@ -23,7 +25,7 @@ from rlpipe.models.networks import DeterministicActor, EnsembleQ, TanhGaussianAc
 from rlpipe.training import Batch, OfflineConfig, TrainResult
 from rlpipe.training.config import FinetuneFields, layer_sizes, positive
 from rlpipe.training.env import BOX
-from rlpipe.training.offline import load_offline, train_offline
+from rlpipe.training.offline import load_offline, returns_range_scale, train_offline
 from rlpipe.training.optim import adam, optimizer_step, polyak_update, target_copy
 
 ACTION_SPACES = (BOX,)
@@ -48,6 +50,7 @@ class Config(FinetuneFields, OfflineConfig):
     max_weight: float = 100.0  # clip of exp(beta * advantage)
     actor: Literal["gaussian", "deterministic"] = "gaussian"  # tanh-Gaussian likelihood, or MSE
     normalize_obs: bool = True  # with the dataset's mean and std
+    scale_rewards: bool = False  # rewards x 1000 / (max - min episode return): the paper's MuJoCo setting
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -73,9 +76,9 @@ def expectile_loss(diff: torch.Tensor, expectile: float) -> torch.Tensor:
 
 
 @torch.no_grad()
-def q_target(value: ValueNet, b: Batch, gamma: float) -> torch.Tensor:
-    """IQL's Q target r + gamma * (1 - terminated) * V(s'): no next action needed."""
-    return b.rewards + gamma * (1.0 - b.terminated) * value(b.next_obs)
+def q_target(value: ValueNet, b: Batch, gamma: float, reward_scale: float = 1.0) -> torch.Tensor:
+    """IQL's Q target c * r + gamma * (1 - terminated) * V(s'): no next action needed."""
+    return reward_scale * b.rewards + gamma * (1.0 - b.terminated) * value(b.next_obs)
 
 
 def awr_weights(advantage: torch.Tensor, beta: float, max_weight: float) -> torch.Tensor:
@@ -98,6 +101,7 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
     actor_opt = adam(actor.parameters(), config.actor_lr)
     critic_opt = adam(critic.parameters(), config.critic_lr)
     value_opt = adam(value.parameters(), config.value_lr)
+    reward_scale = returns_range_scale(data) if config.scale_rewards else 1.0
 
     def update(b: Batch, _: int) -> None:
         # V: an upper expectile of Q over the dataset's actions (no out-of-dataset action).
@@ -108,7 +112,7 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
         optimizer_step(value_opt, value_loss)
 
         # Q: towards r + gamma V(s'), so the target needs no next action either.
-        target = q_target(value, b, config.gamma)
+        target = q_target(value, b, config.gamma, reward_scale)
         critic_loss = (critic(b.obs, b.actions) - target).square().mean(1).sum()
         optimizer_step(critic_opt, critic_loss)
         polyak_update(critic_target, critic, config.tau)

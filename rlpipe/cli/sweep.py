@@ -13,7 +13,9 @@ from rlpipe.cli.app import TRUST_ENV_SPEC_OPTION, app
 def sweep(
     algo: str = typer.Argument(..., help="Algorithm, as for `rlpipe train`."),
     env: str | None = typer.Option(None, "--env", help="Gymnasium env id for online algorithms."),
-    dataset: str | None = typer.Option(None, "--dataset", help="Dataset name for offline algorithms."),
+    dataset: str | None = typer.Option(
+        None, "--dataset", help="Dataset name for offline algorithms; several, comma-separated, make a grid axis (a trial per dataset)."
+    ),
     store: Path | None = typer.Option(None, "--store", help="Dataset store (default: $RLPIPE_DATASETS or ./datasets)."),
     seeds: str = typer.Option(
         "0-4", "--seeds", help="Seeds of every setting: a range 0-4 or a list 0,1,2 (at most 1000, each from 0 to 2**32 - 1)."
@@ -41,7 +43,7 @@ def sweep(
     """Train every setting of a grid with every seed; write sweeps/NAME/summary.json and print mean ± std and a 95% bootstrap interval."""
     from rlpipe.algos import get_algo
     from rlpipe.pipeline.runs import read_settings
-    from rlpipe.pipeline.sweep import SweepSpec, parse_grid, parse_seeds, run_sweep, sweep_dir
+    from rlpipe.pipeline.sweep import DATASET_AXIS, SweepSpec, parse_grid, parse_seeds, run_sweep, sweep_dir
 
     out = sweep_dir(root, name, algo, env or dataset)
     config_class = get_algo(algo).config_class
@@ -51,7 +53,10 @@ def sweep(
     axes = {key: values for key, values in axes.items() if len(values) > 1}
     if device is not None:
         fixed["device"] = device
-    spec = SweepSpec(algo, env, dataset, None if store is None else str(store), fixed)
+    datasets = dataset.split(",") if dataset else []
+    if len(datasets) > 1:
+        axes = {DATASET_AXIS: datasets, **axes}
+    spec = SweepSpec(algo, env, dataset if len(datasets) == 1 else None, None if store is None else str(store), fixed)
     summary = run_sweep(spec, axes, parse_seeds(seeds), out, backend=backend, workers=workers, batched=batched, retries=retries)
     width = max(len(s) for s in summary["settings"])
     typer.echo(f"{'setting':<{width}}  seeds  return mean ± std    95% bootstrap interval  metric")

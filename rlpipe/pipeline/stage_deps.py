@@ -41,6 +41,9 @@ ENTRY = "rlpipe.cli.main"  # the `rlpipe` console script ([project.scripts] in p
 DISPATCHER = AlgoSpec.__module__  # its module names resolve per algorithm, not for every stage
 ALGO_FIELDS = ("algo", "expert")  # params fields that name the algorithm a stage runs
 TEMPLATE, OUTPUT, PARAMS = "dvc.template.yaml", "dvc.yaml", "params.yaml"
+# The pipelines written from a template (directories from the repository root): the root one
+# and the D4RL-style benchmark's two profiles (paper size, and the one a 2-core CPU finishes).
+PIPELINES = (".", "benchmarks/d4rl", "benchmarks/d4rl-cpu")
 WRITE_COMMAND = "python -m rlpipe.pipeline.stage_deps --write"
 
 
@@ -169,9 +172,10 @@ class CodeGraph:
         self.scans = {module: scan_imports(path, self.known) for module, path in self.known.items()}
         self.commands = command_modules(self.known)
 
-    def stage_files(self, command: str, algos: Iterable[str] = ()) -> list[str]:
-        """The source files (paths from the repository root, sorted) that ``rlpipe COMMAND``
-        runs, for a stage that runs the algorithms ``algos``."""
+    def stage_files(self, command: str, algos: Iterable[str] = (), root: str = "") -> list[str]:
+        """The source files (paths from the repository root, each prefixed by ``root``, e.g.
+        ``../../`` for a pipeline two levels down; sorted) that ``rlpipe COMMAND`` runs, for a
+        stage that runs the algorithms ``algos``."""
         if command not in self.commands:
             raise RlpipeError(f"`rlpipe {command}` is no command; the app has {', '.join(sorted(self.commands))}")
         loaded = _closure([ENTRY], {module: scan.at_import for module, scan in self.scans.items()})
@@ -182,7 +186,7 @@ class CodeGraph:
         edges[ENTRY] = edges[ENTRY] - (set(self.commands.values()) - {self.commands[command]})  # the app runs one command
         roots = {ENTRY, self.commands[command]}.union(*(algorithm_modules(algo, self.known) for algo in algos))
         modules = loaded | _closure(roots, edges)
-        return sorted(str(self.known[module].relative_to(self.package.parent)) for module in modules)
+        return sorted(root + self.known[module].relative_to(self.package.parent).as_posix() for module in modules)
 
 
 STAGE_LINE = re.compile(r"^  ([A-Za-z_][\w-]*):\s*$")
@@ -233,6 +237,16 @@ def _command(cmd: str, where: str) -> str:
     return words[1]
 
 
+def _named_algorithms(cmd: str) -> set[str]:
+    """The algorithms a command names literally (``--expert sac``, ``rlpipe train sac``), not
+    through a ``${item...}`` field."""
+    words = shlex.split(cmd)
+    named = {value for flag, value in zip(words, words[1:]) if flag == "--expert"}
+    if words[1] in ("train", "sweep") and len(words) > 2:
+        named.add(words[2])
+    return {name for name in named if "${" not in name}
+
+
 def _by_algorithm(
     block: _Block, stage: Mapping[str, Any], params: Mapping[str, Any], algo_fields: list[str]
 ) -> list[tuple[str, list[str], set[str]]]:
@@ -257,9 +271,10 @@ def _by_algorithm(
     return split
 
 
-def render(template: str, params: Mapping[str, Any], graph: CodeGraph | None = None) -> str:
+def render(template: str, params: Mapping[str, Any], graph: CodeGraph | None = None, root: str = "") -> str:
     """The ``dvc.yaml`` text for ``template`` (dvc.yaml with data deps only), ``params`` and
-    the package's code (``graph``, default: this package)."""
+    the package's code (``graph``, default: this package), for a pipeline whose paths reach
+    the repository root through ``root`` (``""`` at the root, ``../../`` two levels down)."""
     graph = graph or CodeGraph()
     head, blocks = _split_template(template)
     stages = yaml.safe_load(template)["stages"]
@@ -272,36 +287,43 @@ def render(template: str, params: Mapping[str, Any], graph: CodeGraph | None = N
         split = _by_algorithm(block, stage, params, algo_fields) if algo_fields else [(block.name, block.body, set())]
         for n, (name, body, algos) in enumerate(split):
             out += (block.lead if n == 0 else [""]) + [f"  {name}:"]
-            out += _with_deps(body, graph.stage_files(command, sorted(algos)), name)
+            out += _with_deps(body, graph.stage_files(command, sorted(algos | _named_algorithms(cmd)), root), name)
     return "\n".join(out) + "\n"
 
 
-def expected_dvc_yaml(repo: Path = REPO) -> str:
-    """``dvc.yaml`` as the template, params.yaml and the package in ``repo`` make it."""
-    params = yaml.safe_load((repo / PARAMS).read_text())
-    return render((repo / TEMPLATE).read_text(), params, CodeGraph(repo / "rlpipe"))
+def expected_dvc_yaml(repo: Path = REPO, pipeline: str = ".") -> str:
+    """``pipeline``'s ``dvc.yaml`` (a directory of ``repo``) as its template, its
+    params.yaml and the package in ``repo`` make it."""
+    where = repo / pipeline
+    params = yaml.safe_load((where / PARAMS).read_text())
+    root = "../" * len(Path(pipeline).parts) if pipeline != "." else ""
+    return render((where / TEMPLATE).read_text(), params, CodeGraph(repo / "rlpipe"), root)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rlpipe.pipeline.stage_deps", description=__doc__.split("\n\n")[0])
     parser.add_argument("--write", action="store_true", help=f"rewrite {OUTPUT} (default: check it, exit 1 if stale)")
     args = parser.parse_args(argv)
-    try:
-        expected = expected_dvc_yaml()
-    except RlpipeError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    current = (REPO / OUTPUT).read_text() if (REPO / OUTPUT).exists() else ""
-    if args.write:
-        if current != expected:
-            (REPO / OUTPUT).write_text(expected)
-        return 0
-    if current != expected:
-        diff = difflib.unified_diff(current.splitlines(), expected.splitlines(), OUTPUT, "expected", lineterm="", n=1)
+    stale = 0
+    for pipeline in PIPELINES:
+        output = REPO / pipeline / OUTPUT
+        try:
+            expected = expected_dvc_yaml(REPO, pipeline)
+        except RlpipeError as exc:
+            print(f"error: {pipeline}: {exc}", file=sys.stderr)
+            return 2
+        current = output.read_text() if output.exists() else ""
+        if current == expected:
+            continue
+        if args.write:
+            output.write_text(expected)
+            continue
+        name = (Path(pipeline) / OUTPUT).as_posix()
+        diff = difflib.unified_diff(current.splitlines(), expected.splitlines(), name, "expected", lineterm="", n=1)
         print("\n".join(list(diff)[:40]), file=sys.stderr)
-        print(f"error: {OUTPUT} is stale; run `{WRITE_COMMAND}` (make deps)", file=sys.stderr)
-        return 1
-    return 0
+        print(f"error: {name} is stale; run `{WRITE_COMMAND}` (make deps)", file=sys.stderr)
+        stale = 1
+    return stale
 
 
 if __name__ == "__main__":

@@ -58,9 +58,14 @@ class Trial:
     run_dir: Path
 
 
+DATASET_AXIS = "dataset"  # a grid key naming the trial's dataset (a sweep over several datasets)
+
+
 @dataclass(frozen=True)
 class SweepSpec:
-    """What every trial of a sweep shares: the algorithm, its env or dataset and fixed settings."""
+    """What every trial of a sweep shares: the algorithm, its env or dataset and fixed
+    settings (a sweep over several datasets has none here: each trial's is its setting's
+    ``DATASET_AXIS`` value)."""
 
     algo: str
     env_id: str | None = None
@@ -145,13 +150,26 @@ def plan_trials(grid: Mapping[str, Sequence[Any]], seeds: Sequence[int], root: P
     return trials
 
 
+def prepare_trial(spec: SweepSpec, trial: Trial) -> PreparedRun:
+    """The trial's run, its config built and checked (nothing trained yet)."""
+    from rlpipe.pipeline.runs import prepare_run
+
+    values = {key: value for key, value in trial.values.items() if key != DATASET_AXIS}
+    return prepare_run(
+        spec.algo,
+        env_id=spec.env_id,
+        dataset=trial.values.get(DATASET_AXIS, spec.dataset),
+        store=spec.store,
+        settings={**spec.fixed, **values, "seed": trial.seed},
+        run_dir=trial.run_dir,
+    )
+
+
 def run_trial(spec: SweepSpec, trial: Trial) -> dict[str, Any]:
     """Train one trial (no progress bar) and return its ``metrics.json`` values."""
-    from rlpipe.pipeline.runs import prepare_run, train_run
+    from rlpipe.pipeline.runs import train_run
 
-    settings = {**spec.fixed, **trial.values, "seed": trial.seed}
-    run = prepare_run(spec.algo, env_id=spec.env_id, dataset=spec.dataset, store=spec.store, settings=settings, run_dir=trial.run_dir)
-    return train_run(run, progress=False).metrics
+    return train_run(prepare_trial(spec, trial), progress=False).metrics
 
 
 def bootstrap_interval(values: Sequence[float], samples: int = BOOTSTRAP_SAMPLES, seed: int = 0) -> tuple[float, float]:
@@ -275,20 +293,7 @@ def run_sweep(
         raise RlpipeError("--retries needs --backend ray (local trials are not restarted)")
     root = Path(root).resolve()  # Ray trials run in their own working directories
     trials = plan_trials(grid, seeds, root)
-    from rlpipe.pipeline.runs import prepare_run
-
-    # bad settings fail here, before anything trains
-    runs = [
-        prepare_run(
-            spec.algo,
-            env_id=spec.env_id,
-            dataset=spec.dataset,
-            store=spec.store,
-            settings={**spec.fixed, **trial.values, "seed": trial.seed},
-            run_dir=trial.run_dir,
-        )
-        for trial in trials
-    ]
+    runs = [prepare_trial(spec, trial) for trial in trials]  # bad settings fail here, before anything trains
     use_batched = _use_batched(batched, backend, runs)
     workers = max(1, min(workers or os.cpu_count() or 1, len(trials)))
     root.mkdir(parents=True, exist_ok=True)
@@ -296,7 +301,8 @@ def run_sweep(
         metrics = _run_batched(runs)
     else:
         metrics = _run_ray(spec, trials, workers, root, retries) if backend == "ray" else _run_local(spec, trials, workers)
-    summary = {"algo": spec.algo, "source": spec.env_id or spec.dataset, "seeds": list(seeds), "settings": summarize(trials, metrics)}
+    source = spec.env_id or spec.dataset or ",".join(grid.get(DATASET_AXIS, []))
+    summary = {"algo": spec.algo, "source": source, "seeds": list(seeds), "settings": summarize(trials, metrics)}
     atomic_write_text(root / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
     return summary
 

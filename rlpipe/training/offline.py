@@ -168,6 +168,17 @@ def load_offline(algo: str, config: Any, action_kinds: tuple[str, ...]) -> Offli
     return OfflineData(info, data, sampler, obs_space, act_space, int(obs_space.shape[0]), action_dim(act_space), device)
 
 
+def returns_range_scale(data: OfflineData, span: float = 1000.0) -> float:
+    """``span / (max - min episode return)`` of the dataset: the reward scale IQL (and CORL)
+    use on locomotion datasets, so that returns span ``span`` whatever the env's units."""
+    if not isinstance(data.arrays, TransitionArrays):
+        raise RlpipeError(f"dataset {data.info.name!r} is sampled from its memory maps: reward scaling needs it in memory")
+    returns = data.arrays.episode_returns()
+    if len(returns) < 2 or returns.max() == returns.min():
+        raise RlpipeError(f"dataset {data.info.name!r}: reward scaling needs episodes of different returns")
+    return float(span / (returns.max() - returns.min()))
+
+
 def dataset_metrics(data: OfflineData) -> dict[str, Any]:
     """What a run's metrics record about the dataset it learned from."""
     return {

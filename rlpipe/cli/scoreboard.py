@@ -1,0 +1,30 @@
+"""`rlpipe scoreboard`: normalised scores of offline runs over seeds, beside published figures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from rlpipe.cli.app import app
+
+
+@app.command("scoreboard")
+def scoreboard_command(
+    runs: list[str] = typer.Argument(None, help="Offline run directories or globs (quote them), e.g. 'sweeps/*/runs/*/*'."),
+    datasets: Path = typer.Option(Path("datasets"), "--datasets", help="The store holding the runs' datasets (their reference scores)."),
+    out: Path = typer.Option(Path("results"), "--out", help="Output directory for scores.json, table.md and the curve PNGs."),
+    published: Path | None = typer.Option(
+        None, "--published", help="A YAML file of published figures to show beside ours: `label:` and `scores: {DATASET: {ALGO: SCORE}}`."
+    ),
+    markdown: Path | None = typer.Option(
+        None, "--markdown", help="Also put the table into this Markdown page, between its <!-- scoreboard:start/end --> lines."
+    ),
+) -> None:
+    """Score offline runs as D4RL does (100 x (return - random) / (expert - random), held-out
+    episodes), mean ± standard error over seeds per dataset and algorithm, with each
+    dataset's own episodes and the normalised score vs updates."""
+    from rlpipe.pipeline.scoreboard import write_scoreboard
+
+    data = write_scoreboard(list(runs or []), datasets, out, published, markdown)
+    typer.echo(f"wrote {out}: {len(data['runs'])} runs on {len(data['datasets'])} datasets")

@@ -1,0 +1,246 @@
+"""`rlpipe scoreboard`: offline runs scored as the field reports them, beside published figures.
+
+Each run (a directory `rlpipe train` or `rlpipe sweep` wrote) is scored by its held-out
+evaluation, normalised by its dataset's reference returns (D4RL's convention:
+100 * (return - random) / (expert - random)); runs of one algorithm on one dataset are
+summarised as mean ± standard error over their seeds, with their normalised eval curve
+(score vs updates). Beside them: the dataset's own episodes scored the same way (for a
+`medium` dataset, its behaviour policy) and published figures from a YAML file, labelled
+with where they come from (other data, other budgets)::
+
+    label: CORL, D4RL -v2 datasets, 1M updates ("last")
+    scores:
+      hopper-medium: {bc: 53.5, td3bc: 60.4}
+
+Everything the table shows is written to ``OUT/scores.json`` (each run's metrics and
+curve included), so the table can be re-rendered from that file alone
+(:func:`render_table`); ``OUT/table.md`` holds it and ``OUT/curves-DATASET.png`` the curves.
+With ``markdown`` the table also replaces the block between :data:`BLOCK_START` and
+:data:`BLOCK_END` of that page (the docs carry it).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from rlpipe.errors import RlpipeError
+from rlpipe.files import atomic_write_text
+
+SCORES_FILE, TABLE_FILE = "scores.json", "table.md"
+BLOCK_START, BLOCK_END = "<!-- scoreboard:start -->", "<!-- scoreboard:end -->"
+
+
+def _normalise(metadata: Mapping[str, Any], returns: Any, dataset: str) -> np.ndarray:
+    from rlpipe.datasets.scores import normalized_score
+
+    score = normalized_score(dict(metadata), returns)
+    if score is None:
+        raise RlpipeError(f"dataset {dataset!r} records no reference scores (ref_min_score, ref_max_score): its runs cannot be normalised")
+    return 100.0 * np.asarray(score, np.float64)
+
+
+def read_published(path: str | Path | None) -> dict[str, Any]:
+    """The published figures file: {"label": str, "scores": {dataset: {algo: score}}}."""
+    if path is None:
+        return {"label": "", "scores": {}}
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+        label, scores = str(data["label"]), data["scores"]
+        table = {str(dataset): {str(algo): float(score) for algo, score in by_algo.items()} for dataset, by_algo in scores.items()}
+    except OSError as exc:
+        raise RlpipeError(f"cannot read {path}: {exc}") from None
+    except (yaml.YAMLError, TypeError, KeyError, ValueError, AttributeError) as exc:
+        raise RlpipeError(f"{path}: expected `label:` and `scores: {{DATASET: {{ALGO: SCORE}}}}` ({exc!r})") from None
+    return {"label": label, "scores": table}
+
+
+def collect_scores(patterns: list[str], store: str | Path, published: str | Path | None = None) -> dict[str, Any]:
+    """The scoreboard's data: every finished offline run that ``patterns`` name, scored by its
+    dataset in ``store``, each dataset's own episodes, and the published figures."""
+    from rlpipe.datasets.loader import load_shards
+    from rlpipe.datasets.store import open_dataset
+    from rlpipe.pipeline.report import find_runs, load_run
+
+    paths, _ = find_runs(patterns)
+    runs, datasets = [], {}
+    for path in paths:
+        record = load_run(path)
+        dataset = record.metrics.get("dataset")
+        if not dataset or record.unit != "updates":
+            raise RlpipeError(f"{path} is not an offline run: the scoreboard scores runs trained on a dataset")
+        if dataset not in datasets:
+            info = open_dataset(dataset, store)
+            episodes = load_shards(info).episode_returns()
+            datasets[dataset] = {
+                "env_id": info.env_id,
+                "episodes": len(episodes),
+                "transitions": int(info.metadata.get("total_steps", 0)) or None,
+                "return_mean": float(episodes.mean()),
+                "score": float(_normalise(info.metadata, episodes.mean(), dataset)),
+                "reference": {key: info.metadata[key] for key in ("ref_min_score", "ref_max_score")},
+            }
+        runs.append(
+            {
+                "path": path.as_posix(),
+                "algo": record.metrics["algo"],
+                "dataset": dataset,
+                "seed": record.metrics.get("seed"),
+                "curve": {"updates": record.steps.tolist(), "return_mean": record.returns.tolist()},
+                "metrics": record.metrics,
+            }
+        )
+    return {"datasets": datasets, "runs": runs, "published": read_published(published)}
+
+
+def run_score(data: Mapping[str, Any], run: Mapping[str, Any]) -> float:
+    """A run's normalised score: its held-out mean return (the last periodic evaluation's
+    where it made none), normalised by its dataset's reference returns."""
+    metrics = run["metrics"]
+    reference = data["datasets"][run["dataset"]]["reference"]
+    return float(_normalise(reference, metrics.get("heldout_return_mean", metrics["eval_return_mean"]), run["dataset"]))
+
+
+def run_curve(data: Mapping[str, Any], run: Mapping[str, Any]) -> tuple[list[float], list[float]]:
+    """A run's eval curve as (updates, normalised score)."""
+    reference = data["datasets"][run["dataset"]]["reference"]
+    return run["curve"]["updates"], _normalise(reference, run["curve"]["return_mean"], run["dataset"]).tolist()
+
+
+def _groups(data: Mapping[str, Any]) -> dict[tuple[str, str], list[Mapping[str, Any]]]:
+    """Runs by (dataset, algorithm), in dataset then algorithm order of first appearance."""
+    groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for run in sorted(data["runs"], key=lambda r: (r["dataset"], r["algo"], r["seed"] if r["seed"] is not None else -1)):
+        groups.setdefault((run["dataset"], run["algo"]), []).append(run)
+    return groups
+
+
+def _by_dataset(data: Mapping[str, Any]) -> dict[str, dict[str, list[Mapping[str, Any]]]]:
+    by_dataset: dict[str, dict[str, list[Mapping[str, Any]]]] = {}
+    for (dataset, algo), runs in _groups(data).items():
+        by_dataset.setdefault(dataset, {})[algo] = runs
+    return by_dataset
+
+
+def mean_and_error(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and standard error of the mean (std with ddof 1 over sqrt(n); 0 for one value)."""
+    array = np.asarray(values, np.float64)
+    error = float(array.std(ddof=1) / np.sqrt(len(array))) if len(array) > 1 else 0.0
+    return float(array.mean()), error
+
+
+def render_table(data: Mapping[str, Any]) -> str:
+    """The scoreboard as Markdown: per dataset and algorithm the normalised held-out score
+    (mean ± s.e. over seeds), budget and wall time, the published figure; then each
+    dataset's own episodes; then the normalised score at each evaluation (mean over seeds)."""
+    published = data["published"]
+    label = published["label"] or "published"
+    lines = [
+        f"| dataset | algorithm | seeds | normalised held-out score (mean ± s.e.) | per seed | updates | wall s per run | {label} |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    groups = _groups(data)
+    for (dataset, algo), runs in groups.items():
+        scores = [run_score(data, run) for run in runs]
+        mean, error = mean_and_error(scores)
+        per_seed = ", ".join(f"{score:.1f}" for score in scores)
+        updates = sorted({int(run["metrics"]["gradient_updates"]) for run in runs})
+        wall = np.mean([float(run["metrics"]["wall_seconds"]) for run in runs])
+        figure = published["scores"].get(dataset, {}).get(algo)
+        lines.append(
+            f"| {dataset} | {algo} | {len(runs)} | {mean:.1f} ± {error:.1f} | {per_seed} | {'/'.join(map(str, updates))} "
+            f"| {wall:.0f} | {'' if figure is None else f'{figure:.1f}'} |"
+        )
+    lines += ["", "| dataset | episodes | mean episode return | normalised score of its episodes |", "| --- | --- | --- | --- |"]
+    for dataset, facts in sorted(data["datasets"].items()):
+        lines.append(f"| {dataset} | {facts['episodes']} | {facts['return_mean']:.1f} | {facts['score']:.1f} |")
+    for dataset, algos in _by_dataset(data).items():
+        curves = {algo: dict(zip(*_mean_curve(data, runs))) for algo, runs in algos.items()}
+        points = sorted(set().union(*curves.values()))
+        lines += ["", f"Normalised score vs updates on {dataset} (eval episodes, mean over seeds):", ""]
+        lines += ["| algorithm | " + " | ".join(f"{int(u)}" for u in points) + " |", "| --- |" + " --- |" * len(points)]
+        lines += [
+            f"| {algo} | " + " | ".join(f"{curve[u]:.1f}" if u in curve else "" for u in points) + " |" for algo, curve in curves.items()
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def _seed_curves(data: Mapping[str, Any], runs: Sequence[Mapping[str, Any]]) -> tuple[list[float], np.ndarray]:
+    """The evaluation points the seeds share and each seed's normalised score there ([seeds, points])."""
+    curves = [run_curve(data, run) for run in runs]
+    updates = sorted(set(curves[0][0]).intersection(*(x for x, _ in curves[1:])))
+    return updates, np.stack([np.interp(updates, x, y) for x, y in curves])
+
+
+def _mean_curve(data: Mapping[str, Any], runs: Sequence[Mapping[str, Any]]) -> tuple[list[float], list[float]]:
+    """The seeds' normalised curves averaged at the evaluation points they share."""
+    updates, scores = _seed_curves(data, runs)
+    return updates, scores.mean(0).tolist()
+
+
+def plot_curves(data: Mapping[str, Any], out: Path) -> list[Path]:
+    """One PNG per dataset: normalised eval score vs updates, a line per algorithm (mean over
+    seeds, min-max band)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from rlpipe.pipeline.report import _save_figure
+
+    paths = []
+    for dataset, algos in _by_dataset(data).items():
+        fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
+        for algo, runs in algos.items():
+            updates, curves = _seed_curves(data, runs)
+            (line,) = ax.plot(updates, curves.mean(0), label=f"{algo} ({len(runs)} seeds)")
+            ax.fill_between(updates, curves.min(0), curves.max(0), color=line.get_color(), alpha=0.2, linewidth=0)
+        ax.axhline(data["datasets"][dataset]["score"], color="grey", linestyle="--", linewidth=1, label="dataset episodes")
+        ax.set_xlabel("updates")
+        ax.set_ylabel("normalised score (eval episodes)")
+        ax.set_title(f"{dataset}: normalised score vs updates")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small")
+        fig.tight_layout()
+        path = out / f"curves-{re.sub(r'[^a-z0-9]+', '-', dataset.lower()).strip('-')}.png"
+        _save_figure(fig, path)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def replace_block(page: str, table: str, where: str) -> str:
+    """``page`` with the text between its :data:`BLOCK_START` and :data:`BLOCK_END` lines replaced by ``table``."""
+    start, end = page.find(BLOCK_START), page.find(BLOCK_END)
+    if start < 0 or end < start:
+        raise RlpipeError(f"{where} has no {BLOCK_START} ... {BLOCK_END} block for the table")
+    return page[: start + len(BLOCK_START)] + "\n" + table + page[end:]
+
+
+def write_scoreboard(
+    patterns: list[str], store: str | Path, out: str | Path, published: str | Path | None = None, markdown: str | Path | None = None
+) -> dict[str, Any]:
+    """Score the runs, write OUT/scores.json, OUT/table.md and the curves, and with
+    ``markdown`` the table into that page's block; returns the scoreboard's data."""
+    data = collect_scores(patterns, store, published)
+    table = render_table(data)
+    page = None
+    if markdown is not None:  # checked before anything is written
+        try:
+            page = replace_block(Path(markdown).read_text(), table, str(markdown))
+        except OSError as exc:
+            raise RlpipeError(f"cannot read {markdown}: {exc}") from None
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / SCORES_FILE, json.dumps(data, indent=1, sort_keys=True, default=float) + "\n")
+    atomic_write_text(out / TABLE_FILE, table)
+    plot_curves(data, out)
+    if page is not None:
+        atomic_write_text(Path(markdown), page)  # type: ignore[arg-type]
+    return data

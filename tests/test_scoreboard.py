@@ -1,0 +1,162 @@
+"""`rlpipe scoreboard`: D4RL-normalised scores over seeds beside published figures, a sweep over
+several datasets, IQL's reward scale, and the D4RL CPU profile's table generated from its
+committed metrics."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from rlpipe.errors import RlpipeError
+from rlpipe.pipeline.collect import collect_dataset
+from rlpipe.pipeline.scoreboard import BLOCK_END, BLOCK_START, render_table, replace_block, run_score
+
+REPO = Path(__file__).resolve().parents[1]
+PROFILE = REPO / "benchmarks" / "d4rl-cpu"
+HOPPER = {"ref_min_score": -20.0, "ref_max_score": 980.0}  # round numbers: return r scores (r + 20) / 10
+
+
+def _run(algo: str, dataset: str, seed: int, heldout: float, curve: list[float]) -> dict:
+    updates = [1000.0 * (i + 1) for i in range(len(curve))]
+    metrics = {"algo": algo, "dataset": dataset, "seed": seed, "heldout_return_mean": heldout, "eval_return_mean": curve[-1]}
+    metrics.update(gradient_updates=int(updates[-1]), wall_seconds=10.0 + seed)
+    return {
+        "path": f"{algo}/{seed}",
+        "algo": algo,
+        "dataset": dataset,
+        "seed": seed,
+        "curve": {"updates": updates, "return_mean": curve},
+        "metrics": metrics,
+    }
+
+
+def board() -> dict:
+    runs = [_run("iql", "hopper-medium", seed, heldout, [80.0 + seed * 10, 180.0]) for seed, heldout in enumerate([80.0, 180.0, 280.0])]
+    runs.append(_run("bc", "hopper-medium", 0, 480.0, [380.0]))
+    facts = {"env_id": "Hopper-v5", "episodes": 10, "transitions": 1000, "return_mean": 580.0, "score": 60.0, "reference": HOPPER}
+    return {"datasets": {"hopper-medium": facts}, "runs": runs, "published": {"label": "CORL", "scores": {"hopper-medium": {"iql": 67.5}}}}
+
+
+def test_table_is_mean_and_standard_error_over_seeds_beside_published_figures() -> None:
+    table = render_table(board())
+    # IQL's held-out returns 80, 180, 280 score 10, 20, 30: mean 20, s.e. 10 / sqrt(3)
+    assert "| hopper-medium | iql | 3 | 20.0 ± 5.8 | 10.0, 20.0, 30.0 | 2000 | 11 | 67.5 |" in table
+    assert "| hopper-medium | bc | 1 | 50.0 ± 0.0 | 50.0 | 1000 | 10 |  |" in table  # no published figure: blank
+    assert "| hopper-medium | 10 | 580.0 | 60.0 |" in table  # the dataset's own episodes
+    # the curve: mean over seeds of (10, 11, 12) at 1000 updates, 20 at 2000; BC evaluated at 1000 only
+    assert "| algorithm | 1000 | 2000 |" in table and "| iql | 11.0 | 20.0 |" in table and "| bc | 40.0 |  |" in table
+
+
+def test_a_changed_metric_changes_the_table() -> None:
+    data = board()
+    changed = copy.deepcopy(data)
+    changed["runs"][0]["metrics"]["heldout_return_mean"] += 100.0
+    assert run_score(changed, changed["runs"][0]) == run_score(data, data["runs"][0]) + 10.0
+    assert render_table(changed) != render_table(data)
+
+
+def test_the_table_replaces_the_page_block_only() -> None:
+    page = f"# D4RL\n\nintro\n{BLOCK_START}\nold table\n{BLOCK_END}\n\nafter\n"
+    new = replace_block(page, "| new |\n", "page.md")
+    assert new == f"# D4RL\n\nintro\n{BLOCK_START}\n| new |\n{BLOCK_END}\n\nafter\n"
+    with pytest.raises(RlpipeError, match="page.md has no"):
+        replace_block("# no block\n", "| new |\n", "page.md")
+
+
+def test_cpu_profile_table_in_the_docs_is_generated_from_the_committed_metrics() -> None:
+    scores = PROFILE / "results" / "scores.json"
+    data = json.loads(scores.read_text())
+    table = render_table(data)
+    assert (PROFILE / "results" / "table.md").read_text() == table
+    page = (REPO / "docs" / "d4rl.md").read_text()
+    assert f"{BLOCK_START}\n{table}{BLOCK_END}" in page
+    # every run of the profile's params is on the board, with its held-out episodes
+    params = yaml.safe_load((PROFILE / "params.yaml").read_text())["train_offline"]
+    expected = {(entry["algo"], dataset) for entry in params.values() for dataset in entry["datasets"].split(",")}
+    assert {(run["algo"], run["dataset"]) for run in data["runs"]} == expected
+    assert all(run["metrics"]["heldout_episodes"] == 100 for run in data["runs"])
+    # control: the same page does not hold the table of a changed metric
+    data["runs"][0]["metrics"]["heldout_return_mean"] += 50.0
+    assert render_table(data) not in page
+
+
+@pytest.fixture(scope="module")
+def hopper_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    store = tmp_path_factory.mktemp("hopper")
+    for name, seed in (("hopper-a", 0), ("hopper-b", 1)):
+        collect_dataset("Hopper-v5", steps=1500, num_envs=4, seed=seed, name=name, fmt="arrow", store=store, progress=False)
+    collect_dataset("Pendulum-v1", steps=400, num_envs=2, seed=0, name="pendulum", fmt="arrow", store=store, progress=False)
+    return store
+
+
+def test_sweep_over_datasets_then_scoreboard(hopper_store: Path, tmp_path: Path, cli) -> None:
+    fast = ["--set", "updates=40", "--set", "eval_every=20", "--set", "eval_episodes=2", "--set", "heldout_eval_episodes=3"]
+    result = cli(
+        "sweep",
+        "bc",
+        "--dataset",
+        "hopper-a,hopper-b",
+        "--store",
+        hopper_store,
+        "--seeds",
+        "0,1",
+        "--root",
+        tmp_path / "sweeps",
+        "--name",
+        "bc",
+        "--workers",
+        "1",
+        *fast,
+    )
+    assert result.code == 0, result.err
+    runs = tmp_path / "sweeps" / "bc" / "runs"
+    assert sorted(p.relative_to(runs).as_posix() for p in runs.glob("*/seed-*")) == [
+        f"dataset=hopper-{d}/seed-{s}" for d in "ab" for s in (0, 1)
+    ]
+    summary = json.loads((tmp_path / "sweeps" / "bc" / "summary.json").read_text())
+    assert summary["source"] == "hopper-a,hopper-b" and set(summary["settings"]) == {"dataset=hopper-a", "dataset=hopper-b"}
+    for dataset in ("hopper-a", "hopper-b"):
+        metrics = json.loads((runs / f"dataset={dataset}" / "seed-1" / "metrics.json").read_text())
+        assert (metrics["dataset"], metrics["seed"]) == (dataset, 1)
+
+    published = tmp_path / "published.yaml"
+    published.write_text("label: paper\nscores:\n  hopper-a: {bc: 12.5}\n")
+    page = tmp_path / "page.md"
+    page.write_text(f"# page\n{BLOCK_START}\n{BLOCK_END}\n")
+    out = tmp_path / "results"
+    result = cli("scoreboard", f"{runs}/*/*", "--datasets", hopper_store, "--out", out, "--published", published, "--markdown", page)
+    assert result.code == 0, result.err
+    data = json.loads((out / "scores.json").read_text())
+    assert len(data["runs"]) == 4 and set(data["datasets"]) == {"hopper-a", "hopper-b"}
+    table = (out / "table.md").read_text()
+    assert table == render_table(data) and table in page.read_text()
+    assert "| hopper-a | bc | 2 |" in table and table.splitlines()[2].endswith("| 12.5 |")
+    assert {p.name for p in out.glob("*.png")} == {"curves-hopper-a.png", "curves-hopper-b.png"}
+    # a held-out return is scored with D4RL's Hopper references
+    run = data["runs"][0]
+    assert run_score(data, run) == pytest.approx(100 * (run["metrics"]["heldout_return_mean"] + 20.272305) / (3234.3 + 20.272305))
+
+    # runs on a dataset without reference returns cannot be scored: one line, exit 2, nothing written
+    cli(
+        "sweep", "bc", "--dataset", "pendulum", "--store", hopper_store, "--seeds", "0", "--root", tmp_path / "sweeps", "--name", "p", *fast
+    )
+    result = cli("scoreboard", f"{tmp_path}/sweeps/p/runs/*/*", "--datasets", hopper_store, "--out", tmp_path / "none")
+    assert result.code == 2 and "records no reference scores" in result.err and len(result.err.strip().splitlines()) == 1
+    assert not (tmp_path / "none").exists()
+
+
+def test_iql_reward_scale_makes_the_episode_returns_span_1000(hopper_store: Path) -> None:
+    from rlpipe.algos import get_algo
+    from rlpipe.datasets.loader import load_dataset
+    from rlpipe.training.env import BOX
+    from rlpipe.training.offline import load_offline, returns_range_scale
+
+    config = get_algo("iql").make_config("Hopper-v5", dataset="hopper-a", store=str(hopper_store), scale_rewards=True)
+    scale = returns_range_scale(load_offline("iql", config, (BOX,)))
+    returns = load_dataset("hopper-a", hopper_store).episode_returns()
+    assert np.ptp(returns * scale) == pytest.approx(1000.0)
