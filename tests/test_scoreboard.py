@@ -14,7 +14,7 @@ import yaml
 
 from rlpipe.errors import RlpipeError
 from rlpipe.pipeline.collect import collect_dataset
-from rlpipe.pipeline.scoreboard import BLOCK_END, BLOCK_START, render_table, replace_block, run_score
+from rlpipe.pipeline.scoreboard import BLOCK_END, BLOCK_START, block_content, render_table, replace_block, run_score
 
 REPO = Path(__file__).resolve().parents[1]
 PROFILE = REPO / "benchmarks" / "d4rl-cpu"
@@ -73,8 +73,9 @@ def test_cpu_profile_table_in_the_docs_is_generated_from_the_committed_metrics()
     data = json.loads(scores.read_text())
     table = render_table(data)
     assert (PROFILE / "results" / "table.md").read_text() == table
+    for page in ("d4rl.md", "results.md"):
+        assert f"{BLOCK_START}\n{table}{BLOCK_END}" in (REPO / "docs" / page).read_text(), page
     page = (REPO / "docs" / "d4rl.md").read_text()
-    assert f"{BLOCK_START}\n{table}{BLOCK_END}" in page
     # every run of the profile's params is on the board, with its held-out episodes
     params = yaml.safe_load((PROFILE / "params.yaml").read_text())["train_offline"]
     expected = {(entry["algo"], dataset) for entry in params.values() for dataset in entry["datasets"].split(",")}
@@ -129,6 +130,13 @@ def test_sweep_over_datasets_then_scoreboard(hopper_store: Path, tmp_path: Path,
     page = tmp_path / "page.md"
     page.write_text(f"# page\n{BLOCK_START}\n{BLOCK_END}\n")
     out = tmp_path / "results"
+    result = cli("scoreboard", f"{runs}/*/*", "--datasets", hopper_store, "--out", out, "--published", published, "--markdown", page)
+    # the results page, rewritten by `rlpipe report --markdown`, keeps the scoreboard's block
+    results_page = tmp_path / "results.md"
+    results_page.write_text(f"# Results\n{BLOCK_START}\n{BLOCK_END}\n")
+    assert cli("scoreboard", f"{runs}/*/*", "--datasets", hopper_store, "--out", out, "--markdown", results_page).code == 0
+    assert cli("report", f"{runs}/*/*", "--out", tmp_path / "report", "--markdown", results_page).code == 0
+    assert block_content(results_page.read_text()) == render_table(json.loads((out / "scores.json").read_text()))
     result = cli("scoreboard", f"{runs}/*/*", "--datasets", hopper_store, "--out", out, "--published", published, "--markdown", page)
     assert result.code == 0, result.err
     data = json.loads((out / "scores.json").read_text())

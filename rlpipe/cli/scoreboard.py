@@ -17,8 +17,8 @@ def scoreboard_command(
     published: Path | None = typer.Option(
         None, "--published", help="A YAML file of published figures to show beside ours: `label:` and `scores: {DATASET: {ALGO: SCORE}}`."
     ),
-    markdown: Path | None = typer.Option(
-        None, "--markdown", help="Also put the table into this Markdown page, between its <!-- scoreboard:start/end --> lines."
+    markdown: list[Path] = typer.Option(
+        [], "--markdown", help="Also put the table into this Markdown page, between its <!-- scoreboard:start/end --> lines (repeatable)."
     ),
 ) -> None:
     """Score offline runs as D4RL does (100 x (return - random) / (expert - random), held-out

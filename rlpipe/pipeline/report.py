@@ -425,9 +425,21 @@ def _cards_html(cards: Sequence[DatasetCard]) -> str:
     return "<h2>Datasets</h2>\n" + "".join(parts) if parts else ""
 
 
-def markdown_page(rows: list[dict[str, str]], notes: Sequence[str] = ()) -> str:
+D4RL_SECTION = [
+    "## D4RL-style Hopper (benchmarks/d4rl-cpu)",
+    "",
+    "Written by that pipeline's scoreboard stage (`make d4rl PROFILE=cpu`; see the D4RL page for the",
+    "protocol): D4RL-normalised held-out scores, mean ± standard error over training seeds.",
+    "",
+]
+
+
+def markdown_page(rows: list[dict[str, str]], notes: Sequence[str] = (), scoreboard: str = "") -> str:
     """The table as a Markdown page, a row per run (the docs' results page is generated with
-    it), then ``notes`` (e.g. :func:`ope_agreement`'s lines)."""
+    it), then ``notes`` (e.g. :func:`ope_agreement`'s lines), then the D4RL section whose
+    block `rlpipe scoreboard --markdown` fills (``scoreboard``: the block's current table)."""
+    from rlpipe.pipeline.scoreboard import BLOCK_END, BLOCK_START
+
     lines = [
         "# Results",
         "",
@@ -443,6 +455,7 @@ def markdown_page(rows: list[dict[str, str]], notes: Sequence[str] = ()) -> str:
     ]
     lines += ["| " + " | ".join(value.replace("|", "\\|") for value in row.values()) + " |" for row in rows]
     lines += ["", *notes] if notes else []
+    lines += ["", *D4RL_SECTION, BLOCK_START, *([scoreboard.rstrip("\n")] if scoreboard else []), BLOCK_END]
     return "\n".join(lines) + "\n"
 
 
@@ -498,6 +511,10 @@ def write_report(
     index = out / "index.html"
     atomic_write_text(index, render_html(rows, figures, cards, notes))
     if markdown is not None:  # a row per run: the page depends on the metrics files alone
+        from rlpipe.pipeline.scoreboard import block_content
+
         runs = sorted((run for group in groups for run in group.runs), key=lambda run: run.path.name)
-        atomic_write_text(Path(markdown), markdown_page(table_rows([RunGroup(run.path.name, (run,)) for run in runs], ope), notes))
+        previous = Path(markdown).read_text() if Path(markdown).is_file() else ""  # its scoreboard block is kept
+        page = markdown_page(table_rows([RunGroup(run.path.name, (run,)) for run in runs], ope), notes, block_content(previous))
+        atomic_write_text(Path(markdown), page)
     return Report(index, figures, groups, skipped)

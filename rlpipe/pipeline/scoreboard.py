@@ -15,8 +15,9 @@ with where they come from (other data, other budgets)::
 Everything the table shows is written to ``OUT/scores.json`` (each run's metrics and
 curve included), so the table can be re-rendered from that file alone
 (:func:`render_table`); ``OUT/table.md`` holds it and ``OUT/curves-DATASET.png`` the curves.
-With ``markdown`` the table also replaces the block between :data:`BLOCK_START` and
-:data:`BLOCK_END` of that page (the docs carry it).
+With ``markdown`` pages the table also replaces the block between :data:`BLOCK_START` and
+:data:`BLOCK_END` of each (the D4RL and results pages carry it; `rlpipe report --markdown`
+keeps the block when it rewrites the results page).
 """
 
 from __future__ import annotations
@@ -215,6 +216,13 @@ def plot_curves(data: Mapping[str, Any], out: Path) -> list[Path]:
     return paths
 
 
+def block_content(page: str) -> str:
+    """The text between ``page``'s :data:`BLOCK_START` and :data:`BLOCK_END` lines ("" without them)."""
+    start, end = page.find(BLOCK_START), page.find(BLOCK_END)
+    content = page[start + len(BLOCK_START) : end].strip("\n") if 0 <= start < end else ""
+    return content + "\n" if content else ""
+
+
 def replace_block(page: str, table: str, where: str) -> str:
     """``page`` with the text between its :data:`BLOCK_START` and :data:`BLOCK_END` lines replaced by ``table``."""
     start, end = page.find(BLOCK_START), page.find(BLOCK_END)
@@ -224,23 +232,23 @@ def replace_block(page: str, table: str, where: str) -> str:
 
 
 def write_scoreboard(
-    patterns: list[str], store: str | Path, out: str | Path, published: str | Path | None = None, markdown: str | Path | None = None
+    patterns: list[str], store: str | Path, out: str | Path, published: str | Path | None = None, markdown: Sequence[str | Path] = ()
 ) -> dict[str, Any]:
-    """Score the runs, write OUT/scores.json, OUT/table.md and the curves, and with
-    ``markdown`` the table into that page's block; returns the scoreboard's data."""
+    """Score the runs, write OUT/scores.json, OUT/table.md and the curves, and the table into
+    the block of each ``markdown`` page; returns the scoreboard's data."""
     data = collect_scores(patterns, store, published)
     table = render_table(data)
-    page = None
-    if markdown is not None:  # checked before anything is written
+    pages = {}
+    for path in map(Path, markdown):  # every page checked before anything is written
         try:
-            page = replace_block(Path(markdown).read_text(), table, str(markdown))
+            pages[path] = replace_block(path.read_text(), table, str(path))
         except OSError as exc:
-            raise RlpipeError(f"cannot read {markdown}: {exc}") from None
+            raise RlpipeError(f"cannot read {path}: {exc}") from None
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / SCORES_FILE, json.dumps(data, indent=1, sort_keys=True, default=float) + "\n")
     atomic_write_text(out / TABLE_FILE, table)
     plot_curves(data, out)
-    if page is not None:
-        atomic_write_text(Path(markdown), page)  # type: ignore[arg-type]
+    for path, page in pages.items():
+        atomic_write_text(path, page)
     return data
