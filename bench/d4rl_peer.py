@@ -102,7 +102,7 @@ def main() -> None:
     core = least_busy_core()
     print(pinned_setup(core, "torch", "gymnasium"), flush=True)
     results: dict[str, Any] = {"speed": {}, "scores": {}}
-    with tempfile.TemporaryDirectory() as tmp, pinned(core):
+    with tempfile.TemporaryDirectory() as tmp, pinned([core]):
         exported = export(store, datasets, Path(tmp))
         speed_updates = 200 if args.quick else args.speed_updates
         for algo in algos:

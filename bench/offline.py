@@ -103,7 +103,9 @@ def captured_update(
 
     spec = get_algo(algo)
     module: ModuleType = importlib.import_module(spec.train.__module__)
-    config = spec.make_config(env_id, dataset=name, store=str(store), device=device, **(overrides or RLPIPE_CONFIGS[algo]))
+    config = spec.make_config(
+        env_id, dataset=name, store=str(store), device=device, **(RLPIPE_CONFIGS[algo] if overrides is None else overrides)
+    )
     caught: dict[str, Any] = {}
 
     def stand_in(_algo: str, _config: Any, data: Any, _actor: Any, _modules: Any, update: Any, *args: Any, **kwargs: Any) -> None:

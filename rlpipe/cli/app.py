@@ -11,11 +11,25 @@ from rlpipe.limits import MAX_SEED
 
 app = typer.Typer(
     name="rlpipe",
-    help="Offline-RL and imitation-learning data pipeline: collect, store, train, evaluate.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        import rlpipe
+
+        typer.echo(f"rlpipe {rlpipe.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True, help="Print rlpipe's version and exit."),
+) -> None:
+    """Offline-RL and imitation-learning data pipeline: collect, store, train, evaluate."""
 
 
 def _trust_env_specs(trust: bool) -> bool:
