@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import tomllib
 from importlib.metadata import version
 from pathlib import Path
+
+import tomllib
 
 import rlpipe
 
