@@ -242,7 +242,7 @@ def group_runs(runs: list[RunRecord]) -> list[RunGroup]:
     return groups
 
 
-def _slug(text: str) -> str:
+def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
@@ -266,17 +266,24 @@ def plot_curves(groups: list[RunGroup], out_dir: Path) -> list[Path]:
             (line,) = ax.plot(x, mean, marker="o" if len(x) == 1 else None, label=label)
             if seeds > 1:
                 ax.fill_between(x, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
-        ax.set_xlabel(unit)
-        ax.set_ylabel("eval return (mean over episodes)")
-        ax.set_title(f"{env_id}: eval return vs {unit}")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize="small")
-        fig.tight_layout()
-        path = out_dir / f"curves-{_slug(env_id)}-{_slug(unit)}.png"
-        _save_figure(fig, path)
-        plt.close(fig)
+        path = out_dir / f"curves-{slug(env_id)}-{slug(unit)}.png"
+        save_curves(fig, ax, unit, "eval return (mean over episodes)", f"{env_id}: eval return vs {unit}", path)
         paths.append(path)
     return paths
+
+
+def save_curves(fig: Any, ax: Any, xlabel: str, ylabel: str, title: str, path: Path) -> None:
+    """Label, grid and legend a curves figure, write it to ``path`` (atomically) and close it."""
+    import matplotlib.pyplot as plt
+
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    _save_figure(fig, path)
+    plt.close(fig)
 
 
 def _save_figure(fig: Any, path: Path) -> None:
@@ -409,7 +416,7 @@ def dataset_cards(store: str | Path, out_dir: Path) -> list[DatasetCard]:
                 axis.set_ylabel("episodes")
             fig.suptitle(info.name, fontsize="small")
             fig.tight_layout()
-            histogram = out_dir / f"dataset-{_slug(info.name)}.png"
+            histogram = out_dir / f"dataset-{slug(info.name)}.png"
             _save_figure(fig, histogram)
             plt.close(fig)
         cards.append(DatasetCard(info.name, facts, histogram, lineage_lines(info, store)))

@@ -23,7 +23,6 @@ keeps the block when it rewrites the results page).
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -193,7 +192,7 @@ def plot_curves(data: Mapping[str, Any], out: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from rlpipe.pipeline.report import _save_figure
+    from rlpipe.pipeline.report import save_curves, slug
 
     paths = []
     for dataset, algos in _by_dataset(data).items():
@@ -203,15 +202,8 @@ def plot_curves(data: Mapping[str, Any], out: Path) -> list[Path]:
             (line,) = ax.plot(updates, curves.mean(0), label=f"{algo} ({len(runs)} seeds)")
             ax.fill_between(updates, curves.min(0), curves.max(0), color=line.get_color(), alpha=0.2, linewidth=0)
         ax.axhline(data["datasets"][dataset]["score"], color="grey", linestyle="--", linewidth=1, label="dataset episodes")
-        ax.set_xlabel("updates")
-        ax.set_ylabel("normalised score (eval episodes)")
-        ax.set_title(f"{dataset}: normalised score vs updates")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize="small")
-        fig.tight_layout()
-        path = out / f"curves-{re.sub(r'[^a-z0-9]+', '-', dataset.lower()).strip('-')}.png"
-        _save_figure(fig, path)
-        plt.close(fig)
+        path = out / f"curves-{slug(dataset)}.png"
+        save_curves(fig, ax, "updates", "normalised score (eval episodes)", f"{dataset}: normalised score vs updates", path)
         paths.append(path)
     return paths
 
