@@ -12,7 +12,19 @@ from rlpipe.pipeline.stage_deps import module_paths, scan_imports
 
 PACKAGE = Path(rlpipe.__file__).parent
 # Lower rank = lower layer. Peers (same rank, different package) must not import each other.
-RANKS = {"errors": 0, "files": 0, "limits": 1, "envs": 1, "models": 1, "datasets": 2, "training": 3, "algos": 4, "pipeline": 5, "cli": 6}
+RANKS = {
+    "errors": 0,
+    "files": 0,
+    "limits": 1,
+    "envs": 1,
+    "models": 1,
+    "datasets": 2,
+    "training": 3,
+    "algos": 4,
+    "pipeline": 5,
+    "cli": 6,
+    "__main__": 7,
+}
 
 
 def module_names() -> dict[str, Path]:

@@ -14,7 +14,8 @@ import yaml
 
 from rlpipe.errors import RlpipeError
 from rlpipe.pipeline.collect import collect_dataset
-from rlpipe.pipeline.scoreboard import BLOCK_END, BLOCK_START, block_content, render_table, replace_block, run_score
+from rlpipe.pipeline.report import BLOCK_END, BLOCK_START, block_content, replace_block
+from rlpipe.pipeline.scoreboard import render_table, run_score
 
 REPO = Path(__file__).resolve().parents[1]
 PROFILE = REPO / "benchmarks" / "d4rl-cpu"

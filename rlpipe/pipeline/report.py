@@ -432,6 +432,7 @@ def _cards_html(cards: Sequence[DatasetCard]) -> str:
     return "<h2>Datasets</h2>\n" + "".join(parts) if parts else ""
 
 
+BLOCK_START, BLOCK_END = "<!-- scoreboard:start -->", "<!-- scoreboard:end -->"  # the block `rlpipe scoreboard` fills
 D4RL_SECTION = [
     "## D4RL-style Hopper (benchmarks/d4rl-cpu)",
     "",
@@ -445,7 +446,6 @@ def markdown_page(rows: list[dict[str, str]], notes: Sequence[str] = (), scorebo
     """The table as a Markdown page, a row per run (the docs' results page is generated with
     it), then ``notes`` (e.g. :func:`ope_agreement`'s lines), then the D4RL section whose
     block `rlpipe scoreboard --markdown` fills (``scoreboard``: the block's current table)."""
-    from rlpipe.pipeline.scoreboard import BLOCK_END, BLOCK_START
 
     lines = [
         "# Results",
@@ -464,6 +464,21 @@ def markdown_page(rows: list[dict[str, str]], notes: Sequence[str] = (), scorebo
     lines += ["", *notes] if notes else []
     lines += ["", *D4RL_SECTION, BLOCK_START, *([scoreboard.rstrip("\n")] if scoreboard else []), BLOCK_END]
     return "\n".join(lines) + "\n"
+
+
+def block_content(page: str) -> str:
+    """The text between ``page``'s :data:`BLOCK_START` and :data:`BLOCK_END` lines ("" without them)."""
+    start, end = page.find(BLOCK_START), page.find(BLOCK_END)
+    content = page[start + len(BLOCK_START) : end].strip("\n") if 0 <= start < end else ""
+    return content + "\n" if content else ""
+
+
+def replace_block(page: str, table: str, where: str) -> str:
+    """``page`` with the text between its :data:`BLOCK_START` and :data:`BLOCK_END` lines replaced by ``table``."""
+    start, end = page.find(BLOCK_START), page.find(BLOCK_END)
+    if start < 0 or end < start:
+        raise RlpipeError(f"{where} has no {BLOCK_START} ... {BLOCK_END} block for the table")
+    return page[: start + len(BLOCK_START)] + "\n" + table + page[end:]
 
 
 def render_html(rows: list[dict[str, str]], figures: list[Path], cards: Sequence[DatasetCard] = (), notes: Sequence[str] = ()) -> str:
@@ -518,8 +533,6 @@ def write_report(
     index = out / "index.html"
     atomic_write_text(index, render_html(rows, figures, cards, notes))
     if markdown is not None:  # a row per run: the page depends on the metrics files alone
-        from rlpipe.pipeline.scoreboard import block_content
-
         runs = sorted((run for group in groups for run in group.runs), key=lambda run: run.path.name)
         previous = Path(markdown).read_text() if Path(markdown).is_file() else ""  # its scoreboard block is kept
         page = markdown_page(table_rows([RunGroup(run.path.name, (run,)) for run in runs], ope), notes, block_content(previous))

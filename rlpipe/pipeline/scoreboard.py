@@ -15,9 +15,9 @@ with where they come from (other data, other budgets)::
 Everything the table shows is written to ``OUT/scores.json`` (each run's metrics and
 curve included), so the table can be re-rendered from that file alone
 (:func:`render_table`); ``OUT/table.md`` holds it and ``OUT/curves-DATASET.png`` the curves.
-With ``markdown`` pages the table also replaces the block between :data:`BLOCK_START` and
-:data:`BLOCK_END` of each (the D4RL and results pages carry it; `rlpipe report --markdown`
-keeps the block when it rewrites the results page).
+With ``markdown`` pages the table also replaces each page's block between the
+``rlpipe.pipeline.report.BLOCK_START`` and ``BLOCK_END`` lines (the D4RL and results pages
+carry it; `rlpipe report --markdown` keeps the block when it rewrites the results page).
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ import yaml
 
 from rlpipe.errors import RlpipeError
 from rlpipe.files import atomic_write_text
+from rlpipe.pipeline.report import replace_block
 
 SCORES_FILE, TABLE_FILE = "scores.json", "table.md"
-BLOCK_START, BLOCK_END = "<!-- scoreboard:start -->", "<!-- scoreboard:end -->"
 
 
 def _normalise(metadata: Mapping[str, Any], returns: Any, dataset: str) -> np.ndarray:
@@ -206,21 +206,6 @@ def plot_curves(data: Mapping[str, Any], out: Path) -> list[Path]:
         save_curves(fig, ax, "updates", "normalised score (eval episodes)", f"{dataset}: normalised score vs updates", path)
         paths.append(path)
     return paths
-
-
-def block_content(page: str) -> str:
-    """The text between ``page``'s :data:`BLOCK_START` and :data:`BLOCK_END` lines ("" without them)."""
-    start, end = page.find(BLOCK_START), page.find(BLOCK_END)
-    content = page[start + len(BLOCK_START) : end].strip("\n") if 0 <= start < end else ""
-    return content + "\n" if content else ""
-
-
-def replace_block(page: str, table: str, where: str) -> str:
-    """``page`` with the text between its :data:`BLOCK_START` and :data:`BLOCK_END` lines replaced by ``table``."""
-    start, end = page.find(BLOCK_START), page.find(BLOCK_END)
-    if start < 0 or end < start:
-        raise RlpipeError(f"{where} has no {BLOCK_START} ... {BLOCK_END} block for the table")
-    return page[: start + len(BLOCK_START)] + "\n" + table + page[end:]
 
 
 def write_scoreboard(
