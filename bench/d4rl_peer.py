@@ -92,6 +92,7 @@ def main() -> None:
     parser.add_argument("--speed-updates", type=int, default=2000)
     parser.add_argument("--speed-only", action="store_true")
     parser.add_argument("--quick", action="store_true", help="200 updates a side and 5 episodes")
+    parser.add_argument("--core", type=int, help="the core to pin both sides to (default: the least busy)")
     parser.add_argument("--json", help="also write the raw results to this file")
     args = parser.parse_args()
     limit_threads()
@@ -99,11 +100,11 @@ def main() -> None:
     algos, datasets = args.algos.split(","), args.datasets.split(",")
     store = PROFILE / "datasets"
     params = yaml.safe_load((PROFILE / "params.yaml").read_text())["train_offline"]
-    core = least_busy_core()
+    core = least_busy_core() if args.core is None else args.core
     print(pinned_setup(core, "torch", "gymnasium"), flush=True)
     results: dict[str, Any] = {"speed": {}, "scores": {}}
     with tempfile.TemporaryDirectory() as tmp, pinned([core]):
-        exported = export(store, datasets, Path(tmp))
+        exported = export(store, sorted({*datasets, SPEED_DATASET}), Path(tmp))
         speed_updates = 200 if args.quick else args.speed_updates
         for algo in algos:
             rlpipe_s = time_rlpipe(algo, store, speed_updates, params[algo]["set"])
