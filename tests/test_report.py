@@ -157,6 +157,7 @@ def test_report_markdown_and_dataset_cards(tmp_path: Path, cli) -> None:
     table = (tmp_path / "results.md").read_text().splitlines()
     rows = [line for line in table if line.startswith("|")]
     assert table[0] == "# Results" and rows[0].startswith("| run | algo |") and len(rows) == 4 and "-310.0 ± 7.0" in "".join(rows)
+    assert not any("scoreboard" in line for line in table)  # a page without a scoreboard block gets none
     page = (tmp_path / "report" / "index.html").read_text()
     assert "<h2>Datasets</h2>" in page and "best-half" in page and "filter(top_return=50%)" in page
     for name in ("pendulum-random", "best-half"):

@@ -433,20 +433,12 @@ def _cards_html(cards: Sequence[DatasetCard]) -> str:
 
 
 BLOCK_START, BLOCK_END = "<!-- scoreboard:start -->", "<!-- scoreboard:end -->"  # the block `rlpipe scoreboard` fills
-D4RL_SECTION = [
-    "## D4RL-style Hopper (benchmarks/d4rl-cpu)",
-    "",
-    "Written by that pipeline's scoreboard stage (`make d4rl PROFILE=cpu`; see the D4RL page for the",
-    "protocol): D4RL-normalised held-out scores, mean ± standard error over training seeds.",
-    "",
-]
 
 
-def markdown_page(rows: list[dict[str, str]], notes: Sequence[str] = (), scoreboard: str = "") -> str:
+def markdown_page(rows: list[dict[str, str]], notes: Sequence[str] = (), kept: str = "") -> str:
     """The table as a Markdown page, a row per run (the docs' results page is generated with
-    it), then ``notes`` (e.g. :func:`ope_agreement`'s lines), then the D4RL section whose
-    block `rlpipe scoreboard --markdown` fills (``scoreboard``: the block's current table)."""
-
+    it), then ``notes`` (e.g. :func:`ope_agreement`'s lines), then ``kept`` (the previous
+    page's scoreboard section, :func:`scoreboard_section`) as it was."""
     lines = [
         "# Results",
         "",
@@ -462,15 +454,19 @@ def markdown_page(rows: list[dict[str, str]], notes: Sequence[str] = (), scorebo
     ]
     lines += ["| " + " | ".join(value.replace("|", "\\|") for value in row.values()) + " |" for row in rows]
     lines += ["", *notes] if notes else []
-    lines += ["", *D4RL_SECTION, BLOCK_START, *([scoreboard.rstrip("\n")] if scoreboard else []), BLOCK_END]
+    lines += ["", kept.rstrip("\n")] if kept else []
     return "\n".join(lines) + "\n"
 
 
-def block_content(page: str) -> str:
-    """The text between ``page``'s :data:`BLOCK_START` and :data:`BLOCK_END` lines ("" without them)."""
+def scoreboard_section(page: str) -> str:
+    """The part of ``page`` that holds a scoreboard block: from the ``## `` heading before
+    :data:`BLOCK_START` (or the block itself, without one) to :data:`BLOCK_END`; "" when the
+    page has no block. `rlpipe report --markdown` keeps it when it rewrites a page."""
     start, end = page.find(BLOCK_START), page.find(BLOCK_END)
-    content = page[start + len(BLOCK_START) : end].strip("\n") if 0 <= start < end else ""
-    return content + "\n" if content else ""
+    if not 0 <= start < end:
+        return ""
+    heading = page.rfind("\n## ", 0, start)
+    return page[heading + 1 if heading >= 0 else start : end + len(BLOCK_END)] + "\n"
 
 
 def replace_block(page: str, table: str, where: str) -> str:
@@ -534,7 +530,7 @@ def write_report(
     atomic_write_text(index, render_html(rows, figures, cards, notes))
     if markdown is not None:  # a row per run: the page depends on the metrics files alone
         runs = sorted((run for group in groups for run in group.runs), key=lambda run: run.path.name)
-        previous = Path(markdown).read_text() if Path(markdown).is_file() else ""  # its scoreboard block is kept
-        page = markdown_page(table_rows([RunGroup(run.path.name, (run,)) for run in runs], ope), notes, block_content(previous))
+        previous = Path(markdown).read_text() if Path(markdown).is_file() else ""
+        page = markdown_page(table_rows([RunGroup(run.path.name, (run,)) for run in runs], ope), notes, scoreboard_section(previous))
         atomic_write_text(Path(markdown), page)
     return Report(index, figures, groups, skipped)

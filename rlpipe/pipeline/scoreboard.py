@@ -102,9 +102,11 @@ def collect_scores(patterns: list[str], store: str | Path, published: str | Path
 def run_score(data: Mapping[str, Any], run: Mapping[str, Any]) -> float:
     """A run's normalised score: its held-out mean return (the last periodic evaluation's
     where it made none), normalised by its dataset's reference returns."""
+    from rlpipe.pipeline.sweep import summary_metric
+
     metrics = run["metrics"]
     reference = data["datasets"][run["dataset"]]["reference"]
-    return float(_normalise(reference, metrics.get("heldout_return_mean", metrics["eval_return_mean"]), run["dataset"]))
+    return float(_normalise(reference, metrics[summary_metric(metrics)], run["dataset"]))
 
 
 def run_curve(data: Mapping[str, Any], run: Mapping[str, Any]) -> tuple[list[float], list[float]]:
