@@ -158,6 +158,11 @@ def test_sweep_over_datasets_then_scoreboard(hopper_store: Path, tmp_path: Path,
     result = cli("scoreboard", f"{tmp_path}/sweeps/p/runs/*/*", "--datasets", hopper_store, "--out", tmp_path / "none")
     assert result.code == 2 and "records no reference scores" in result.err and len(result.err.strip().splitlines()) == 1
     assert not (tmp_path / "none").exists()
+    # an --out that is a file: one line, exit 2, the file as it was
+    (tmp_path / "afile").write_text("mine")
+    result = cli("scoreboard", f"{runs}/*/*", "--datasets", hopper_store, "--out", tmp_path / "afile")
+    assert result.code == 2 and "is not a directory" in result.err and len(result.err.strip().splitlines()) == 1
+    assert (tmp_path / "afile").read_text() == "mine"
 
 
 def test_iql_reward_scale_makes_the_episode_returns_span_1000(hopper_store: Path) -> None:

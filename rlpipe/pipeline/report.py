@@ -503,6 +503,19 @@ several seeds are drawn as their mean with a min-max band.</p>
 """
 
 
+def output_directory(path: str | Path) -> Path:
+    """``path`` as a directory to write into, made if missing; something else there (a file, a
+    device) or a directory that cannot be made is an RlpipeError, before anything is written."""
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise RlpipeError(f"--out {out} is not a directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RlpipeError(f"cannot make the output directory {out}: {exc.strerror or exc}") from None
+    return out
+
+
 def write_report(
     patterns: list[str],
     out_dir: str | Path,
@@ -521,8 +534,7 @@ def write_report(
     groups = group_runs([load_run(path) for path in paths])
     ope = read_ope(ope_files)
     notes = ope_agreement(groups, ope)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = output_directory(out_dir)
     figures = plot_curves(groups, out)
     rows = table_rows(groups, ope)
     cards = dataset_cards(datasets, out) if datasets is not None else []

@@ -32,7 +32,7 @@ import yaml
 
 from rlpipe.errors import RlpipeError
 from rlpipe.files import atomic_write_text
-from rlpipe.pipeline.report import replace_block
+from rlpipe.pipeline.report import output_directory, replace_block
 
 SCORES_FILE, TABLE_FILE = "scores.json", "table.md"
 
@@ -223,8 +223,7 @@ def write_scoreboard(
             pages[path] = replace_block(path.read_text(), table, str(path))
         except OSError as exc:
             raise RlpipeError(f"cannot read {path}: {exc}") from None
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = output_directory(out)
     atomic_write_text(out / SCORES_FILE, json.dumps(data, indent=1, sort_keys=True, default=float) + "\n")
     atomic_write_text(out / TABLE_FILE, table)
     plot_curves(data, out)
