@@ -16,12 +16,12 @@ other jobs slows the figures less than wall time would (cache sharing still does
 the same run without model data (``real_ratio=1.0``: SAC at MBPO's updates per env step)
 and SAC at 1 update per env step (MBPO's nets and settings otherwise), on training seeds
 that no setting was tuned on. Per run: the env steps at which the 10-episode evaluation
-(every 250 env steps) first reached the target (Pendulum -200, InvertedPendulum 1000, the
-maximum), its return at each budget, the 100-episode
+(every ``--eval-every`` env steps, default 250) first reached the target (Pendulum -200,
+InvertedPendulum 1000, the maximum; Hopper 1000), its return at each budget, the 100-episode
 held-out return at the last budget and the CPU seconds; then mean ± standard error over
 seeds. Each run's figures are also printed as a JSON line as soon as it ends.
 
-    .venv/bin/python bench/model_based.py --learning [--env Pendulum-v1] [--seeds 5-9] [--budgets 1000,2500] [--variants ...]
+    .venv/bin/python bench/model_based.py --learning [--env Pendulum-v1] [--seeds 5-9] [--budgets 1000,2500] [--variants ...] [--eval-every 250]
 """
 
 from __future__ import annotations
@@ -102,14 +102,14 @@ LEARNERS = {
     "no-model": {"real_ratio": 1.0},
     "sac-utd1": {"real_ratio": 1.0, "updates_per_step": 1.0},
 }
-TARGETS = {"Pendulum-v1": -200.0, "InvertedPendulum-v5": 1000.0}
+TARGETS = {"Pendulum-v1": -200.0, "InvertedPendulum-v5": 1000.0, "Hopper-v5": 1000.0}
 
 
-def learning_run(env_id: str, variant: str, seed: int, budgets: list[int]) -> dict[str, object]:
+def learning_run(env_id: str, variant: str, seed: int, budgets: list[int], eval_every: int) -> dict[str, object]:
     """One MBPO-family run on ``env_id`` to the last budget: its curve's figures."""
     mbpo = get_algo("mbpo")
     config = mbpo.make_config(
-        env_id, seed=seed, env_steps=budgets[-1], eval_every=250, eval_episodes=10, heldout_eval_episodes=100, **LEARNERS[variant]
+        env_id, seed=seed, env_steps=budgets[-1], eval_every=eval_every, eval_episodes=10, heldout_eval_episodes=100, **LEARNERS[variant]
     )
     start = time.process_time()
     result = mbpo.train(config, progress=False)
@@ -178,6 +178,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=seeds_arg, default=seeds_arg("5-9"))
     parser.add_argument("--budgets", default="1000,2500", help="env steps, comma-separated; runs train to the last")
     parser.add_argument("--variants", default=",".join(LEARNERS))
+    parser.add_argument("--eval-every", type=int, default=250, help="env steps between the 10-episode evaluations")
     args = parser.parse_args()
     limit_threads()
     if args.learning:
@@ -185,7 +186,7 @@ def main() -> None:
         runs = []
         for variant in args.variants.split(","):
             for seed in args.seeds:
-                runs.append(learning_run(args.env, variant, seed, budgets))
+                runs.append(learning_run(args.env, variant, seed, budgets, args.eval_every))
                 print(json.dumps(runs[-1]), flush=True)
         print(f"{today()}, {machine_description()}, torch {torch.__version__}, 1 thread; {args.env}, mean ± s.e. over seeds")
         print(learning_table(runs, budgets, TARGETS[args.env]))

@@ -40,7 +40,6 @@ class Config(ModelFields, CEMSettings, OfflineConfig):
     # with it by CEM-MPC (CEMSettings, as rlpipe.algos.pets).
     members: int = positive(7)
     model_hidden: tuple[int, ...] = layer_sizes((200, 200, 200))
-    model_max_epochs: int = positive(20)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -60,7 +59,7 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
     generator = torch.Generator(device=data.device).manual_seed(config.seed)
     run = Run(SPEC.name, config, out_dir, progress)
     try:
-        fit = fit_on(model, optimizer, dataset_batch(data), config, generator, max_updates=config.updates)
+        fit = fit_on(model, optimizer, dataset_batch(data), config, generator, known_reward=reward is not None, max_updates=config.updates)
         planner = CEMPlanner(ModelEnv(model, data.action_space, terminated, reward, generator), config, data.act_dim, generator)
         eval_policy = planner_policy(planner, ActionScaler(data.action_space), data.device)
         extra = {

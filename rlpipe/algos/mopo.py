@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
@@ -45,11 +45,9 @@ SPEC = AlgoSpec(name="mopo", family=Family.MODEL_BASED, online=False, summary="o
 class Config(ModelFields, SACFields, OfflineConfig):
     dynamics: str | None = None  # a `dynamics` run directory to start from (None: fit here)
     # The dynamics ensemble and its fit, unless loaded (see ModelFields): 7 members of
-    # 3 x 200, 5 elites, the learned reward.
-    reward: Literal["known", "learned"] = "learned"
+    # 3 x 200, 5 elites, the env's known reward where it has one.
     members: int = positive(7)
     model_hidden: tuple[int, ...] = layer_sizes((200, 200, 200))
-    model_max_epochs: int = positive(20)
     # Penalised rollouts.
     penalty: float = 1.0  # lambda: reward - lambda * max_member ||std||
     rollout_every: int = positive(1_000)  # SAC updates between rollouts
@@ -71,14 +69,14 @@ TUNED: dict[str, dict[str, Any]] = {
 }
 
 
-def dynamics_for(config: Config, data: OfflineData, generator: torch.Generator) -> tuple[Any, dict[str, Any]]:
+def dynamics_for(config: Config, data: OfflineData, generator: torch.Generator, known_reward: bool) -> tuple[Any, dict[str, Any]]:
     """The ensemble loaded from ``config.dynamics`` or fitted on the dataset, and what the
     metrics record about it."""
     if config.dynamics is not None:
         model, meta = load_dynamics(config.dynamics, config.env_id, data.obs_dim, data.act_dim, data.device)
         return model, {"dynamics_run": str(config.dynamics), "dynamics_sha256": meta["sha256"]}
     model, optimizer = build_ensemble(config, data.obs_dim, data.act_dim, data.device)
-    fit = fit_on(model, optimizer, dataset_batch(data), config, generator)
+    fit = fit_on(model, optimizer, dataset_batch(data), config, generator, known_reward=known_reward)
     return model, {
         "model_holdout_mse": fit.holdout_mse,
         "model_holdout_loss": fit.holdout_loss,
@@ -93,7 +91,7 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
     data = load_offline(SPEC.name, config, ACTION_SPACES)
     terminated, reward = termination_fn(SPEC.name, config.env_id), reward_fn(SPEC.name, config.env_id, config.reward)
     generator = torch.Generator(device=data.device).manual_seed(config.seed)
-    model, model_metrics = dynamics_for(config, data, generator)
+    model, model_metrics = dynamics_for(config, data, generator, known_reward=reward is not None)
     model_env = ModelEnv(model, data.action_space, terminated, reward, generator)
     sac = SoftActorCritic.build(config, data.obs_dim, data.act_dim, data.device)
     synthetic = ReplayBuffer(

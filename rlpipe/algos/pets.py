@@ -86,7 +86,7 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
     try:
         while True:
             if stepper.env_steps >= next_fit:
-                fits.append(fit_on(model, optimizer, buffer_contents(buffer), config, generator))
+                fits.append(fit_on(model, optimizer, buffer_contents(buffer), config, generator, known_reward=reward is not None))
                 next_fit += config.refit_every
             if not fits:
                 actions = env.rng.uniform(-1.0, 1.0, (stepper.num_envs, env.act_dim))

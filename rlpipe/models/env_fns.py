@@ -2,8 +2,10 @@
 as functions of batched tensors ``(obs, env_action, next_obs)``.
 
 A learned model predicts Δobs and reward; termination is never learned, so an env can be
-planned in or rolled out in only if it is listed in ``TERMINATION_FNS``. Planning may use
-the exact reward of ``REWARD_FNS`` instead of the learned one.
+planned in or rolled out in only if it is listed in ``TERMINATION_FNS``. Where the reward is
+a function of ``(obs, action, next_obs)`` (``REWARD_FNS``) it is used instead of the learned
+one by default. Hopper-v5's is not: its forward reward reads the x position, which the
+observation leaves out.
 """
 
 from __future__ import annotations
@@ -35,6 +37,11 @@ def inverted_pendulum_terminates(obs: torch.Tensor, action: torch.Tensor, next_o
     return ~next_obs.isfinite().all(-1) | (next_obs[..., 1].abs() > 0.2)
 
 
+def inverted_pendulum_reward(obs: torch.Tensor, action: torch.Tensor, next_obs: torch.Tensor) -> torch.Tensor:
+    """InvertedPendulum-v5's reward: 1 on every step except the terminating one (0)."""
+    return 1.0 - inverted_pendulum_terminates(obs, action, next_obs).float()
+
+
 def hopper_terminates(obs: torch.Tensor, action: torch.Tensor, next_obs: torch.Tensor) -> torch.Tensor:
     """Hopper-v5 at its default health ranges: fallen (height next_obs[0] <= 0.7), torso
     angle (next_obs[1]) outside (-0.2, 0.2), or a state element outside (-100, 100)."""
@@ -42,7 +49,7 @@ def hopper_terminates(obs: torch.Tensor, action: torch.Tensor, next_obs: torch.T
     return ~(healthy & next_obs.isfinite().all(-1))
 
 
-REWARD_FNS: dict[str, EnvFn] = {"Pendulum-v1": pendulum_reward}
+REWARD_FNS: dict[str, EnvFn] = {"Pendulum-v1": pendulum_reward, "InvertedPendulum-v5": inverted_pendulum_reward}
 TERMINATION_FNS: dict[str, EnvFn] = {
     "Pendulum-v1": never_terminates,
     "InvertedPendulum-v5": inverted_pendulum_terminates,
@@ -63,11 +70,14 @@ def termination_fn(algo: str, env_id: str) -> EnvFn:
 
 def reward_fn(algo: str, env_id: str, reward: str) -> EnvFn | None:
     """``reward="known"``: the env's reward function (an RlpipeError if it has none);
-    ``"learned"``: None, the model's predicted reward is used."""
+    ``"learned"``: None, the model's predicted reward is used; ``"auto"``: the known one
+    where the env has it, else None."""
+    if reward == "auto":
+        return REWARD_FNS.get(env_id)
     if reward == "learned":
         return None
     if reward != "known":
-        raise RlpipeError(f"{algo}: reward must be 'known' or 'learned', got {reward!r}")
+        raise RlpipeError(f"{algo}: reward must be 'auto', 'known' or 'learned', got {reward!r}")
     if env_id not in REWARD_FNS:
         raise RlpipeError(
             f"{algo} has no known reward function for {env_id}; use --set reward=learned to plan with the "

@@ -31,17 +31,19 @@ class ModelFields:
     """The dynamics ensemble and its fit, in a run's config (PETS, MBPO, MOPO, dynamics).
 
     ``reward``: "known" plans/rolls out with the env's reward function
-    (:mod:`rlpipe.models.env_fns`), "learned" with the model's predicted reward.
+    (:mod:`rlpipe.models.env_fns`), "learned" with the model's predicted reward, "auto" with
+    the known one where the env has it. The fit runs to early stopping unless
+    ``model_max_epochs`` caps it; its weight decay is the references' (see
+    :mod:`rlpipe.models.dynamics`).
     """
 
-    reward: Literal["known", "learned"] = "known"
+    reward: Literal["auto", "known", "learned"] = "auto"
     members: int = positive(5)
     elites: int = positive(5)  # the members with the lowest holdout error, used for planning and rollouts
     model_hidden: tuple[int, ...] = layer_sizes((200, 200, 200, 200))  # the text's 4 x 200 Swish
     model_lr: float = positive(1e-3)
-    model_weight_decay: float = 5e-5
     model_batch_size: int = positive(256)
-    model_max_epochs: int = positive(50)
+    model_max_epochs: int | None = positive(None)
     model_patience: int = positive(5)
     holdout_fraction: float = 0.2
 
@@ -61,9 +63,9 @@ def check_real_ratio(real_ratio: float) -> None:
 
 def build_ensemble(config: Any, obs_dim: int, act_dim: int, device: torch.device) -> tuple[GaussianEnsemble, torch.optim.Optimizer]:
     """The ensemble of ``config.members`` (``config.elites`` elites) MLPs of ``config.model_hidden``,
-    and its Adam (``config.model_lr``, weight decay ``config.model_weight_decay``)."""
+    and its Adam (``config.model_lr``; the weight decay is in the fit's loss)."""
     model = GaussianEnsemble(obs_dim, act_dim, config.members, config.model_hidden, config.elites).to(device)
-    return model, torch.optim.Adam(model.parameters(), config.model_lr, weight_decay=config.model_weight_decay)
+    return model, torch.optim.Adam(model.parameters(), config.model_lr)
 
 
 def fit_on(
@@ -72,13 +74,15 @@ def fit_on(
     batch: Batch,
     config: Any,
     generator: torch.Generator,
+    *,
+    known_reward: bool,
     max_updates: int | None = None,
 ) -> FitReport:
     """Fit ``model`` on all transitions of ``batch`` with ``config``'s model_batch_size,
     model_max_epochs, model_patience and holdout_fraction (and at most ``max_updates``),
-    scored on the outputs that planning and rollouts read (Δobs only with the known reward)."""
+    scored on the outputs that planning and rollouts read (Δobs only with a ``known_reward``)."""
     x, y = transitions_to_xy(batch.obs, batch.actions, batch.rewards, batch.next_obs)
-    scored = slice(0, model.obs_dim) if config.reward == "known" else slice(None)
+    scored = slice(0, model.obs_dim) if known_reward else slice(None)
     return fit_ensemble(
         model,
         x,
