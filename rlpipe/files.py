@@ -1,7 +1,11 @@
 """File helpers every layer shares: one content hash, one atomic write, one JSON reader.
 
 Beside ``errors.py`` at the bottom of the package, so checkpoints (models), datasets and
-runs (training) hash, replace and parse files the same way.
+runs (training) hash, replace and parse files the same way, and every file output a user
+names (``--out``, ``--metrics``, ``--markdown``, ``--onnx``...) is checked and written by
+:func:`check_output_file` and :func:`atomic_output`: a regular file is replaced atomically,
+a character device or a FIFO (``/dev/null``, ``/dev/stdout``, a named pipe) is written
+through, never replaced, and anything else is refused in one line.
 """
 
 from __future__ import annotations
@@ -11,12 +15,16 @@ import hashlib
 import json
 import math
 import os
+import shutil
 import stat
+import tempfile
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from rlpipe.errors import OutputError
 
 _HASH_CHUNK = 1 << 22
 MAX_JSON_BYTES = 64 << 20  # metadata, checkpoint records and caches are kilobytes to a few MiB
@@ -76,12 +84,89 @@ def read_limited(path: str | os.PathLike, limit: int = MAX_JSON_BYTES, follow_li
         os.close(fd)
 
 
-@contextmanager
-def atomic_output(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary sibling of ``path`` to write; on success it is fsynced and replaces
-    ``path`` in one rename (the directory fsynced too), on an error it is deleted. Readers see
-    the old file or the whole new one, never half, even after a power loss."""
+def _not_writable_kind(mode: int) -> str | None:
+    """Why an existing entry of ``mode`` cannot be a file output, or None if it can."""
+    if stat.S_ISREG(mode) or stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "it is a directory"
+    kind = next((name for test, name in ((stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")) if test(mode)), "not a file")
+    return f"it is {kind} (outputs are regular files, character devices or FIFOs)"
+
+
+def check_output_file(path: str | os.PathLike, option: str | None = None, make_parents: bool = False) -> bool:
+    """Fail now, before any work and without creating anything, if ``path`` cannot be written
+    by :func:`atomic_output`: an OutputError (one line naming ``option``, e.g. ``--out``) for a
+    directory, a block device or a socket, a missing parent (unless ``make_parents``: then the
+    nearest existing ancestor must be a directory to make them in), or a directory where no
+    file can be created (read-only, no permission, /proc). Returns whether ``path`` is a
+    character device or a FIFO, which is written through."""
     path = Path(path)
+    where = f"{path} ({option})" if option else str(path)
+
+    def refuse(problem: str) -> OutputError:
+        return OutputError(f"cannot write {where}: {problem}")
+
+    try:
+        mode: int | None = os.stat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    except (OSError, ValueError) as exc:  # a file where a folder should be, a link loop, a name too long, a NUL
+        raise refuse(getattr(exc, "strerror", None) or str(exc)) from None
+    if mode is not None:
+        problem = _not_writable_kind(mode)
+        if problem is not None:
+            raise refuse(problem)
+        if not stat.S_ISREG(mode):
+            if not os.access(path, os.W_OK):
+                raise refuse("permission denied")
+            return True
+    folder = path.parent
+    if not make_parents and not folder.is_dir():
+        raise refuse(f"directory {folder} does not exist" if not os.path.lexists(folder) else f"{folder} is not a directory")
+    while not os.path.lexists(folder) and folder != folder.parent:  # the directories to make go in the nearest existing one
+        folder = folder.parent
+    if not folder.is_dir():
+        raise refuse(f"{folder} is not a directory")
+    probe = folder / f".tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}-probe"
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
+        os.unlink(probe)
+    except OSError as exc:
+        raise refuse(f"cannot create a file in {folder}: {exc.strerror or exc}") from None
+    return False
+
+
+@contextmanager
+def atomic_output(path: str | os.PathLike, *, write_through: bool = True) -> Iterator[Path]:
+    """Yield a temporary file to write in place of ``path``; on an error it is deleted.
+
+    A regular (or missing) ``path``: the temporary file is its sibling, and on success it is
+    fsynced and replaces ``path`` in one rename (the directory fsynced too): readers see the
+    old file or the whole new one, never half, even after a power loss. A character device or
+    a FIFO (links followed: ``/dev/null``, ``/dev/stdout``): the temporary file lies in the
+    system's temporary folder under ``path``'s name, and its bytes are then written to
+    ``path``, which stays what it is. Anything else (a directory, a block device, a socket) is
+    an OutputError before anything is written. ``write_through=False`` (rlpipe's own files,
+    such as caches, which no user named): whatever ``path`` is gets replaced by the rename,
+    a planted link or device included."""
+    path = Path(path)
+    try:
+        mode: int | None = os.stat(path).st_mode if write_through else None
+    except (OSError, ValueError):
+        mode = None  # missing (or unreachable: making the temporary file says why)
+    if mode is not None and (stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)):
+        folder = Path(tempfile.mkdtemp(prefix="rlpipe-output-"))
+        try:
+            tmp = folder / (path.name if path.name not in ("", ".", "..") else "output")
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
+            yield tmp
+            _write_through(tmp, path)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        return
+    if mode is not None and (problem := _not_writable_kind(mode)) is not None:
+        raise OutputError(f"cannot write {path}: {problem}")
     tmp = path.with_name(f".tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}-{path.name}")
     try:
         # Created exclusively (never through a planted link); the pid first keeps the name
@@ -95,7 +180,29 @@ def atomic_output(path: str | os.PathLike) -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
 
 
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+def _write_through(source: Path, target: Path) -> None:
+    """Write ``source``'s bytes to the character device or FIFO ``target`` (opened without
+    creating or truncating; a FIFO waits for its reader). A failed write is an OutputError."""
+    try:
+        fd = os.open(target, os.O_WRONLY | os.O_NOCTTY | os.O_CLOEXEC)
+        try:
+            mode = os.fstat(fd).st_mode
+            if not (stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)):  # replaced since it was looked at
+                raise OutputError(f"cannot write {target}: it is no longer a character device or a FIFO")
+            with open(source, "rb") as handle:
+                while chunk := handle.read(_HASH_CHUNK):
+                    view = memoryview(chunk)
+                    while view:
+                        view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+    except OutputError:
+        raise
+    except OSError as exc:
+        raise OutputError(f"cannot write {target}: {exc.strerror or exc}") from None
+
+
+def atomic_write_text(path: str | os.PathLike, text: str, *, write_through: bool = True) -> None:
     """Write ``text`` to ``path`` atomically (see :func:`atomic_output`)."""
-    with atomic_output(path) as tmp:
+    with atomic_output(path, write_through=write_through) as tmp:
         tmp.write_text(text)

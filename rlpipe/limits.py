@@ -1,4 +1,5 @@
-"""The valid ranges of the seeds and env counts users give, shared by every command and config.
+"""The valid ranges of the seeds and env counts users give, shared by every command and config,
+and the sizes stored files may claim (spaces, run files) before anything is allocated for them.
 
 Just above ``errors.py`` at the bottom of the package, so collect, train, eval, relabel
 and sweep (and the run configs they build) refuse the same values with the same words,
@@ -23,6 +24,19 @@ MAX_NUM_ENVS = 4096
 MAX_LAYER_WIDTH = 8192
 # Replay rows: 10^8 rows of a 17-dim observation (and the next one) are about 14 GiB.
 MAX_BUFFER_SIZE = 100_000_000
+# Values in one stored space (a Box's shape, summed over a Dict's parts): a 2**24-value float32
+# Box holds 64 MiB in each of its bounds, far above any observation here (an 84x84x3 image
+# stack of 4 is 85k values), while a metadata.json naming shape [10**12] asked for terabytes.
+MAX_SPACE_ELEMENTS = 2**24
+# A run's metrics.json, checkpoint.json and eval curve, as `rlpipe report` reads them: kilobytes
+# (MBPO's metrics list every training episode's return; a curve is a line per evaluation).
+MAX_RUN_FILE_BYTES = 16 << 20
+# Gradient updates of one fit (`rlpipe ope fqe --updates`): ten times D4RL's 10^6-update
+# offline runs, hours on any machine here, while --updates 10**18 ran until it was killed.
+MAX_UPDATES = 10_000_000
+# An @FILE argument (`rlpipe datasets filter --episodes @ids.txt`): about two million ids. Read
+# up to this many bytes, a regular file only (@/dev/zero or a FIFO must not exhaust or hang).
+MAX_ARGUMENT_FILE_BYTES = 16 << 20
 
 
 def check_seed(seed: int, name: str = "seed") -> int:

@@ -4,11 +4,13 @@ exit 2 before anything is allocated or written, and accepts the range's edges.""
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
 import pytest
 
-from rlpipe.limits import MAX_NUM_ENVS, MAX_SEED
+from rlpipe.limits import MAX_ARGUMENT_FILE_BYTES, MAX_BUFFER_SIZE, MAX_NUM_ENVS, MAX_SEED, MAX_UPDATES
 from tests.conftest import store_contents
 from tests.test_collector import collect_dataset
 
@@ -19,12 +21,13 @@ CARTPOLE = ["--env", "CartPole-v1"]
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A store with a CartPole and a GoalWorld dataset, and a trained PPO run beside it."""
+    """A store with a CartPole, a GoalWorld and a Pendulum dataset, and a trained PPO run beside it."""
     from rlpipe.algos import get_algo
 
     root = tmp_path_factory.mktemp("bounds")
     collect_dataset(root / "store", "CartPole-v1", "cartpole", fmt="arrow", episodes=4, num_envs=2)
     collect_dataset(root / "store", "GoalWorld-v0", "goals", fmt="arrow", episodes=4, num_envs=2)
+    collect_dataset(root / "store", "Pendulum-v1", "pendulum", fmt="arrow", episodes=2, num_envs=1)
     ppo = get_algo("ppo")
     ppo.train(
         ppo.make_config("CartPole-v1", env_steps=256, eval_every=256, eval_episodes=1, heldout_eval_episodes=0),
@@ -49,6 +52,10 @@ def command(args: list[str], world: Path, out: Path) -> list[str]:
         "train": ["--store", world / "store", "--out", out, "--no-progress"],
         "relabel": ["--store", world / "store", "--name", "out"],
         "sweep": ["--root", out, "--name", "s"],
+        "datasets": ["--store", world / "store", "--name", "out"],
+        "ope": ["--store", world / "store", "--out", out / "fqe.json"],
+        "export": [],
+        "report": ["--out", out],
     }
     return [*args, *where.get(args[0], [])]
 
@@ -99,14 +106,34 @@ def command(args: list[str], world: Path, out: Path) -> list[str]:
         (["relabel", "her", "--dataset", "goals", "--k", BIG], "at most 4294967296 (2**32) are written, so k <= "),
         (["sweep", "ppo", *CARTPOLE, "--seeds", "0", "--retries", "-1"], "Invalid value for '--retries'"),
         (["sweep", "ppo", *CARTPOLE, "--seeds", "0", "--workers", "0"], "Invalid value for '--workers'"),
+        # Integers beyond int64 and budgets beyond any run (tracebacks, or runs that never ended).
+        (["datasets", "filter", "cartpole", "--episodes", BIG], f"--episodes: episode id {BIG} is out of range"),
+        (["datasets", "filter", "cartpole", "--episodes", f"1,{2**63}"], "out of range (ids are 64-bit integers, below 2**63)"),
+        (["datasets", "filter", "cartpole", "--episodes", "9" * 200], "(200 digits) is out of range"),
+        (
+            ["datasets", "filter", "cartpole", "--episodes", "@/dev/zero"],
+            "--episodes: cannot read episode ids from /dev/zero: not a regular file",
+        ),
+        (
+            ["train", "iql", "--dataset", "pendulum", "--finetune-env-steps", BIG],
+            f"setting finetune_env_steps={BIG}: expected at most {MAX_BUFFER_SIZE}",
+        ),
+        (["train", "iql", "--dataset", "pendulum", "--finetune-env-steps", str(MAX_BUFFER_SIZE + 1)], "expected at most"),
+        (["ope", "fqe", "RUN", "--dataset", "cartpole", "--updates", str(10**18)], "Invalid value for '--updates'"),
+        (["ope", "fqe", "RUN", "--dataset", "cartpole", "--updates", str(MAX_UPDATES + 1)], f"less than or equal to {MAX_UPDATES}"),
+        (["export", "RUN", "--torchscript", "OUT/policy"], "(--torchscript): TorchScript needs a file name with an extension"),
+        (["report", "RUN", "--datasets", "OUT/no-store"], "--datasets OUT/no-store: no such dataset store"),
     ],
 )
 def test_out_of_range_is_one_line_exit_2_and_writes_nothing(cli, world: Path, tmp_path: Path, args: list[str], message: str) -> None:
     before = tree(world)
-    result = cli(*command(args, world, tmp_path / "out"))
+    out = tmp_path / "out"
+    args, message = [a.replace("OUT", str(out)) for a in args], message.replace("OUT", str(out))
+    result = cli(*command(args, world, out))
     assert result.code == 2, result.err
     assert result.err.startswith("error: ") and result.err.strip().count("\n") == 0 and message in result.err, result.err
-    assert tree(world) == before and not (tmp_path / "out").exists()
+    assert "Traceback" not in result.err
+    assert tree(world) == before and not out.exists() and list(tmp_path.iterdir()) == []
 
 
 def test_the_edges_of_the_ranges_are_accepted(cli, world: Path, tmp_path: Path) -> None:
@@ -141,6 +168,112 @@ def test_the_edges_of_the_ranges_are_accepted(cli, world: Path, tmp_path: Path) 
     relabelled = cli("relabel", "her", "--dataset", "goals", "--seed", MAX_SEED, "--k", "2", "--name", "edge", "--store", world / "store")
     assert relabelled.code == 0, relabelled.err
     assert store_contents(tmp_path / "store") == ["cartpole-random"]
+
+
+def one_line_exit_2(result, message: str) -> None:
+    assert result.code == 2, result.err
+    assert result.err.startswith("error: ") and result.err.count("\n") == 1 and message in result.err, result.err
+    assert "Traceback" not in result.err
+
+
+def test_the_bounded_flags_take_valid_values(cli, world: Path, tmp_path: Path) -> None:
+    """Control for the bounds above: in-range ids (inline and from a file), FQE updates, a
+    fine-tuning budget, a TorchScript file name and a dataset store all work."""
+    store = ["--store", world / "store"]
+    (tmp_path / "ids.txt").write_text("0\n1\n")
+    for ids, name in (("0,1", "first-two"), (f"@{tmp_path / 'ids.txt'}", "from-file")):
+        filtered = cli("datasets", "filter", "cartpole", "--name", name, "--episodes", ids, *store)
+        assert filtered.code == 0 and "(2 episodes" in filtered.out, filtered.err
+    fqe = cli("ope", "fqe", world / "run", "--dataset", "cartpole", "--updates", "2", "--out", tmp_path / "fqe.json", *store)
+    assert fqe.code == 0 and (tmp_path / "fqe.json").is_file(), fqe.err
+    settings = ["--set", "eval_every=2", "--set", "eval_episodes=1", "--set", "heldout_eval_episodes=0", "--set", "finetune_eval_every=4"]
+    finetuned = cli(
+        "train", "iql", "--dataset", "pendulum", "--updates", "2", "--finetune-env-steps", "4", *settings,
+        "--out", tmp_path / "iql", "--no-progress", "--device", "cpu", *store,
+    )  # fmt: skip
+    assert finetuned.code == 0, finetuned.err
+    exported = cli("export", world / "run", "--torchscript", tmp_path / "policy.pt")
+    assert exported.code == 0 and (tmp_path / "policy.pt").stat().st_size > 0, exported.err
+    reported = cli("report", world / "run", "--out", tmp_path / "report", "--datasets", world / "store", "--ope", tmp_path / "fqe.json")
+    assert reported.code == 0 and (tmp_path / "report" / "index.html").is_file(), reported.err
+
+
+def test_episode_ids_from_a_fifo_or_a_huge_file_are_refused_unread(cli, world: Path, tmp_path: Path) -> None:
+    """`--episodes @FILE` reads a regular file of bounded size only: a FIFO used to hang (a
+    watchdog writer would unblock a reader that waits, failing the message check) and
+    /dev/zero (above) to exhaust memory."""
+    import threading
+
+    fifo, huge = tmp_path / "ids.fifo", tmp_path / "ids.txt"
+    os.mkfifo(fifo)
+    with open(huge, "wb") as handle:
+        handle.truncate(MAX_ARGUMENT_FILE_BYTES + 1)
+
+    def unblock() -> None:
+        try:
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError:  # no reader waits: nothing to unblock
+            pass
+
+    watchdog = threading.Timer(10, unblock)
+    watchdog.start()
+    try:
+        before = tree(world)
+        for path, message in ((fifo, "not a regular file"), (huge, f"larger than {MAX_ARGUMENT_FILE_BYTES} bytes")):
+            result = cli("datasets", "filter", "cartpole", "--name", "out", "--episodes", f"@{path}", "--store", world / "store")
+            one_line_exit_2(result, f"--episodes: cannot read episode ids from {path}: {message}")
+        assert tree(world) == before
+    finally:
+        watchdog.cancel()
+
+
+GOOD_ESTIMATE = {
+    "run": "r",
+    "dataset": "d",
+    "checkpoint_sha256": "0" * 64,
+    "estimate": 1.5,
+    "standard_error": None,
+    "config": {"gamma": 0.99},
+}
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("{}", "expected a JSON list of estimates, got an object"),  # was read as no estimates at all
+        (json.dumps({"estimates": [GOOD_ESTIMATE]}), "expected a JSON list of estimates, got an object"),
+        ("[]", "it holds no estimate"),
+        (json.dumps([{**GOOD_ESTIMATE, "estimate": "nan"}]), "estimate 0: 'estimate' is not a finite number"),  # was shown as NaN
+        (json.dumps([{**GOOD_ESTIMATE, "estimate": "inf"}]), "'estimate' is not a finite number"),
+        (json.dumps([{**GOOD_ESTIMATE, "standard_error": "-inf"}]), "'standard_error' is not a finite number or null"),
+        (json.dumps([GOOD_ESTIMATE, {**GOOD_ESTIMATE, "config": {"gamma": True}}]), "estimate 1: 'config.gamma' is not a finite number"),
+        (json.dumps([{**GOOD_ESTIMATE, "estimate": 10**400}]), "'estimate' is not a finite number"),  # float() overflowed
+        ("[" + "9" * 5000 + "]", "not JSON (Exceeds the limit"),  # an integer too long to parse
+        ("[" * 100_000 + "]" * 100_000, "not JSON (maximum recursion depth"),  # a RecursionError
+        ("[NaN]", "not JSON (NaN is not standard JSON)"),
+    ],
+)
+def test_report_refuses_an_ope_file_that_is_not_fqe_estimates(cli, world: Path, tmp_path: Path, text: str, message: str) -> None:
+    (tmp_path / "fqe.json").write_text(text)
+    result = cli("report", world / "run", "--out", tmp_path / "report", "--ope", tmp_path / "fqe.json")
+    one_line_exit_2(result, f"--ope {tmp_path / 'fqe.json'}")
+    assert message in result.err, result.err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fqe.json"]
+
+
+def test_report_refuses_bad_output_and_store_options(cli, world: Path, tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("kept")
+    for args, message in (
+        (["--out", tmp_path / "file"], f"--out {tmp_path / 'file'} is not a directory"),
+        (["--out", tmp_path / "report", "--datasets", tmp_path / "missing"], f"--datasets {tmp_path / 'missing'}: no such dataset store"),
+        (["--out", tmp_path / "report", "--datasets", tmp_path / "file"], "is not a directory"),
+        (["--out", tmp_path / "report", "--markdown", tmp_path], f"cannot write {tmp_path} (--markdown): it is a directory"),
+        (["--out", tmp_path / "report", "--markdown", tmp_path / "no-dir" / "r.md"], "(--markdown): directory"),
+    ):
+        one_line_exit_2(cli("report", world / "run", *args), message)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["file"] and (tmp_path / "file").read_text() == "kept"
+    control = cli("report", world / "run", "--out", tmp_path / "report", "--markdown", tmp_path / "results.md")
+    assert control.code == 0 and (tmp_path / "results.md").is_file(), control.err
 
 
 @pytest.mark.parametrize(

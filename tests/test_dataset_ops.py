@@ -175,3 +175,154 @@ def test_refusals_are_one_line_exit_2_and_write_nothing(source: Path, cli, args:
     result = cli("datasets", *args, "--store", source)
     assert result.code == 2 and message in result.err and len(result.err.strip().splitlines()) == 1, result.err
     assert store_contents(source) == before
+
+
+# --- parents are verified as loading verifies them -------------------------------------------
+
+
+def _rewrite_last_shard(path: Path, edit) -> None:
+    """Rewrite the last shard with `edit(table)` and re-record its size and sha256, as a
+    consistent-looking but wrong dataset would (metadata's counts are left as they were)."""
+    import pyarrow as pa
+
+    from rlpipe.files import sha256_file
+
+    shard = sorted((path / "steps").iterdir())[-1]
+    table = edit(pa.ipc.open_file(str(shard)).read_all())
+    with pa.OSFile(str(shard), "wb") as sink, pa.ipc.new_file(sink, table.schema) as ipc:
+        ipc.write_table(table)
+    meta = json.loads((path / "metadata.json").read_text())
+    meta["files"][f"steps/{shard.name}"] = {"sha256": sha256_file(shard), "bytes": shard.stat().st_size}
+    (path / "metadata.json").write_text(json.dumps(meta))
+
+
+def _drop_last_episode(table):
+    ids = table.column("episode_id").to_numpy()
+    return table.slice(0, int((ids != ids[-1]).sum()))
+
+
+def _duplicate_last_episode(table):
+    import pyarrow as pa
+
+    ids = table.column("episode_id").to_numpy()
+    copy = table.filter(pa.array(ids == ids[-1]))
+    field = table.schema.field("episode_id")
+    copy = copy.set_column(table.schema.get_field_index("episode_id"), field, pa.array(np.full(len(copy), ids[-1] + 1), field.type))
+    return pa.concat_tables([table, copy])
+
+
+def _edit_metadata(path: Path, key: str, delta: int) -> None:
+    meta = json.loads((path / "metadata.json").read_text())
+    meta[key] += delta
+    (path / "metadata.json").write_text(json.dumps(meta))
+
+
+DAMAGE = {  # what was done to the parent -> what the refusal says
+    "dropped-episode": (lambda path: _rewrite_last_shard(path, _drop_last_episode), "metadata says 100"),
+    "duplicated-episode": (lambda path: _rewrite_last_shard(path, _duplicate_last_episode), "metadata says 100"),
+    "total-steps": (lambda path: _edit_metadata(path, "total_steps", 1), "shards hold 100 rows, metadata says 101"),
+    "total-episodes": (lambda path: _edit_metadata(path, "total_episodes", -1), "shards hold 20 episodes, metadata says 19"),
+    "bit-flip": (
+        lambda path: (path / "steps" / "shard-00000.arrow").write_bytes(
+            (lambda raw: raw[: len(raw) // 2] + bytes([raw[len(raw) // 2] ^ 1]) + raw[len(raw) // 2 + 1 :])(
+                (path / "steps" / "shard-00000.arrow").read_bytes()
+            )
+        ),
+        "sha256 differs",
+    ),
+}
+VERBS = {
+    "merge": ["merge", "good", "{parent}", "--name", "out"],
+    "filter": ["filter", "{parent}", "--top-return", "3", "--name", "out"],
+    "split": ["split", "{parent}", "--val", "0.25"],
+    "sample": ["sample", "{parent}", "--episodes", "3", "--name", "out"],
+}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGE))
+@pytest.mark.parametrize("verb", sorted(VERBS))
+def test_data_verbs_refuse_a_parent_that_loading_refuses(store: Path, cli, verb: str, damage: str) -> None:
+    from rlpipe.errors import RlpipeError
+
+    lengths, rewards = [3 + i % 5 for i in range(20)], [float(i % 7) for i in range(20)]
+    for name in ("good", "src"):
+        _make(store, name, lengths, rewards)
+    load_dataset("src", store)  # remembered as verified: the verbs must not trust that once it changed
+    control = cli("datasets", *[arg.format(parent="good") for arg in VERBS[verb]], "--store", store)
+    assert control.code == 0, control.err  # an intact parent: written
+    for written in ("out", "good-train", "good-val"):
+        if (store / written).exists():
+            assert cli("datasets", "rm", written, "--store", store).code == 0
+    edit, message = DAMAGE[damage]
+    edit(store / "src")
+    with pytest.raises(RlpipeError, match=message):  # loading refuses it ...
+        load_dataset("src", store)
+    assert cli("datasets", "validate", "src", "--store", store).code == 2
+    before = store_contents(store)
+    result = cli("datasets", *[arg.format(parent="src") for arg in VERBS[verb]], "--store", store)  # ... and so does the verb
+    assert result.code == 2, (result.out, result.err)
+    assert ("dataset 'src'" in result.err or f"{store / 'src'}/" in result.err) and message in result.err, result.err  # names the parent
+    assert len(result.err.strip().splitlines()) == 1 and "Traceback" not in result.err
+    assert store_contents(store) == before  # no output, no temporary directory
+
+
+# --- split: both sides or neither ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("names", "message"),
+    [
+        (["--train-name", "Side", "--val-name", "side"], "differ only in case"),
+        (["--train-name", "t", "--val-name", "v\n"], "invalid dataset name 'v\\n'"),
+        (["--train-name", "t", "--val-name", ""], "invalid dataset name ''"),
+        (["--train-name", "", "--val-name", "v"], "invalid dataset name ''"),
+        (["--train-name", "t", "--val-name", "V-old"], "differs only in case from the existing 'v-OLD'"),  # found under the lock
+        (["--train-name", "t", "--val-name", "src"], "already exists"),
+    ],
+)
+def test_split_checks_both_names_before_writing_either(source: Path, cli, names: list[str], message: str) -> None:
+    _make(source, "v-OLD", [3], [0.0])
+    before = store_contents(source)
+    result = cli("datasets", "split", "src", "--val", "0.25", *names, "--store", source)
+    assert result.code == 2 and message in result.err, result.err
+    assert len(result.err.strip().splitlines()) == 1 and "Traceback" not in result.err
+    assert store_contents(source) == before  # not the training side either
+    control = cli("datasets", "split", "src", "--val", "0.25", "--train-name", "Side", "--val-name", "v", "--store", source)
+    assert control.code == 0, control.err
+    assert store_contents(source) == sorted([*before, "Side", "v"])
+
+
+def test_split_val_name_held_by_another_writer_leaves_no_training_side(source: Path, cli) -> None:
+    from rlpipe.datasets.writer import DatasetWriter
+
+    before = store_contents(source)
+    with DatasetWriter("src-val", OBS, ACT, env_id=None, store=source):  # a live writer of the validation side's name
+        result = cli("datasets", "split", "src", "--val", "0.25", "--store", source)
+        assert result.code == 2 and "being written by another process" in result.err, result.err
+        assert not (source / "src-train").exists() and not any(p.endswith("-src-train") for p in store_contents(source))
+    assert store_contents(source) == before
+
+
+@pytest.mark.parametrize(("step", "published"), [("group-synced", False), ("group-first-moved", True)])
+def test_split_failing_between_the_sides_publishes_both_or_neither(
+    source: Path, monkeypatch: pytest.MonkeyPatch, step: str, published: bool
+) -> None:
+    """An exception injected before the commit leaves neither side (and no work files); one
+    between the two sides' renames is after the commit: both are published."""
+    from rlpipe.datasets import atomic
+    from rlpipe.datasets.ops import split_dataset
+
+    real = atomic.fault_point
+
+    def fail(at: str) -> None:
+        if at == step:
+            raise RuntimeError(f"injected at {at}")
+        real(at)
+
+    monkeypatch.setattr(atomic, "fault_point", fail)
+    with pytest.raises(RuntimeError, match="injected"):
+        split_dataset("src", 0.25, train_name="t", val_name="v", store=source)
+    monkeypatch.setattr(atomic, "fault_point", real)
+    assert store_contents(source) == (["src", "t", "v"] if published else ["src"])
+    if published:
+        assert sorted(_traced_episodes(source, "t") + _traced_episodes(source, "v")) == list(range(20))

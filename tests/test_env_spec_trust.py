@@ -225,3 +225,53 @@ def test_registered_spec_with_other_settings_needs_no_trust(store: Path, tmp_pat
 def test_malformed_spec_is_one_line(store: Path, cli, change: dict[str, Any]) -> None:
     edit(cartpole_dataset(store), env_spec=json.dumps({**CARTPOLE, **change}))
     one_line_exit_2(cli("train", "bc", "--dataset", "data", "--store", store, *SHORT_BC), "unreadable environment spec")
+
+
+@pytest.fixture(scope="module")
+def robotics_registered() -> None:
+    """FetchReach-v4 registered before `untrusted` notes the registry (module scope first), so
+    that fixture leaves the robotics ids in place for the tests after these."""
+    pytest.importorskip("gymnasium_robotics", reason="the robotics extra (gymnasium-robotics) is not installed")
+    pytest.importorskip("mujoco", reason="the robotics envs need mujoco")
+    from rlpipe.envs.extras import register_optional
+
+    register_optional("FetchReach-v4")
+
+
+def test_env_ids_that_register_on_first_use_are_trusted(robotics_registered: None, tmp_path: Path, cli) -> None:
+    """A run in FetchReach-v4 (an id gymnasium-robotics registers when rlpipe first needs it)
+    evaluates in a fresh process, where the id is not registered until then: its spec is the
+    registered one, so no trust is needed; and the robotics import's Adroit notices are not shown."""
+    run = tmp_path / "run"
+    short = ("--set", "eval_every=100", "--set", "eval_episodes=1", "--set", "heldout_eval_episodes=0", "--no-progress")
+    trained = cli("train", "ddpg-her", "--env", "FetchReach-v4", "--env-steps", "100", "--out", run, "--device", "cpu", *short)
+    assert trained.code == 0, trained.err
+    evaluated = subprocess.run(
+        [RLPIPE, "eval", str(run), "--episodes", "1", "--json"], capture_output=True, text=True, env={**os.environ, TRUST_ENV_SPEC_VAR: "0"}
+    )
+    assert evaluated.returncode == 0, evaluated.stderr
+    assert json.loads(evaluated.stdout)["env_id"] == "FetchReach-v4"
+    assert "Adroit" not in evaluated.stderr and "Traceback" not in evaluated.stderr, evaluated.stderr
+
+
+@pytest.mark.parametrize("env_id", ["FetchNowhere-v4", "Nowhere-v0"])
+def test_unknown_ids_are_still_refused(robotics_registered: None, trained_run: Path, tmp_path: Path, cli, env_id: str) -> None:
+    """The control: an id that neither the registry nor an optional family knows stays untrusted."""
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run)
+    edit(run, env_id=env_id, env_spec=json.dumps({**CARTPOLE, "id": env_id}))
+    one_line_exit_2(cli("eval", run, "--episodes", "1"), f"{env_id!r} is not registered here")
+
+
+def test_the_robotics_import_shows_what_is_not_about_adroit(capsys: pytest.CaptureFixture[str]) -> None:
+    """The Adroit notice is held back narrowly: other output of the import is passed on, and
+    users of Adroit ids see it all."""
+    import sys
+
+    from rlpipe.envs.extras import _quiet_adroit_notices
+
+    for env_id, shown in (("FetchReach-v4", "other\n"), ("AdroitHandDoor-v1", "AdroitHandDoor-v1 changed\nother\n")):
+        with _quiet_adroit_notices(env_id):
+            print("AdroitHandDoor-v1 changed", file=sys.stderr)
+            print("other", file=sys.stderr)
+        assert capsys.readouterr().err == shown

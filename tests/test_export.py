@@ -80,3 +80,25 @@ def test_export_refusals_are_one_line(cli, tmp_path: Path) -> None:
     assert again.code == 2 and "already exists" in again.err
     assert cli("export", out, "--onnx", tmp_path / "x.onnx", "--force").code == 0
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".") or p.name.startswith(".tmp-")) == ["run", "x.onnx"]
+
+
+def test_export_writes_both_files_or_neither(cli, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    assert cli(*RUNS["td3"], "--out", out, "--no-progress", "--device", "cpu", "--set", "eval_episodes=1").code == 0
+    (tmp_path / "old.pt").write_bytes(b"precious")
+    for args, message in (
+        (["--onnx", tmp_path / "p.onnx", "--torchscript", tmp_path / "old.pt"], "already exists"),  # the second is refused
+        (["--onnx", tmp_path / "old.pt", "--torchscript", tmp_path / "p.pt"], "already exists"),  # the first is refused
+        (["--onnx", tmp_path / "p.onnx", "--torchscript", tmp_path / "no-dir" / "p.pt"], "does not exist"),
+        (["--onnx", tmp_path / "p.bin", "--torchscript", tmp_path / "p.bin"], "both name"),
+        (["--onnx", tmp_path, "--torchscript", tmp_path / "p.pt"], "directory"),
+    ):
+        result = cli("export", out, *args)
+        assert result.code == 2 and message in result.err, result.err
+        assert len(result.err.strip().splitlines()) == 1 and "Traceback" not in result.err
+        written = sorted(p.name for p in tmp_path.iterdir() if p.name not in (".locks", ".rlpipe-root"))  # the run's publishing
+        assert written == ["old.pt", "run"]  # neither file, no temporary file
+    assert (tmp_path / "old.pt").read_bytes() == b"precious"
+    both = cli("export", out, "--onnx", tmp_path / "p.onnx", "--torchscript", tmp_path / "old.pt", "--force")  # control
+    assert both.code == 0, both.err
+    assert (tmp_path / "p.onnx").stat().st_size > 0 and (tmp_path / "old.pt").read_bytes() != b"precious"

@@ -5,6 +5,7 @@ becomes a path stays under its root."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import gymnasium as gym
@@ -207,6 +208,59 @@ def test_dataset_names_and_ids_are_refused_before_any_work(store: Path, tmp_path
     write(store)
     one_line_exit_2(cli(*args, "--store", store), message)
     assert not (tmp_path / "escaped").exists() and not (store.parent / "escaped").exists()
+
+
+# --- one name pattern for datasets, runs and sweeps -----------------------------------------
+
+NAMED = {  # every command that takes a dataset, run or sweep name -> (arguments, what the name is)
+    "collect": (["collect", "--env", "CartPole-v1", "--episodes", "1", "--quiet", "--name", "{}"], "dataset name"),
+    "merge": (["datasets", "merge", "data", "data", "--name", "{}"], "dataset name"),
+    "merge-source": (["datasets", "merge", "data", "{}", "--name", "out"], "dataset name"),
+    "filter": (["datasets", "filter", "data", "--max-length", "50", "--name", "{}"], "dataset name"),
+    "sample": (["datasets", "sample", "data", "--episodes", "1", "--name", "{}"], "dataset name"),
+    "split-train": (["datasets", "split", "data", "--val", "0.5", "--train-name", "{}"], "dataset name"),
+    "split-val": (["datasets", "split", "data", "--val", "0.5", "--val-name", "{}"], "dataset name"),
+    "import": (["datasets", "import", "cp-v0", "--name", "{}"], "dataset name"),
+    "relabel": (["relabel", "her", "--dataset", "data", "--name", "{}"], "dataset name"),
+    "show": (["datasets", "show", "{}"], "dataset name"),
+    "train": (["train", "bc", "--dataset", "{}", "--out", "{run}"], "dataset name"),
+    "sweep": (["sweep", "ppo", "--env", "CartPole-v1", "--seeds", "0", "--root", "{sweeps}", "--name", "{}"], "sweep name"),
+}
+
+
+@pytest.mark.parametrize("bad", ["x\n", "", "x\x1b[0m", "a" * 129])
+@pytest.mark.parametrize("command", sorted(NAMED))
+def test_names_with_control_characters_or_empty_are_refused_everywhere(
+    store: Path, tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch, command: str, bad: str
+) -> None:
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
+    write(store)
+    template, what = NAMED[command]
+    args = [arg.format(bad, run=tmp_path / "run", sweeps=tmp_path / "sweeps") for arg in template]
+    result = cli(*args, "--store", store)
+    one_line_exit_2(result, f"invalid {what} {bad!r}")
+    assert "Traceback" not in result.err
+    assert sorted(p.name for p in store.iterdir() if p.name not in (".locks", ".rlpipe-root", ".verified")) == ["data"]
+    assert not (tmp_path / "run").exists() and not (tmp_path / "sweeps").exists() and not (tmp_path / "minari").exists()
+
+
+def test_one_name_pattern_with_its_controls(store: Path, tmp_path: Path, cli) -> None:
+    from rlpipe.names import check_distinct, check_name, name_problem
+
+    for good in ("a", "A9", "x" * 128, "cartpole-random.v1_2"):
+        assert check_name(good, "dataset name") == good
+    for bad in ("x\n", "\nx", "x\r", "x\t", "", ".x", "-x", "a..b", "a/b", "é", "x" * 129, "CON", "nul.txt"):
+        assert name_problem(bad), bad
+    with pytest.raises(RlpipeError, match="differ only in case"):
+        check_distinct(["Data", "data"], "output name")
+    check_distinct(["data", "data2"], "output name")
+    assert confined_path(tmp_path, "group/exp", "sweep name") == tmp_path / "group" / "exp"
+    with pytest.raises(RlpipeError, match=re.escape("invalid sweep name 'group/exp\\n'")):
+        confined_path(tmp_path, "group/exp\n", "sweep name")
+    with pytest.raises(RlpipeError, match="the default run name 'bc-mod:Env-v0' is not a valid name .*; give --out"):
+        confined_path(tmp_path, "bc-mod:Env-v0", "run name", option="--out")
+    assert cli("collect", "--env", "CartPole-v1", "--episodes", "1", "--quiet", "--name", "x", "--store", store).code == 0  # control
+    assert (store / "x").is_dir() and not (store / "x\n").exists()
 
 
 # --- the verification cache is read bounded and never through a link ---------------------

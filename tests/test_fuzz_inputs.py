@@ -11,6 +11,7 @@ import json
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -136,3 +137,252 @@ def test_damaged_checkpoint_through_eval(cli, originals: Path, data: st.DataObje
         assert_works_or_one_line(result, before, files(Path(tmp)))
         if target == "model.safetensors" and not rehash:
             assert result.code == 2 and "do not match their recorded sha256" in result.err, result.err
+
+
+# Schema-driven: every JSON field a command reads from a dataset's metadata.json (lineage and
+# provenance records included), a run's checkpoint.json or its metrics.json, set to each JSON
+# type it does not have, through every command that reads it. Each command works, or refuses
+# with one line (exit 2) and writes nothing; none changes what it reads. About a minute.
+
+JSON_TYPES: dict[str, Any] = {"null": None, "bool": True, "int": 7, "float": 0.5, "string": "x", "list": [1], "object": {"k": 1}}
+
+
+def json_type(value: Any) -> str:
+    """The JSON type name of a parsed value (the keys of JSON_TYPES)."""
+    kinds = {type(None): "null", bool: "bool", int: "int", float: "float", str: "string", list: "list", dict: "object"}
+    return kinds[type(value)]
+
+
+def other_types(value: Any) -> list[str]:
+    """The JSON types a field holding ``value`` (absent: ``MISSING``) is mutated to."""
+    return [name for name in JSON_TYPES if value is MISSING or name != json_type(value)]
+
+
+MISSING = object()
+
+
+def field_at(document: Any, path: tuple[str | int, ...]) -> Any:
+    for key in path:
+        if isinstance(document, dict) and key in document or isinstance(document, list) and isinstance(key, int):
+            document = document[key]
+        else:
+            return MISSING
+    return document
+
+
+def set_field(document: Any, path: tuple[str | int, ...], value: Any) -> None:
+    for key in path[:-1]:
+        document = document[key]
+    document[path[-1]] = value
+
+
+CHEAP = ("show", "inspect", "validate", "lineage", "list")
+ALL_DATA = (*CHEAP, "train", "filter", "export", "report", "ope")
+# (dataset, field path in its metadata.json, the commands that read the field)
+DATASET_FIELDS: list[tuple[str, tuple[str | int, ...], tuple[str, ...]]] = [
+    *[
+        ("data", (key,), ALL_DATA)
+        for key in (
+            "format",
+            "format_version",
+            "name",
+            "multi_agent",
+            "total_episodes",
+            "total_steps",
+            "formats",
+            "files",
+            "content_hash",
+            "kind",
+            "observation_space",
+            "action_space",
+            "env_id",
+        )
+    ],
+    ("data", ("files", "steps/shard-00000.arrow"), CHEAP),
+    ("data", ("files", "steps/shard-00000.arrow", "sha256"), CHEAP),
+    ("data", ("files", "steps/shard-00000.arrow", "bytes"), CHEAP),
+    ("data", ("env_spec",), (*CHEAP, "train", "filter", "export")),
+    ("data", ("eval_env_spec",), (*CHEAP, "train")),
+    ("data", ("producer",), (*CHEAP, "train", "filter", "export", "report")),
+    ("data", ("producer", "algorithm"), (*CHEAP, "filter", "export", "report")),
+    ("data", ("producer", "seed"), (*CHEAP, "filter", "report")),
+    ("data", ("episode_return",), (*CHEAP, "filter")),
+    ("data", ("episode_return", "mean"), (*CHEAP, "filter")),
+    ("data", ("episode_length",), CHEAP),
+    ("data", ("ref_min_score",), (*CHEAP, "train", "export")),
+    ("data", ("num_episodes_average_score",), (*CHEAP, "export")),
+    ("goals", ("info_space",), (*CHEAP, "train", "filter", "relabel", "report")),
+    *[
+        ("m", path, (*CHEAP, "filter", "report"))
+        for path in (
+            ("lineage",),
+            ("lineage", "operation"),
+            ("lineage", "arguments"),
+            ("lineage", "parents"),
+            ("lineage", "parents", 0),
+            ("lineage", "parents", 0, "name"),
+            ("lineage", "parents", 0, "content_hash"),
+            ("lineage", "parents", 0, "lineage"),
+            ("lineage", "parents", 0, "lineage", "parents"),
+            ("lineage", "parents", 1, "producer"),
+        )
+    ],
+    *[
+        ("gh", path, (*CHEAP, "filter", "report"))
+        for path in (("provenance",), ("provenance", "source_dataset"), ("provenance", "source_content_hash"), ("provenance", "k"))
+    ],
+]
+# (field path in checkpoint.json, the commands that read it)
+CHECKPOINT_FIELDS: list[tuple[tuple[str | int, ...], tuple[str, ...]]] = [
+    *[
+        ((key,), ("eval", "export-policy", "ope"))
+        for key in ("format", "algo", "env_id", "env_spec", "weights_file", "sha256", "policy", "action_space", "torch_version")
+    ],
+    *[
+        (path, ("eval", "export-policy", "ope"))
+        for path in (
+            ("policy", "kind"),
+            ("policy", "spec"),
+            ("policy", "spec", "obs_dim"),
+            ("policy", "spec", "act_dim"),
+            ("policy", "spec", "hidden"),
+            ("policy", "spec", "discrete"),
+            ("action_space", "type"),
+            ("action_space", "n"),
+            ("action_space", "start"),
+        )
+    ],
+    (("config",), ("eval", "export-policy", "ope", "report")),
+    (("config", "hidden"), ("report",)),
+]
+METRICS_FIELDS = [
+    (key,)
+    for key in (
+        "algo",
+        "env_id",
+        "eval_return_mean",
+        "eval_return_std",
+        "env_steps",
+        "gradient_updates",
+        "seed",
+        "dataset",
+        "eval_episodes",
+        "wall_seconds",
+        "checkpoint_sha256",
+        "eval_success_rate",
+        "heldout_return_mean",
+    )
+]
+
+
+@pytest.fixture(scope="module")
+def schema_originals(originals: Path) -> Path:
+    """`originals`' run and a small store: `data` (CartPole, Arrow and HDF5), `goals`
+    (GoalWorld, with info columns), `m` (a merge of a filter of `data` with `data`: nested
+    lineage) and `gh` (a HER relabelling of `goals`: provenance)."""
+    from rlpipe.datasets.her import relabel_dataset
+    from rlpipe.datasets.ops import filter_dataset, merge_datasets
+    from rlpipe.datasets.store import open_dataset
+
+    root = originals.parent / "schema"
+    store = root / "store"
+    collect_dataset(store, "CartPole-v1", "data", fmt="both", episodes=3, num_envs=1)
+    collect_dataset(store, "GoalWorld-v0", "goals", fmt="arrow", episodes=2, num_envs=1)
+    filter_dataset("data", "f", min_return=-1e9, store=store)
+    merge_datasets(["f", "data"], "m", store=store)
+    relabel_dataset(open_dataset("goals", store), "gh", strategy="future", k=1, seed=0, store=store)
+    shutil.copytree(originals / "run", root / "run")
+    return root
+
+
+def inputs(tmp: Path) -> dict[str, bytes]:
+    """What a command may read under ``tmp`` (all but the outputs, `out/` and `store/derived/`)."""
+    return {key: value for key, value in files(tmp).items() if not key.startswith(("out/", "store/derived/"))}
+
+
+def run_commands(cli, tmp: Path, names: tuple[str, ...], dataset: str | None = "data") -> None:
+    """Run each named command on the store and run under ``tmp`` (``dataset``: the mutated
+    one, None for a mutated run): it works or refuses in one line, without a traceback; a
+    refusal leaves no output; nothing it reads changes."""
+    store, run, out = tmp / "store", tmp / "run", tmp / "out"
+    name = dataset or "data"
+    short = ("--device", "cpu", "--set", "eval_every=2", "--set", "eval_episodes=1", "--set", "heldout_eval_episodes=0", "--no-progress")
+    cards = ("--datasets", tmp / "alone") if dataset else ()  # the report's store: the mutated dataset alone
+    commands = {
+        "show": (["datasets", "show", name, "--store", store], None),
+        "inspect": (["datasets", "inspect", name, "--store", store], None),
+        "validate": (["datasets", "validate", name, "--store", store], None),
+        "lineage": (["datasets", "lineage", name, "--store", store], None),
+        "list": (["datasets", "list", "--store", store], None),
+        "train": (["train", "bc", "--dataset", name, "--store", store, "--out", out / "bc", "--updates", "2", *short], out / "bc"),
+        "filter": (["datasets", "filter", name, "--name", "derived", "--min-return", "-1e9", "--store", store], store / "derived"),
+        "export": (["datasets", "export", name, "--id", "fuzz/copy-v0", "--store", store], out / "minari" / "fuzz"),
+        "relabel": (["relabel", "her", "--dataset", name, "--k", "1", "--name", "derived", "--store", store], store / "derived"),
+        "report": (["report", run, "--out", out / "report", *cards], out / "report"),
+        "ope": (["ope", "fqe", run, "--dataset", "data", "--store", store, "--updates", "2"], None),
+        "eval": (["eval", run, "--episodes", "1"], None),
+        "export-policy": (["export", run, "--torchscript", out / "policy.pt"], out / "policy.pt"),
+        "scoreboard": (["scoreboard", run, "--datasets", store, "--out", out / "scores"], out / "scores"),
+    }
+    if dataset and "report" in names:
+        shutil.copytree(store / dataset, tmp / "alone" / dataset)
+    out.mkdir(exist_ok=True)
+    for command in names:
+        args, output = commands[command]
+        before = inputs(tmp)
+        result = cli(*args)
+        assert "Traceback" not in result.err, (command, result.err)
+        assert result.code in (0, 2), (command, result.code, result.err)
+        if result.code == 2:
+            assert result.err.startswith("error: ") and result.err.count("\n") == 1, (command, result.err)
+            assert output is None or not output.exists(), (command, "wrote its output on a refusal")
+        assert inputs(tmp) == before, (command, "changed what it reads, or left something behind")
+        for written in (out, store / "derived"):  # the next command starts from the same inputs
+            shutil.rmtree(written, ignore_errors=True)
+        out.mkdir()
+
+
+def field_id(path: tuple[str | int, ...]) -> str:
+    return ".".join(map(str, path))
+
+
+@pytest.mark.parametrize(("dataset", "path", "names"), DATASET_FIELDS, ids=[f"{d}:{field_id(p)}" for d, p, _ in DATASET_FIELDS])
+def test_every_metadata_field_of_every_type(
+    cli, schema_originals: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dataset, path, names
+) -> None:
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "out" / "minari"))
+    original = json.loads((schema_originals / "store" / dataset / "metadata.json").read_text())
+    for kind in other_types(field_at(original, path)):
+        tmp = tmp_path / kind
+        shutil.copytree(schema_originals, tmp)
+        meta = json.loads(json.dumps(original))
+        set_field(meta, path, JSON_TYPES[kind])
+        (tmp / "store" / dataset / "metadata.json").write_text(json.dumps(meta))
+        run_commands(cli, tmp, names, dataset)
+        shutil.rmtree(tmp)
+
+
+@pytest.mark.parametrize(("path", "names"), CHECKPOINT_FIELDS, ids=[field_id(p) for p, _ in CHECKPOINT_FIELDS])
+def test_every_checkpoint_field_of_every_type(cli, schema_originals: Path, tmp_path: Path, path, names) -> None:
+    original = json.loads((schema_originals / "run" / "checkpoint.json").read_text())
+    for kind in other_types(field_at(original, path)):
+        tmp = tmp_path / kind
+        shutil.copytree(schema_originals, tmp)
+        meta = json.loads(json.dumps(original))
+        set_field(meta, path, JSON_TYPES[kind])
+        (tmp / "run" / "checkpoint.json").write_text(json.dumps(meta))
+        run_commands(cli, tmp, names, None)
+        shutil.rmtree(tmp)
+
+
+@pytest.mark.parametrize("path", METRICS_FIELDS, ids=field_id)
+def test_every_metrics_field_of_every_type(cli, schema_originals: Path, tmp_path: Path, path) -> None:
+    original = json.loads((schema_originals / "run" / "metrics.json").read_text())
+    for kind in other_types(field_at(original, path)):
+        tmp = tmp_path / kind
+        shutil.copytree(schema_originals, tmp)
+        metrics = json.loads(json.dumps(original))
+        set_field(metrics, path, JSON_TYPES[kind])
+        (tmp / "run" / "metrics.json").write_text(json.dumps(metrics))
+        run_commands(cli, tmp, ("report", "scoreboard"), None)
+        shutil.rmtree(tmp)

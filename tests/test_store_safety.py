@@ -235,6 +235,71 @@ def test_replace_killed_at_each_step_leaves_old_or_new(store: Path, step: str, s
     assert store_contents(store) == ["data"]
 
 
+SPLIT_STEPS = ["group-synced", "group-committed", "group-first-moved", "group-moved", "group-trash-deleted"]
+
+
+def split_sides(store: Path, first: str) -> dict[str, int | None]:
+    """What a reader of each side sees after a killed split (opening `first` first): its
+    step count, None when it is absent."""
+    seen: dict[str, int | None] = {}
+    for name in ("data-train", "data-val") if first == "train" else ("data-val", "data-train"):
+        try:
+            seen[name] = open_dataset(name, store).metadata["total_steps"]  # recovers first
+        except RlpipeError as exc:
+            assert "not found" in str(exc)
+            seen[name] = None
+    return seen
+
+
+@pytest.mark.parametrize("first", ["train", "val"])
+@pytest.mark.parametrize("force", [False, True])
+@pytest.mark.parametrize("step", SPLIT_STEPS)
+def test_split_killed_at_each_step_leaves_both_sides_or_neither(store: Path, step: str, force: bool, first: str) -> None:
+    write(store)  # 10 episodes of 30 steps: the new sides hold 240 and 60 steps
+    old = {"data-train": None, "data-val": None}
+    if force:  # old sides of 20 steps each, replaced
+        for name in old:
+            old[name] = write(store, name, lengths=(5,) * 4) and 20
+    args = [RLPIPE, "datasets", "split", "data", "--val", "0.25", "--store", str(store), *(["--force"] if force else [])]
+    proc = subprocess.run(args, env={**os.environ, FAULT_ENV: step}, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == FAULT_EXIT_CODE, proc.stderr
+    new = {"data-train": 240, "data-val": 60}
+    assert split_sides(store, first) == (old if step == "group-synced" else new)
+    store_entries(store)  # a listing recovers what is left of every name
+    assert store_contents(store) == ["data", "data-train", "data-val"] if force or step != "group-synced" else ["data"]
+    for name in ("data-train", "data-val"):
+        if (store / name).exists():
+            assert validate_dataset(open_dataset(name, store)) == []
+
+
+SIGKILL_SPLIT = """
+import os, signal, sys
+from rlpipe.datasets import atomic
+from rlpipe.cli.main import main
+real, at = atomic.fault_point, sys.argv[2]
+def kill(step):
+    if step == at:
+        os.kill(os.getpid(), signal.SIGKILL)
+    real(step)
+atomic.fault_point = kill
+sys.argv = ["rlpipe", "datasets", "split", "data", "--val", "0.25", "--store", sys.argv[1]]
+main()
+"""
+
+
+@pytest.mark.parametrize("step", ["group-synced", "group-first-moved"])
+def test_split_sigkilled_between_the_sides_leaves_both_or_neither(store: Path, cli, step: str) -> None:
+    write(store)
+    proc = subprocess.run([sys.executable, "-c", SIGKILL_SPLIT, str(store), step], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    if step == "group-first-moved":  # killed with only the training side renamed into place
+        assert (store / "data-train").is_dir() and not (store / "data-val").exists()
+    listed = cli("datasets", "list", "--store", store)  # the first reader finishes or rolls back the whole split
+    assert listed.code == 0, listed.err
+    assert store_contents(store) == (["data", "data-train", "data-val"] if step == "group-first-moved" else ["data"])
+    assert ("data-val" in listed.out) == ("data-train" in listed.out) == (step == "group-first-moved")
+
+
 def test_remove_is_locked_and_leaves_nothing(store: Path, cli) -> None:
     write(store)
     holder = hold_writer(store, "data")

@@ -8,9 +8,9 @@ from typing import Any
 import typer
 
 from rlpipe.cli.app import TRUST_ENV_SPEC_OPTION, app, seed_option
-from rlpipe.datasets.atomic import check_output_file, json_text
+from rlpipe.datasets.atomic import json_text
 from rlpipe.errors import RlpipeError
-from rlpipe.files import atomic_write_text
+from rlpipe.files import atomic_write_text, check_output_file
 from rlpipe.limits import MAX_NUM_ENVS
 
 
@@ -80,7 +80,7 @@ def collect_command(
     from rlpipe.pipeline.collect import collect_dataset
 
     if metrics is not None:
-        check_output_file(metrics)  # before anything is collected
+        check_output_file(metrics, "--metrics", make_parents=True)  # before anything is collected
     collected = collect_dataset(
         env,
         policy=policy,
@@ -105,6 +105,7 @@ def collect_command(
     )
     summary = collected.summary()
     if metrics is not None:
+        metrics.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(metrics, json_text(summary))
     mean = "n/a (non-finite rewards)" if summary["return_mean"] is None else f"{summary['return_mean']:.2f}"
     typer.echo(f"wrote {collected.path}: {summary['episodes']} episodes, {summary['steps']} steps, mean return {mean}")

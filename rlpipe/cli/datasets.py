@@ -107,7 +107,7 @@ def import_command(
     """Convert a local Minari dataset into an rlpipe dataset."""
     from rlpipe.datasets.minari_io import import_from_minari
 
-    path = import_from_minari(minari_id, name or minari_id.replace("/", "-"), store=store, fmt=fmt, force=force)
+    path = import_from_minari(minari_id, minari_id.replace("/", "-") if name is None else name, store=store, fmt=fmt, force=force)
     typer.echo(f"imported {minari_id} -> {path}")
 
 
@@ -170,18 +170,35 @@ def merge_command(
 
 
 def _episode_ids(text: str) -> list[int]:
-    """`--episodes 3,5,8` or `--episodes @ids.txt` (whitespace- or comma-separated ids)."""
+    """`--episodes 3,5,8` or `--episodes @ids.txt` (whitespace- or comma-separated ids): ids
+    that fit the int64 episode_id column; an @FILE is a regular file of at most
+    MAX_ARGUMENT_FILE_BYTES, read no further (never a device or a FIFO)."""
+    from rlpipe.files import read_limited
+    from rlpipe.limits import MAX_ARGUMENT_FILE_BYTES
+
     if text.startswith("@"):
+        source = text[1:]
         try:
-            text = Path(text[1:]).read_text()
+            raw = read_limited(source, MAX_ARGUMENT_FILE_BYTES, follow_links=True)
         except OSError as exc:
-            raise RlpipeError(f"cannot read episode ids from {text[1:]}: {exc.strerror or exc}") from None
+            raise RlpipeError(f"--episodes: cannot read episode ids from {source}: {exc.strerror or exc}") from None
+        except ValueError:  # a NUL in the name
+            raise RlpipeError(f"--episodes: cannot read episode ids from {source!r}: not a file name") from None
+        try:
+            text = raw.decode()
+        except UnicodeDecodeError:
+            raise RlpipeError(f"--episodes: {source} is not a text file of episode ids") from None
     try:
         ids = [int(part) for part in text.replace(",", " ").split()]
     except ValueError:
         raise RlpipeError("--episodes takes episode ids such as 3,5,8 or @FILE with one id per line") from None
     if not ids:
         raise RlpipeError("--episodes names no episode")
+    outside = next((i for i in ids if not -(2**63) <= i < 2**63), None)
+    if outside is not None:
+        digits = str(outside)
+        shown = digits if len(digits) <= 30 else f"{digits[:12]}...{digits[-6:]} ({len(digits)} digits)"
+        raise RlpipeError(f"--episodes: episode id {shown} is out of range (ids are 64-bit integers, below 2**63)")
     return ids
 
 
@@ -234,8 +251,8 @@ def split_command(
     for path in split_dataset(
         source,
         val,
-        train_name=train_name or f"{source}-train",
-        val_name=val_name or f"{source}-val",
+        train_name=f"{source}-train" if train_name is None else train_name,
+        val_name=f"{source}-val" if val_name is None else val_name,
         seed=seed,
         store=store,
         fmt=fmt,
@@ -264,7 +281,7 @@ def sample_command(
 @datasets_app.command("lineage")
 def lineage_command(name: str = typer.Argument(..., help="Dataset name."), store: Path | None = STORE_OPTION) -> None:
     """Print how a dataset was derived, back to the collections (merge, filter, split, sample, HER)."""
-    from rlpipe.datasets.ops import lineage_lines
+    from rlpipe.datasets.summary import lineage_tree
 
-    for line in lineage_lines(open_dataset(name, store, check_files=False), store):
+    for line in lineage_tree(open_dataset(name, store, check_files=False), store):
         typer.echo(line)

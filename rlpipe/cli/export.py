@@ -7,7 +7,6 @@ from pathlib import Path
 import typer
 
 from rlpipe.cli.app import app
-from rlpipe.errors import RlpipeError
 
 
 @app.command("export")
@@ -19,13 +18,11 @@ def export(
 ) -> None:
     """Export a run's deterministic policy (observation normalisation and action scaling
     included) with its spaces and checkpoint sha256 as metadata."""
-    from rlpipe.pipeline.deploy import export_onnx, export_torchscript
+    from rlpipe.pipeline.deploy import export_policy
 
-    if onnx is None and torchscript is None:
-        raise RlpipeError("nothing to export: give --onnx FILE and/or --torchscript FILE")
-    for path, write in ((onnx, export_onnx), (torchscript, export_torchscript)):
+    metadata = export_policy(run_dir, onnx=onnx, torchscript=torchscript, force=force)  # both files or neither
+    for path in (onnx, torchscript):
         if path is not None:
-            metadata = write(run_dir, path, force=force)
             typer.echo(
                 f"wrote {path} ({metadata['algo']} policy for {metadata['env_id']}, checkpoint {metadata['checkpoint_sha256'][:16]})"
             )

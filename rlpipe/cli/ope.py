@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from rlpipe.cli.app import app, seed_option
+from rlpipe.limits import MAX_UPDATES
 
 ope_app = typer.Typer(help="Off-policy evaluation: score a policy from data, without the env.", no_args_is_help=True)
 app.add_typer(ope_app, name="ope")
@@ -19,7 +20,7 @@ def fqe_command(
     run_dirs: list[Path] = typer.Argument(..., help="Run directories of the policies to evaluate (of one env), fitted together."),
     dataset: str = typer.Option(..., "--dataset", help="Dataset of the policy's env to fit on."),
     store: Path | None = typer.Option(None, "--store", help="Dataset store (default: $RLPIPE_DATASETS or ./datasets)."),
-    updates: int = typer.Option(15_000, "--updates", min=1, help="Gradient updates of the Q-networks."),
+    updates: int = typer.Option(15_000, "--updates", min=1, max=MAX_UPDATES, help="Gradient updates of the Q-networks."),
     gamma: float = typer.Option(0.99, "--gamma", help="Discount of the estimated return."),
     seed: int = seed_option(0, "Seed of the Q-network and the minibatches."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
@@ -33,15 +34,14 @@ def fqe_command(
     from rlpipe.algos import load_policy
     from rlpipe.datasets.loader import load_shards
     from rlpipe.datasets.store import open_dataset
-    from rlpipe.errors import RlpipeError
-    from rlpipe.files import atomic_write_text
-    from rlpipe.pipeline.ope import FQEConfig, fitted_q_evaluation
+    from rlpipe.files import atomic_write_text, check_output_file
+    from rlpipe.pipeline.ope import FQEConfig, fitted_q_evaluation, require_dataset_fits
 
+    if out is not None:
+        check_output_file(out, "--out", make_parents=True)  # before the fit: a refused --out costs nothing and leaves nothing
     policies = [load_policy(run_dir) for run_dir in run_dirs]
     info = open_dataset(dataset, store)
-    for run_dir, policy in zip(run_dirs, policies):
-        if policy.env_id != info.env_id:
-            raise RlpipeError(f"dataset {dataset!r} comes from {info.env_id}, but the policy of {run_dir} acts in {policy.env_id}")
+    require_dataset_fits(policies, info)
     results = fitted_q_evaluation(policies, load_shards(info), FQEConfig(gamma=gamma, updates=updates, seed=seed))
     records = [
         {

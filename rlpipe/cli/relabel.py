@@ -27,6 +27,8 @@ def her_command(
 ) -> None:
     """Write a new dataset with the source transitions plus k HER-relabelled copies of each."""
     info = open_dataset(dataset, store)
-    path = relabel_dataset(info, name or f"{dataset}-her-{strategy}", strategy=strategy, k=k, seed=seed, store=store, force=force)
+    path = relabel_dataset(
+        info, f"{dataset}-her-{strategy}" if name is None else name, strategy=strategy, k=k, seed=seed, store=store, force=force
+    )
     meta = open_dataset(path.name, store).metadata
     typer.echo(f"wrote {path}: {meta['total_steps']} transitions ({info.metadata['total_steps']} original), strategy {strategy}")

@@ -16,6 +16,16 @@ Whatever moment a process dies, `<name>` is complete (old or new) or absent with
 such a trash back and deletes the `.tmp-*`, `.trash-*` and `.rm-*` leftovers of writers that
 are gone: a name whose lock is free has no live writer.
 
+Several directories of one parent that belong together (both sides of a split) are
+published as a group by `commit_group`, all or none: their writer holds every name's lock
+and builds every temporary directory first; then one rename commits the group, moving its
+journal `<parent>/.group-<id>` (the names and their temporary directories, written inside
+the first temporary directory) into place; then each name is published as in steps 3-5 and
+the journal is deleted. Before the commit, recovery deletes the temporaries as above (none
+of the names changed); after it, `recover` of any one of the names rolls the whole group
+forward (it takes the other names' locks, and refuses with a one-line error while one of them
+is in use), so every reader that recovers first sees all of the group new or all of it as before.
+
 Clean-up stays inside what rlpipe owns. A *root* is a directory rlpipe created or found empty
 when it first published there (it writes `.rlpipe-root` into it), or one holding a `.locks`
 folder of lock files only (a store written without the marker). Leftovers of other
@@ -37,12 +47,13 @@ import shutil
 import signal
 import stat
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from rlpipe.errors import RlpipeError
-from rlpipe.files import fsync_path
+from rlpipe.files import fsync_path, read_limited
+from rlpipe.names import confined_path as confined_path  # re-exported: sweep and run names are checked in rlpipe.names
 
 LOCK_DIR = ".locks"
 ROOT_MARKER = ".rlpipe-root"
@@ -51,6 +62,9 @@ LOOSE_LOCK_PREFIX = ".rlpipe-lock-"
 _MAX_LOCK_BYTES = 64  # a lock file holds one pid line; anything larger is not ours to truncate
 TEMP_PREFIX, TRASH_PREFIX, REMOVE_PREFIX = ".tmp-", ".trash-", ".rm-"
 _LEFTOVER_RE = re.compile(r"^\.(tmp|trash|rm)-([0-9a-f]{8})-(.+)$")
+GROUP_PREFIX = ".group-"  # the journal of a group publish (`commit_group`)
+_GROUP_RE = re.compile(r"\.group-[0-9a-f]{8}")
+_GROUP_STAGING = ".rlpipe-group"  # the journal before its commit, inside the group's first temporary directory
 # Test hook: `RLPIPE_FAULT_AT=<step>` kills the process (os._exit) at that step of a publish.
 FAULT_ENV = "RLPIPE_FAULT_AT"
 FAULT_EXIT_CODE = 86
@@ -114,28 +128,6 @@ def _non_finite_keys(value: Any, prefix: str = "") -> list[str]:
     if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
         return [prefix.rstrip(".")]
     return []
-
-
-def confined_path(root: str | os.PathLike, relative: str, what: str) -> Path:
-    """`root / relative` for a relative path that stays under `root` (no absolute path, no
-    empty, `.` or `..` part), else an RlpipeError naming `what` (sweep and run names)."""
-    parts = relative.split("/")  # an absolute path starts with an empty part
-    if any(part in ("", ".", "..") or "\0" in part for part in parts):
-        raise RlpipeError(f"invalid {what} {relative!r}: it must be a relative path inside {root} without '.' or '..' parts")
-    return Path(root, *parts)
-
-
-def check_output_file(path: Path) -> None:
-    """Fail now, before any work, if `path` cannot be written (a directory, no permission)."""
-    if path.is_dir():
-        raise RlpipeError(f"cannot write {path}: it is a directory")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        probe = path.with_name(f"{TEMP_PREFIX}{uuid.uuid4().hex[:8]}-{path.name}")
-        probe.touch()
-        probe.unlink()
-    except OSError as exc:
-        raise RlpipeError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def is_root(parent: Path) -> bool:
@@ -288,7 +280,7 @@ def _leftovers(parent: Path) -> list[tuple[str, str, Path]]:
         return []
     found = []
     for entry in entries:
-        match = _LEFTOVER_RE.match(entry.name)
+        match = _LEFTOVER_RE.fullmatch(entry.name)
         if match:
             found.append((match.group(1), match.group(3), Path(entry.path)))
     return found
@@ -297,9 +289,15 @@ def _leftovers(parent: Path) -> list[tuple[str, str, Path]]:
 def recover(parent: Path, name: str, is_complete: Callable[[Path], bool]) -> None:
     """Finish or roll back an interrupted publish or removal of `name`; the caller holds its lock.
 
-    A missing `name` with a complete trash beside it is the old version of an interrupted
-    replace: it is renamed back. Every other leftover of `name` is deleted.
+    A committed group publish that names `name` is finished first, for all of its names
+    (`commit_group`). A missing `name` with a complete trash beside it is the old version of
+    an interrupted replace: it is renamed back. Every other leftover of `name` is deleted.
     """
+    _finish_groups(parent, name, is_complete)
+    _recover_one(parent, name, is_complete)
+
+
+def _recover_one(parent: Path, name: str, is_complete: Callable[[Path], bool]) -> None:
     final = parent / name
     mine = [(kind, path) for kind, other, path in _leftovers(parent) if other == name]
     if not os.path.lexists(final):
@@ -315,6 +313,88 @@ def recover(parent: Path, name: str, is_complete: Callable[[Path], bool]) -> Non
             path.unlink()
 
 
+def _journals(parent: Path) -> list[tuple[Path, list[tuple[str, str]] | None]]:
+    """Every group journal in `parent` with its (name, temporary directory) members, None for
+    one that is unreadable (a journal is complete when committed, so that is damage)."""
+    try:
+        entries = [Path(entry.path) for entry in os.scandir(parent) if _GROUP_RE.fullmatch(entry.name)]
+    except OSError:
+        return []
+    return [(path, _read_journal(path)) for path in entries]
+
+
+def _read_journal(path: Path) -> list[tuple[str, str]] | None:
+    try:
+        data = json.loads(read_limited(path))
+    except (OSError, ValueError, RecursionError):
+        return None
+    raw = data.get("members") if isinstance(data, dict) else None
+    if not isinstance(raw, list) or not raw:
+        return None
+    members: list[tuple[str, str]] = []
+    for member in raw:
+        name, temp = (member.get("name"), member.get("temp")) if isinstance(member, dict) else (None, None)
+        match = _LEFTOVER_RE.fullmatch(temp) if isinstance(temp, str) else None
+        if not match or match.group(1) != "tmp" or match.group(3) != name or "/" in match.group(3) or match.group(3) in (".", ".."):
+            return None  # not one of ours: never rename what it names
+        members.append((match.group(3), match.group(0)))
+    return members
+
+
+def _finish_groups(parent: Path, name: str, is_complete: Callable[[Path], bool]) -> None:
+    """Roll forward every committed group publish that names `name` (whose lock the caller
+    holds), under the locks of its other names: a one-line error if one is in use."""
+    for journal, members in _journals(parent):
+        names = [member for member, _ in members or []]
+        if name not in names:
+            continue
+        held: list[int] = []
+        try:
+            for other in sorted(set(names) - {name}):
+                fd = try_lock(parent, other, create=False)
+                if fd is None:
+                    raise RlpipeError(
+                        f"an interrupted publish of {', '.join(map(repr, names))} in {parent} cannot be finished while "
+                        f"{other!r} is in use by another process; try again"
+                    )
+                held.append(fd)
+            _finish_group(parent, journal, members or [])
+            for other in set(names) - {name}:
+                _recover_one(parent, other, is_complete)
+        except OSError as exc:
+            raise RlpipeError(
+                f"cannot finish the interrupted publish of {', '.join(map(repr, names))} in {parent}: {exc.strerror or exc}"
+            ) from None
+        finally:
+            for fd in held:
+                unlock(fd)
+
+
+def _finish_group(parent: Path, journal: Path, members: list[tuple[str, str]], faults: bool = False) -> None:
+    """Move every member's temporary directory that is still there into place (its old
+    version to a trash), delete those trashes, then the journal (the caller holds every lock)."""
+    trashes = []
+    for i, (name, temp) in enumerate(members):
+        staged, final = parent / temp, parent / name
+        if staged.is_dir() and not staged.is_symlink():
+            if os.path.lexists(final):
+                trash = final.with_name(f"{TRASH_PREFIX}{uuid.uuid4().hex[:8]}-{name}")
+                os.rename(final, trash)
+                trashes.append(trash)
+            os.rename(staged, final)
+        if faults and i == 0:
+            fault_point("group-first-moved")
+    fsync_path(parent)
+    if faults:
+        fault_point("group-moved")
+    for trash in trashes:
+        delete_directory(trash)
+    if faults:
+        fault_point("group-trash-deleted")
+    journal.unlink(missing_ok=True)
+    fsync_path(parent)
+
+
 def recover_name(parent: Path, name: str, is_complete: Callable[[Path], bool]) -> None:
     """What a reader of `parent/name` does first: `recover` it if rlpipe ever wrote it there (its
     lock file exists) and no writer holds it. Best effort: a read-only directory or a lock
@@ -328,18 +408,29 @@ def recover_name(parent: Path, name: str, is_complete: Callable[[Path], bool]) -
     if fd is None:
         return
     try:
-        recover(parent, name, is_complete)
+        recover(parent, name, is_complete)  # a group it cannot finish now is a one-line error: never half a group
     finally:
         unlock(fd)
 
 
 def recover_all(parent: Path, is_complete: Callable[[Path], bool], skip: str | None = None) -> None:
     """`recover_name` every name with leftovers in `parent`, only if `parent` is a root (see
-    `is_root`): in any other folder, entries named like ours may be another program's."""
+    `is_root`): in any other folder, entries named like ours may be another program's. A
+    group journal none of whose temporary directories is left is then deleted (its group
+    was published, or was never committed)."""
     if not is_root(parent):
         return
     for name in sorted({other for _, other, _ in _leftovers(parent)} - {skip}):
-        recover_name(parent, name, is_complete)
+        try:
+            recover_name(parent, name, is_complete)
+        except RlpipeError:  # a group whose other names are in use: whoever holds them finishes it
+            pass
+    for journal, members in _journals(parent):
+        if not any(os.path.lexists(parent / temp) for _, temp in members or []):
+            try:
+                journal.unlink()
+            except OSError:
+                pass
 
 
 def delete_directory(path: Path) -> None:
@@ -373,8 +464,9 @@ class StagedDirectory:
     """A directory built under a temporary name and published atomically by `commit`.
 
     Holds `final`'s lock from construction to `commit`/`abort`; construction recovers
-    leftovers of dead writers in the same parent. `check` runs under the lock before
-    anything is created (e.g. "exists and no --force").
+    leftovers of dead writers in the same parent. `check` (e.g. "exists and no --force")
+    runs first, before anything is made (so a refused name leaves no parent, root marker or
+    lock file behind), and again under the lock before the temporary directory is made.
     """
 
     def __init__(
@@ -386,6 +478,8 @@ class StagedDirectory:
     ) -> None:
         if final.name in ("", ".", ".."):
             raise RlpipeError(f"refusing to write {what}: {final} names no entry of a directory (a root, '.' or '..')")
+        if check is not None:
+            check(final)  # first before anything is made (a parent, a root marker, a lock file); again under the lock
         self.final = final
         self._is_complete = is_complete
         parent = final.parent
@@ -427,3 +521,42 @@ class StagedDirectory:
         if self._lock is not None:
             unlock(self._lock)
             self._lock = None
+
+
+def commit_group(stages: Sequence[StagedDirectory]) -> list[Path]:
+    """Publish staged directories of one parent together, all or none (module doc), and
+    release their locks. Before the commit a failure leaves them to their `abort`; after it
+    they are published, by this process or by the next one that recovers one of their names."""
+    if len(stages) == 1:
+        return [stages[0].commit()]
+    parent = stages[0].final.parent
+    if any(stage.final.parent != parent for stage in stages) or len({stage.final.name.lower() for stage in stages}) < len(stages):
+        raise ValueError("a group publishes entries of one directory whose names differ in more than case")
+    check_interrupted()
+    for stage in stages:
+        fsync_tree(stage.path)
+    fault_point("group-synced")
+    members = [(stage.final.name, stage.path.name) for stage in stages]
+    staging, journal = stages[0].path / _GROUP_STAGING, parent / f"{GROUP_PREFIX}{uuid.uuid4().hex[:8]}"
+    fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        os.write(fd, json.dumps({"members": [{"name": name, "temp": temp} for name, temp in members]}).encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.rename(staging, journal)  # the commit
+    try:
+        fsync_path(parent)
+        fsync_path(stages[0].path)
+        fault_point("group-committed")
+        _finish_group(parent, journal, members, faults=True)
+    except BaseException:
+        try:  # committed: finish now if possible (a signal, a transient error), never roll back
+            _finish_group(parent, journal, members)
+        except BaseException:
+            pass  # the next process that recovers one of the names finishes it
+        raise
+    finally:
+        for stage in stages:
+            stage._release()
+    return [stage.final for stage in stages]

@@ -20,7 +20,7 @@ import numpy as np
 from rlpipe.datasets.hdf5 import MINARI_METADATA_KEYS
 from rlpipe.datasets.loader import TransitionArrays, load_shards
 from rlpipe.datasets.schema import Columnar, map_columnar
-from rlpipe.datasets.store import DatasetInfo, check_name
+from rlpipe.datasets.store import METADATA_FILE, DatasetInfo, check_name
 from rlpipe.datasets.writer import write_rows
 from rlpipe.envs import recorded_env_id
 from rlpipe.envs.goals import GOAL_KEYS
@@ -191,7 +191,8 @@ def relabel_dataset(
     check_seed(seed, "--seed")
     copies = 1 if strategy == "final" else k
     check_goal_space(info.observation_space, info.name)
-    env_id = recorded_env_id(info.env_id, info.metadata.get("env_spec"), f"dataset {info.name!r}") if info.env_id else None
+    where = f"{info.path / METADATA_FILE} 'env_spec'"
+    env_id = recorded_env_id(info.env_id, info.metadata.get("env_spec"), f"dataset {info.name!r}", where) if info.env_id else None
     compute_reward, compute_terminated = goal_functions(env_id)
     data = load_shards(info)
     _check_output_size(len(data), copies)

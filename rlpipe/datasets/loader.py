@@ -19,11 +19,11 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pyarrow as pa
-from minari.serialization import deserialize_space
 
 from rlpipe.datasets.checks import RowChecks, batch_problems
 from rlpipe.datasets.schema import INFO_COLUMNS, Columnar, concat_columnar, from_arrow, scalar_from_arrow, step_schema
-from rlpipe.datasets.store import DatasetInfo, open_dataset
+from rlpipe.datasets.store import METADATA_FILE, DatasetInfo, open_dataset
+from rlpipe.envs.spaces import space_from_json
 from rlpipe.errors import RlpipeError
 from rlpipe.files import MAX_JSON_BYTES, atomic_write_text, read_limited, sha256_file
 
@@ -148,7 +148,7 @@ class ShardVerifier:
             self.cache_path.parent.mkdir(exist_ok=True)
             if self.cache_path.parent.is_symlink():  # never write through a link out of the store
                 return
-            atomic_write_text(self.cache_path, json.dumps(self.cache, sort_keys=True))
+            atomic_write_text(self.cache_path, json.dumps(self.cache, sort_keys=True), write_through=False)
         except OSError:
             pass
 
@@ -184,9 +184,16 @@ def _columns(
 
 
 def info_space_of(info: DatasetInfo) -> gym.spaces.Dict | None:
-    """The space of a dataset's `info`/`next_info` columns (None when it stores no infos)."""
+    """The space of a dataset's `info`/`next_info` columns (None when it stores no infos);
+    opening the dataset checked it (`rlpipe.datasets.store`)."""
     serialized = info.metadata.get("info_space")
-    return None if serialized is None else deserialize_space(serialized)
+    if serialized is None:
+        return None
+    where = f"{info.path / METADATA_FILE} 'info_space'"
+    space = space_from_json(serialized, where)
+    if not isinstance(space, gym.spaces.Dict):
+        raise RlpipeError(f"{where} is a {type(space).__name__} space, not a Dict of info keys")
+    return space
 
 
 def read_shard(

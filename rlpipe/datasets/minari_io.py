@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from rlpipe.datasets.atomic import StagedDirectory
 from rlpipe.datasets.hdf5 import MINARI_METADATA_KEYS, check_minari_id, default_minari_id, minari_metadata, write_minari_layout
 from rlpipe.datasets.loader import info_space_of
 from rlpipe.datasets.schema import Columnar, concat_columnar, info_value_space, map_columnar
-from rlpipe.datasets.store import MINARI_DIR, MINARI_METADATA_FILE, DatasetInfo, check_name
+from rlpipe.datasets.store import MINARI_DIR, MINARI_HDF5_FILE, MINARI_METADATA_FILE, DatasetInfo, check_name
 from rlpipe.datasets.validate import require_valid
 from rlpipe.datasets.writer import write_rows
 from rlpipe.errors import RlpipeError
@@ -119,29 +120,43 @@ def _select_infos(infos: dict[str, Any], space: gym.spaces.Dict, episode: int) -
     return out
 
 
-def _episode_rows(minari_dataset: Any, info_space: gym.spaces.Dict | None, batch_episodes: int) -> Iterator[dict[str, Columnar]]:
-    """Row batches of the non-empty episodes, numbered 0, 1, 2, ... in Minari's order."""
+# What h5py, Minari and NumPy raise for a damaged or truncated source (h5py: OSError, KeyError,
+# RuntimeError; Minari's decoding: AssertionError, TypeError; arrays of ragged data: ValueError).
+_READ_ERRORS = (OSError, KeyError, RuntimeError, AssertionError, TypeError, ValueError, IndexError, AttributeError)
+
+
+@contextmanager
+def _reading(minari_dataset: Any, dataset_id: str) -> Iterator[None]:
+    """Turn the errors of reading a damaged Minari dataset (a truncated HDF5 file, ...) into
+    one RlpipeError naming its data files."""
+    try:
+        yield
+    except _READ_ERRORS as exc:
+        data_path = getattr(getattr(minari_dataset, "storage", None), "data_path", None)
+        where: Any = dataset_id
+        if data_path is not None:  # the HDF5 backend's one file, else the Arrow backend's folder
+            where = Path(data_path) / MINARI_HDF5_FILE if (Path(data_path) / MINARI_HDF5_FILE).is_file() else data_path
+        reason = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+        raise RlpipeError(f"cannot read Minari dataset {dataset_id!r} ({where}): damaged or truncated ({reason})") from None
+
+
+def _episode_rows(
+    minari_dataset: Any, info_space: gym.spaces.Dict | None, batch_episodes: int, dataset_id: str = "the source"
+) -> Iterator[dict[str, Columnar]]:
+    """Row batches of the non-empty episodes, numbered 0, 1, 2, ... in Minari's order; a
+    damaged source is one RlpipeError (`_reading`)."""
     parts: list[dict[str, Columnar]] = []
     number = 0
-    for episode in minari_dataset.iterate_episodes():
-        length = len(episode.rewards)
-        if length == 0:
+    with _reading(minari_dataset, dataset_id):
+        episodes = iter(minari_dataset.iterate_episodes())
+    while True:
+        with _reading(minari_dataset, dataset_id):
+            episode = next(episodes, None)
+            if episode is None:
+                break
+            part = _episode_part(episode, number, info_space)
+        if part is None:
             continue
-        observations = episode.observations
-        part = {
-            "episode_id": np.full(length, number, dtype=np.int64),
-            "step": np.arange(length, dtype=np.int32),
-            "obs": map_columnar(observations, lambda a: np.asarray(a)[:-1]),
-            "action": np.asarray(episode.actions),
-            "reward": np.asarray(episode.rewards, dtype=np.float32),
-            "next_obs": map_columnar(observations, lambda a: np.asarray(a)[1:]),
-            "terminated": np.asarray(episode.terminations, dtype=bool),
-            "truncated": np.asarray(episode.truncations, dtype=bool),
-        }
-        if info_space is not None:
-            infos = _select_infos(episode.infos, info_space, episode.id)
-            part["info"] = map_columnar(infos, lambda a: a[:-1])
-            part["next_info"] = map_columnar(infos, lambda a: a[1:])
         parts.append(part)
         number += 1
         if len(parts) == batch_episodes:
@@ -149,6 +164,29 @@ def _episode_rows(minari_dataset: Any, info_space: gym.spaces.Dict | None, batch
             parts = []
     if parts:
         yield {key: concat_columnar([part[key] for part in parts]) for key in parts[0]}
+
+
+def _episode_part(episode: Any, number: int, info_space: gym.spaces.Dict | None) -> dict[str, Columnar] | None:
+    """One Minari episode's rows as episode `number` (None for an empty episode)."""
+    length = len(episode.rewards)
+    if length == 0:
+        return None
+    observations = episode.observations
+    part = {
+        "episode_id": np.full(length, number, dtype=np.int64),
+        "step": np.arange(length, dtype=np.int32),
+        "obs": map_columnar(observations, lambda a: np.asarray(a)[:-1]),
+        "action": np.asarray(episode.actions),
+        "reward": np.asarray(episode.rewards, dtype=np.float32),
+        "next_obs": map_columnar(observations, lambda a: np.asarray(a)[1:]),
+        "terminated": np.asarray(episode.terminations, dtype=bool),
+        "truncated": np.asarray(episode.truncations, dtype=bool),
+    }
+    if info_space is not None:
+        infos = _select_infos(episode.infos, info_space, episode.id)
+        part["info"] = map_columnar(infos, lambda a: a[:-1])
+        part["next_info"] = map_columnar(infos, lambda a: a[1:])
+    return part
 
 
 def _minari_extras(source: Any) -> dict[str, Any]:
@@ -173,25 +211,28 @@ def import_from_minari(dataset_id: str, name: str, *, store: Any = None, fmt: st
         source = minari.load_dataset(check_minari_id(dataset_id))
     except (FileNotFoundError, ValueError) as exc:
         raise RlpipeError(f"cannot open Minari dataset {dataset_id!r}: {exc}") from None
-    env_spec = source.env_spec
-    producer = {
-        "algorithm": source.storage.metadata.get("algorithm_name") or "unknown",
-        "imported_from": f"minari:{dataset_id}",
-        "minari_version": source.minari_version,
-        "checkpoint_sha256": None,
-    }
-    first = next(iter(source.iterate_episodes(source.episode_indices[:1])), None)
-    info_space = None if first is None else _info_space(first.infos or {}, len(first.rewards) + 1)
+    with _reading(source, dataset_id):  # Minari opens its data files lazily: a damaged one fails here or below
+        env_spec = source.env_spec
+        producer = {
+            "algorithm": source.storage.metadata.get("algorithm_name") or "unknown",
+            "imported_from": f"minari:{dataset_id}",
+            "minari_version": source.minari_version,
+            "checkpoint_sha256": None,
+        }
+        first = next(iter(source.iterate_episodes(source.episode_indices[:1])), None)
+        info_space = None if first is None else _info_space(first.infos or {}, len(first.rewards) + 1)
+        extra = _minari_extras(source)
+        observation_space, action_space = source.observation_space, source.action_space
     return write_rows(
         name,
-        _episode_rows(source, info_space, batch_episodes=1000),
-        source.observation_space,
-        source.action_space,
+        _episode_rows(source, info_space, batch_episodes=1000, dataset_id=dataset_id),
+        observation_space,
+        action_space,
         env_id=env_spec.id if env_spec is not None else None,
         env_spec=env_spec.to_json() if env_spec is not None else None,  # the source's time limit and kwargs, not ours
         info_space=info_space,
         producer=producer,
-        extra=_minari_extras(source),
+        extra=extra,
         store=store,
         fmt=fmt,
         force=force,

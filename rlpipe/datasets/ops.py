@@ -5,6 +5,15 @@ lengths, returns: two scalar columns), then streams the chosen rows shard by sha
 the one atomic, verified writer, so memory is bounded by a shard, not by the dataset.
 Episodes keep their source order and are numbered 0, 1, 2, ... in the result.
 
+A parent must pass every check loading runs (`rlpipe.datasets.loader.ShardVerifier`: its
+files, each shard's sha256, the row checks, and the row and episode counts of its metadata)
+before anything is written: the index is built by reading every shard through the verifier,
+which checks the counts once the last shard is read, and the rows written are read through
+it again. A parent that fails is a one-line error naming it and the problem, and nothing is
+written. Every output name is checked, and locked, before the first row is written; `split`
+publishes its two sides as one group (`rlpipe.datasets.writer.publish_together`): both or
+neither, whatever moment the process dies.
+
 The result's `metadata.json` records its `lineage`: the operation, its arguments and each
 parent's name and content hash together with the parent's own lineage (or, for a
 collection, its producer), so the tree back to the collections survives even when a parent
@@ -16,6 +25,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterator, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,8 +36,9 @@ from rlpipe.datasets.hdf5 import MINARI_METADATA_KEYS
 from rlpipe.datasets.loader import ShardVerifier, info_space_of
 from rlpipe.datasets.schema import Columnar, map_columnar
 from rlpipe.datasets.store import DatasetInfo, check_name, open_dataset, store_root
-from rlpipe.datasets.writer import DatasetWriter
+from rlpipe.datasets.writer import DatasetWriter, publish_together
 from rlpipe.errors import RlpipeError
+from rlpipe.names import check_distinct
 
 OPERATIONS = ("merge", "filter", "split", "sample")
 
@@ -45,7 +56,8 @@ class EpisodeIndex:
 
 
 def episode_index(info: DatasetInfo) -> EpisodeIndex:
-    """The episodes of `info`, read from its verified shards one at a time."""
+    """The episodes of `info`, read from its verified shards one at a time (every check
+    loading runs, the counts of metadata included)."""
     verifier = ShardVerifier(info)
     ids, lengths, returns = [], [], []
     for rel in info.shard_rels:
@@ -57,7 +69,7 @@ def episode_index(info: DatasetInfo) -> EpisodeIndex:
         ids.append(episode_id[starts])
         lengths.append(np.diff(np.r_[starts, len(episode_id)]))
         returns.append(np.add.reduceat(np.asarray(columns["reward"], dtype=np.float64), starts))
-    verifier.save()
+    verifier.finish()  # the counts of metadata, as loading checks them
     if not ids:
         raise RlpipeError(f"dataset {info.name!r} holds no rows")
     episode_id = np.concatenate(ids)
@@ -90,7 +102,7 @@ def _selected_rows(selection: Selection, first_new_id: int) -> Iterator[dict[str
             rows = {key: map_columnar(value, lambda a, keep=keep: a[keep]) for key, value in columns.items()}
             rows["episode_id"] = position[keep].astype(np.int64) + first_new_id
             yield rows
-    verifier.save()
+    verifier.finish()
 
 
 def _lineage_node(info: DatasetInfo) -> dict[str, Any]:
@@ -118,34 +130,53 @@ def _check_compatible(infos: Sequence[DatasetInfo]) -> None:
                 raise RlpipeError(f"datasets {infos[0].name!r} and {info.name!r} differ in {key.replace('_', ' ')}: they cannot be merged")
 
 
+@dataclass(frozen=True)
+class Output:
+    """One dataset an operation writes: its name, the episodes it takes from each source (in
+    order) and the arguments its lineage records."""
+
+    name: str
+    selections: Sequence[Selection]
+    arguments: dict[str, Any]
+
+
 def _write(
-    name: str,
-    selections: Sequence[Selection],
+    outputs: Sequence[Output],
     operation: str,
-    arguments: dict[str, Any],
     *,
     store: str | os.PathLike | None,
     fmt: str,
     force: bool,
-) -> Path:
-    """Write the selected episodes of every source, in order, as dataset `name`."""
-    if sum(len(s.episode_ids) for s in selections) == 0:
-        raise RlpipeError(f"the {operation} would leave dataset {name!r} empty")
-    infos = list(dict.fromkeys(s.info.path for s in selections))
-    parents = [next(s.info for s in selections if s.info.path == path) for path in infos]
+) -> list[Path]:
+    """Write each output's selected episodes of every source, in order. Every output's name is
+    checked and locked before the first row is written, and several outputs are published
+    together (all or none)."""
+    for output in outputs:
+        if sum(len(s.episode_ids) for s in output.selections) == 0:
+            raise RlpipeError(f"the {operation} would leave dataset {output.name!r} empty")
+    with ExitStack() as stack:  # a writer that is not published is aborted: nothing is left
+        writers = [stack.enter_context(_writer(output, store=store, fmt=fmt, force=force)) for output in outputs]
+        for output, writer in zip(outputs, writers):
+            next_id = 0
+            for selection in output.selections:
+                for rows in _selected_rows(selection, next_id):
+                    writer.write(rows)
+                next_id += len(selection.episode_ids)
+            producer, extra = _record(output, operation)
+            writer.prepare(producer, extra)
+        return publish_together(writers)
+
+
+def _parents(output: Output) -> list[DatasetInfo]:
+    paths = list(dict.fromkeys(s.info.path for s in output.selections))
+    return [next(s.info for s in output.selections if s.info.path == path) for path in paths]
+
+
+def _writer(output: Output, *, store: str | os.PathLike | None, fmt: str, force: bool) -> DatasetWriter:
+    parents = _parents(output)
     first = parents[0]
-    kind = "transitions" if any(p.metadata.get("kind") == "transitions" for p in parents) else "episodes"
-    shared = {
-        key: first.metadata[key]
-        for key in MINARI_METADATA_KEYS
-        if key in first.metadata and all(p.metadata.get(key) == first.metadata[key] for p in parents)
-    }
-    producer = (
-        {**first.metadata["producer"], "derived_by": operation} if len(parents) == 1 else {"algorithm": operation, "derived_by": operation}
-    )
-    lineage = {"operation": operation, "arguments": arguments, "parents": [_lineage_node(p) for p in parents]}
-    with DatasetWriter(
-        name,
+    return DatasetWriter(
+        output.name,
         first.observation_space,
         first.action_space,
         env_id=first.env_id,
@@ -154,14 +185,24 @@ def _write(
         fmt=fmt,
         force=force,
         info_space=info_space_of(first),
-        kind=kind,
-    ) as writer:
-        next_id = 0
-        for selection in selections:
-            for rows in _selected_rows(selection, next_id):
-                writer.write(rows)
-            next_id += len(selection.episode_ids)
-        return writer.finalize(producer, {"lineage": lineage, **shared})
+        kind="transitions" if any(p.metadata.get("kind") == "transitions" for p in parents) else "episodes",
+    )
+
+
+def _record(output: Output, operation: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The producer and the extra metadata (lineage, Minari keys its parents share) of an output."""
+    parents = _parents(output)
+    first = parents[0]
+    shared = {
+        key: first.metadata[key]
+        for key in MINARI_METADATA_KEYS
+        if key in first.metadata and all(p.metadata.get(key) == first.metadata[key] for p in parents)
+    }
+    producer = (
+        {**first.metadata["producer"], "derived_by": operation} if len(parents) == 1 else {"algorithm": operation, "derived_by": operation}
+    )
+    lineage = {"operation": operation, "arguments": output.arguments, "parents": [_lineage_node(p) for p in parents]}
+    return producer, {"lineage": lineage, **shared}
 
 
 def _open_sources(names: Sequence[str], store: str | os.PathLike | None) -> list[DatasetInfo]:
@@ -171,12 +212,14 @@ def _open_sources(names: Sequence[str], store: str | os.PathLike | None) -> list
 
 
 def _check_new(names: Sequence[str], store: str | os.PathLike | None, force: bool) -> None:
-    """Refuse before anything is written when an output name is taken (or given twice)."""
-    if len(set(names)) < len(names):
-        raise RlpipeError(f"the output names {', '.join(names)} must differ")
+    """Refuse before anything is read or written when an output name is invalid, taken, or
+    given twice (differing only in case counts as twice)."""
+    for name in names:
+        check_name(name)
+    check_distinct(names, "output name")
     root = store_root(store)
     for name in names:
-        if os.path.lexists(root / check_name(name)) and not force:
+        if os.path.lexists(root / name) and not force:
             raise RlpipeError(f"dataset {name!r} already exists in {root} (use --force to replace it)")
 
 
@@ -223,7 +266,8 @@ def merge_datasets(
             taken = _take_steps(index, rng.permutation(len(index)), target) if target else np.array([], dtype=np.int64)
             selections.append(Selection(info, np.sort(index.episode_id[taken])))
         arguments.update(weights=[float(w) for w in weights], seed=seed)
-    return _write(name, selections, "merge", arguments, store=store, fmt=fmt, force=force)
+    (path,) = _write([Output(name, selections, arguments)], "merge", store=store, fmt=fmt, force=force)
+    return path
 
 
 def parse_top(value: str) -> tuple[float | None, int | None]:
@@ -292,7 +336,8 @@ def filter_dataset(
             )
         keep &= np.isin(index.episode_id, wanted)
         arguments["episodes"] = wanted.tolist()
-    return _write(name, [Selection(info, index.episode_id[keep])], "filter", arguments, store=store, fmt=fmt, force=force)
+    (path,) = _write([Output(name, [Selection(info, index.episode_id[keep])], arguments)], "filter", store=store, fmt=fmt, force=force)
+    return path
 
 
 def split_dataset(
@@ -321,12 +366,11 @@ def split_dataset(
     val = np.zeros(len(index), dtype=bool)
     val[np.random.default_rng(seed).permutation(len(index))[:val_count]] = True
     arguments = {"source": source, "val": val_fraction, "seed": seed}
-    train_path = _write(
-        train_name, [Selection(info, index.episode_id[~val])], "split", {**arguments, "side": "train"}, store=store, fmt=fmt, force=force
-    )
-    val_path = _write(
-        val_name, [Selection(info, index.episode_id[val])], "split", {**arguments, "side": "val"}, store=store, fmt=fmt, force=force
-    )
+    sides = [
+        Output(train_name, [Selection(info, index.episode_id[~val])], {**arguments, "side": "train"}),
+        Output(val_name, [Selection(info, index.episode_id[val])], {**arguments, "side": "val"}),
+    ]
+    train_path, val_path = _write(sides, "split", store=store, fmt=fmt, force=force)  # both sides or neither
     return train_path, val_path
 
 
@@ -359,7 +403,10 @@ def sample_dataset(
             raise RlpipeError(f"--steps must be in 1..{total} (the steps of {source!r}), got {steps}")
         taken = _take_steps(index, order, steps)  # type: ignore[arg-type]
     arguments = {"source": source, "seed": seed, **({"episodes": episodes} if episodes is not None else {"steps": steps})}
-    return _write(name, [Selection(info, np.sort(index.episode_id[taken]))], "sample", arguments, store=store, fmt=fmt, force=force)
+    (path,) = _write(
+        [Output(name, [Selection(info, np.sort(index.episode_id[taken]))], arguments)], "sample", store=store, fmt=fmt, force=force
+    )
+    return path
 
 
 def lineage_lines(info: DatasetInfo, store: str | os.PathLike | None = None) -> list[str]:

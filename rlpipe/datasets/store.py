@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
-from minari.serialization import deserialize_space
 
+from rlpipe import names
 from rlpipe.datasets import atomic
 from rlpipe.datasets.schema import FORMAT_NAME, FORMAT_VERSION, step_schema
+from rlpipe.envs.spaces import space_from_json
 from rlpipe.errors import RlpipeError
 from rlpipe.files import loads_json, read_limited, sha256_file
 
@@ -31,9 +32,6 @@ STEPS_DIR = "steps"
 MINARI_DIR = "data"
 MINARI_HDF5_FILE = "main_data.hdf5"
 MINARI_METADATA_FILE = f"{MINARI_DIR}/metadata.json"
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-# Names Windows reserves for devices, with or without an extension.
-_RESERVED = {"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(10)), *(f"LPT{i}" for i in range(10))}
 # Paths a dataset's `files` may name: a plain file name in steps/ or data/.
 _FILE_KEY_RE = re.compile(r"^(steps|data)/[A-Za-z0-9][A-Za-z0-9._-]*$")
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -50,15 +48,9 @@ def store_root(store: str | os.PathLike | None = None) -> Path:
 
 
 def check_name(name: str) -> str:
-    """Return `name` if it is a valid dataset name (no path separators, no `..`, no name
-    Windows reserves), else raise."""
-    if not _NAME_RE.match(name) or ".." in name:
-        raise RlpipeError(
-            f"invalid dataset name {name!r}: use letters, digits, '-', '_' and '.', starting with a letter or digit, without '/' or '..'"
-        )
-    if name.split(".")[0].upper() in _RESERVED:
-        raise RlpipeError(f"invalid dataset name {name!r}: {name.split('.')[0]} is a reserved device name on Windows")
-    return name
+    """Return `name` if it is a valid dataset name (`rlpipe.names`: the one pattern of
+    dataset, run and sweep names), else raise."""
+    return names.check_name(name, "dataset name")
 
 
 def is_dataset_dir(path: Path) -> bool:
@@ -103,11 +95,11 @@ class DatasetInfo:
 
     @property
     def observation_space(self) -> gym.Space:
-        return deserialize_space(self.metadata["observation_space"])
+        return space_from_json(self.metadata["observation_space"], f"{self.path / METADATA_FILE} 'observation_space'")
 
     @property
     def action_space(self) -> gym.Space:
-        return deserialize_space(self.metadata["action_space"])
+        return space_from_json(self.metadata["action_space"], f"{self.path / METADATA_FILE} 'action_space'")
 
     @property
     def env_id(self) -> str | None:
@@ -185,8 +177,9 @@ def _metadata_problem(metadata: dict[str, Any], dir_name: str) -> str | None:
             return f"{key!r} is missing or not a {'non-negative integer below 2**63' if kind is int else kind.__name__}"
     if metadata["name"] != dir_name:
         return f"it names dataset {metadata['name']!r}, but its directory is {dir_name!r}"
-    if not isinstance(metadata.get("env_id"), (str, type(None))):
-        return "'env_id' is not a string or null"
+    for key in ("env_id", "env_spec", "eval_env_spec"):
+        if not isinstance(metadata.get(key), (str, type(None))):
+            return f"{key!r} is not a string or null"
     kind = metadata.get("kind", "episodes")
     if kind not in ("episodes", "transitions"):
         return f"unknown kind {kind!r}"
@@ -198,24 +191,85 @@ def _metadata_problem(metadata: dict[str, Any], dir_name: str) -> str | None:
     if not all(fmt in ("arrow", "hdf5") for fmt in metadata["formats"]):
         return f"unknown formats {metadata['formats']!r}"
     for rel, facts in metadata["files"].items():
-        if not _FILE_KEY_RE.match(rel):
+        if not _FILE_KEY_RE.fullmatch(rel):
             return f"file path {rel!r} is not a plain file in {STEPS_DIR}/ or {MINARI_DIR}/"
         if not (
             isinstance(facts, dict)
             and isinstance(facts.get("sha256"), str)
-            and _SHA256_RE.match(facts["sha256"])
+            and _SHA256_RE.fullmatch(facts["sha256"])
             and _is_int(facts.get("bytes"))
             and facts["bytes"] >= 0
         ):
             return f"file {rel!r} needs a sha256 hex digest and a byte count"
+    parsed = {}
+    for key in ("observation_space", "action_space", "info_space"):
+        if key == "info_space" and metadata.get(key) is None:
+            continue
+        if not isinstance(metadata[key], str):
+            return f"{key!r} is not a string or null"  # the required spaces are checked above
+        try:
+            parsed[key] = space_from_json(metadata[key])
+        except RlpipeError as exc:
+            return f"{key!r} is an unreadable space: {exc}"
+    if "info_space" in parsed and not isinstance(parsed["info_space"], gym.spaces.Dict):
+        return f"'info_space' is a {type(parsed['info_space']).__name__} space, not a Dict of info keys"
     try:
-        spaces = [deserialize_space(metadata[key]) for key in ("observation_space", "action_space")]
-        step_schema(*spaces, metadata["multi_agent"])
+        step_schema(parsed["observation_space"], parsed["action_space"], metadata["multi_agent"], parsed.get("info_space"))
     except RlpipeError as exc:
         return str(exc)
     except Exception as exc:
         return f"unreadable space ({type(exc).__name__}: {exc})"
+    return _lineage_problem(metadata)
+
+
+_KIND_WORDS = {str: "a string", dict: "an object", list: "a list"}
+
+
+def _lineage_problem(metadata: dict[str, Any]) -> str | None:
+    """What is wrong with the `lineage` of a derived dataset (`rlpipe.datasets.ops`) or the
+    `provenance` of a relabelled one (`rlpipe.datasets.her`), the records `rlpipe datasets
+    lineage` and the report walk, or None; each problem names the field."""
+    if "lineage" in metadata:
+        problem = _record_problem(metadata["lineage"], "lineage")
+        if problem:
+            return problem
+    return _provenance_problem(metadata["provenance"], "provenance") if "provenance" in metadata else None
+
+
+def _fields_problem(value: Any, where: str, kinds: dict[str, type]) -> str | None:
+    if not isinstance(value, dict):
+        return f"{where!r} is not an object"
+    for key, kind in kinds.items():
+        if not isinstance(value.get(key), kind):
+            return f"'{where}.{key}' is missing or not {_KIND_WORDS[kind]}"
     return None
+
+
+def _record_problem(record: Any, where: str) -> str | None:
+    """A derivation: its operation, arguments and the parents it was made from."""
+    problem = _fields_problem(record, where, {"operation": str, "arguments": dict, "parents": list})
+    for i, parent in enumerate([] if problem else record["parents"]):
+        problem = problem or _node_problem(parent, f"{where}.parents[{i}]")
+    return problem
+
+
+def _node_problem(node: Any, where: str) -> str | None:
+    """A parent: its name and content hash, and how it came to be (lineage, provenance or producer)."""
+    problem = _fields_problem(node, where, {"name": str, "content_hash": str})
+    if problem:
+        return problem
+    if "lineage" in node:
+        problem = _record_problem(node["lineage"], f"{where}.lineage")
+    if not problem and "provenance" in node:
+        problem = _provenance_problem(node["provenance"], f"{where}.provenance")
+    if not problem and "producer" in node and not isinstance(node["producer"], dict):
+        problem = f"'{where}.producer' is not an object"
+    return problem
+
+
+def _provenance_problem(provenance: Any, where: str) -> str | None:
+    """A relabelling: the name and content hash of the dataset it relabelled."""
+    return _fields_problem(provenance, where, {"source_dataset": str, "source_content_hash": str})
 
 
 def layout_problems(info: DatasetInfo) -> list[str]:

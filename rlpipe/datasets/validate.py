@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from rlpipe.datasets.hdf5 import hdf5_problems
 from rlpipe.datasets.loader import ShardVerifier, info_space_of
-from rlpipe.datasets.store import MINARI_DIR, DatasetInfo, hash_files, layout_problems
+from rlpipe.datasets.store import METADATA_FILE, MINARI_DIR, DatasetInfo, hash_files, layout_problems
 from rlpipe.envs import trusted_env_id, trusted_env_spec
 from rlpipe.errors import RlpipeError
 
@@ -73,6 +73,6 @@ def require_trusted_env(info: DatasetInfo) -> None:
     unless env specs are trusted (`rlpipe.envs.trusted_env_spec`). Nothing is imported."""
     for key in ("env_spec", "eval_env_spec"):
         if info.metadata.get(key):
-            trusted_env_spec(info.metadata[key], f"dataset {info.name!r} ({key})")
+            trusted_env_spec(info.metadata[key], f"dataset {info.name!r} ({key})", f"{info.path / METADATA_FILE} {key!r}")
     if info.env_id:
         trusted_env_id(info.env_id, f"dataset {info.name!r}")

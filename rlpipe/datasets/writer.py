@@ -12,7 +12,7 @@ moment leaves the old or the new one (`rlpipe.datasets.atomic`).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ from minari.serialization import serialize_space
 
 import rlpipe
 from rlpipe.datasets import hdf5
-from rlpipe.datasets.atomic import StagedDirectory, json_text
+from rlpipe.datasets.atomic import StagedDirectory, commit_group, json_text
 from rlpipe.datasets.schema import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -227,6 +227,14 @@ class DatasetWriter:
 
     def finalize(self, producer: dict[str, Any], extra: dict[str, Any] | None = None) -> Path:
         """Write the last shard, the HDF5 copy and metadata.json, then move the dataset into place."""
+        self.prepare(producer, extra)
+        self._staging.commit()
+        self._closed = True
+        return self.final_path
+
+    def prepare(self, producer: dict[str, Any], extra: dict[str, Any] | None = None) -> None:
+        """Write the last shard, the HDF5 copy and metadata.json, still under the temporary
+        name: `finalize` without the publish (`publish_together` publishes several)."""
         if self.total_steps == 0:
             raise RlpipeError(f"dataset {self.name!r} would be empty: no complete episode was collected")
         self._flush_shard()
@@ -265,9 +273,6 @@ class DatasetWriter:
         }
         (self.temp_path / METADATA_FILE).write_text(json_text(metadata))
         self.metadata = metadata
-        self._staging.commit()
-        self._closed = True
-        return self.final_path
 
     def abort(self) -> None:
         """Delete everything written so far; the store is left as it was."""
@@ -299,6 +304,15 @@ def _stats(values: np.ndarray) -> dict[str, float | None]:
     """Mean, std, min and max; null where non-finite data (an opt-in) makes them NaN."""
     stats = {"mean": values.mean(), "std": values.std(), "min": values.min(), "max": values.max()}
     return {key: float(value) if np.isfinite(value) else None for key, value in stats.items()}
+
+
+def publish_together(writers: Sequence[DatasetWriter]) -> list[Path]:
+    """Publish prepared writers (`DatasetWriter.prepare`) of one store as a group: a crash at
+    any moment leaves all of them published or none (`rlpipe.datasets.atomic.commit_group`)."""
+    paths = commit_group([writer._staging for writer in writers])
+    for writer in writers:
+        writer._closed = True
+    return paths
 
 
 def write_rows(

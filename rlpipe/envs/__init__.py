@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import inspect
 import json
 import os
 from collections.abc import Iterator
@@ -39,11 +40,18 @@ def env_slug(env_id: str) -> str:
 def _building(env_id: str) -> Iterator[None]:
     """Turn gymnasium's errors while building `env_id` into one clear RlpipeError (an env of
     an optional package names the rlpipe extra that brings it)."""
-    register_optional(env_id)
+    register_optional(base_env_id(env_id))
     try:
         yield
     except gym.error.DependencyNotInstalled as exc:
         raise RlpipeError(missing_dependency_message(env_id, str(exc))) from None
+    except TypeError as exc:
+        if not env_id.startswith(SPEC_NAMESPACE):  # a registered env's own settings: a bug, with its traceback
+            raise
+        reason = " ".join(str(exc).split())
+        raise RlpipeError(
+            f"environment {base_env_id(env_id)!r} cannot be built with the settings of its recorded env spec: {reason}"
+        ) from None
     except ImportError as exc:
         raise RlpipeError(f"environment {env_id!r} cannot be built here: {exc}") from None
     except gym.error.Error:
@@ -124,7 +132,10 @@ def parse_env_spec(spec_json: str) -> EnvSpec:
 def _unregistered_code(spec: EnvSpec) -> str | None:
     """What in `spec` names code other than the registered env of its id (None: nothing), so
     that building it would import and run that code. The spec's other fields (kwargs, time
-    limit) are plain JSON values, handed to the registered constructor as `gymnasium.make` would."""
+    limit) are plain JSON values, handed to the registered constructor as `gymnasium.make` would.
+    An id of an optional env family that registers on first use (FetchReach-v4) is registered
+    first, as building it would."""
+    register_optional(base_env_id(spec.id))
     registered = gym.registry.get(base_env_id(spec.id))
     if registered is None:
         return f"{spec.id!r} is not registered here and its entry point is {spec.entry_point!r}"
@@ -137,11 +148,42 @@ def _unregistered_code(spec: EnvSpec) -> str | None:
     return None
 
 
-def trusted_env_spec(spec_json: str, source: str) -> EnvSpec:
+# Keys of a spec's kwargs that `gymnasium.make_vec` takes for itself, not handed to the env.
+_MAKE_VEC_KEYS = frozenset({"num_envs", "vectorization_mode", "vector_kwargs", "wrappers"})
+
+
+def _unknown_kwargs(spec: EnvSpec) -> tuple[str, list[str]] | None:
+    """(constructor, names) when the spec's kwargs name arguments that its env's constructor
+    (the entry point; the vector entry point when it has none) does not take, which building it
+    would fail on; None when they all fit or cannot be told (a constructor taking ``**kwargs``,
+    one not importable here: building it says why). Only for specs already trusted: it imports
+    their modules. (A vector entry point that takes less than its entry point fails when built:
+    `_building`.)"""
+    names = set(spec.kwargs) - _MAKE_VEC_KEYS
+    entry_point = spec.entry_point if spec.entry_point is not None else spec.vector_entry_point
+    if not names or not isinstance(entry_point, str):
+        return None
+    try:
+        parameters = inspect.signature(load_env_creator(entry_point)).parameters.values()
+    except Exception:  # an import error or a constructor without a signature: building it reports that
+        return None
+    if any(parameter.kind is inspect.Parameter.VAR_KEYWORD for parameter in parameters):
+        return None
+    keywords = {parameter.name for parameter in parameters if parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)}
+    unknown = sorted(names - keywords)
+    return (entry_point, unknown) if unknown else None
+
+
+def trusted_env_spec(spec_json: str, source: str, where: str | None = None) -> EnvSpec:
     """The env spec that `source` (a dataset or run, for the message) recorded, refused with
-    one line when it names code that is not registered here, unless env specs are trusted.
-    Checked before anything is imported: importing a spec's module already runs its code."""
-    spec = parse_env_spec(spec_json)
+    one line when it names code that is not registered here, unless env specs are trusted,
+    or when it is not a readable spec (the message names `where`, the file and field it was
+    read from, when given). Checked before anything is imported: importing a spec's module
+    already runs its code."""
+    try:
+        spec = parse_env_spec(spec_json)
+    except RlpipeError as exc:
+        raise RlpipeError(f"{where or source}: {exc}") from None
     problem = _unregistered_code(spec)
     if problem is not None and not env_specs_trusted():
         raise RlpipeError(f"{source} has an untrusted env spec: {problem}; {TRUST_HINT}")
@@ -156,14 +198,14 @@ def trusted_env_id(env_id: str, source: str) -> str:
     return env_id
 
 
-def recorded_env_id(env_id: str, spec_json: str | None, source: str) -> str:
+def recorded_env_id(env_id: str, spec_json: str | None, source: str, where: str | None = None) -> str:
     """The registered id under which to build the env that `source` (a dataset or run)
-    recorded: from its spec when it has one (`env_id_for_spec`; the spec must be of
-    `env_id`), else its id, each refused when it would run unregistered code and env specs
-    are not trusted."""
+    recorded: from its spec when it has one (`env_id_for_spec`, `where` naming the file and
+    field it was read from; the spec must be of `env_id`), else its id, each refused when it
+    would run unregistered code and env specs are not trusted."""
     if not spec_json:
         return trusted_env_id(env_id, source)
-    built = env_id_for_spec(spec_json, source)
+    built = env_id_for_spec(spec_json, source, where)
     if base_env_id(built) != base_env_id(env_id):
         raise RlpipeError(f"{source} names env {env_id!r}, but its env spec is of {base_env_id(built)!r}")
     return built
@@ -176,7 +218,7 @@ def _spec_json(spec: EnvSpec) -> str | None:
         return None
 
 
-def env_id_for_spec(spec_json: str, source: str = "the environment spec") -> str:
+def env_id_for_spec(spec_json: str, source: str = "the environment spec", where: str | None = None) -> str:
     """A registered gymnasium id whose env is exactly the one `spec_json` describes.
 
     The spec's own id when the local registry holds the same spec; otherwise the spec is
@@ -184,9 +226,17 @@ def env_id_for_spec(spec_json: str, source: str = "the environment spec") -> str
     same id for the same spec in every process. A spec whose code is not the registered
     env's (an id unknown here, another entry point or wrappers) is refused by
     `trusted_env_spec` unless env specs are trusted; a trusted one of an unknown id is
-    registered under its own id.
+    registered under its own id. Kwargs that the env's constructor does not take are refused
+    in one line naming `where` (the file and field the spec was read from) or `source`.
     """
-    spec = trusted_env_spec(spec_json, source)
+    spec = trusted_env_spec(spec_json, source, where)
+    unknown = _unknown_kwargs(spec)
+    if unknown is not None:
+        entry_point, names = unknown
+        raise RlpipeError(
+            f"{where or f'{source} (its env_spec)'}: the env spec of {spec.id!r} passes keyword arguments that "
+            f"{entry_point} does not take: {', '.join(names)}"
+        )
     wanted = _spec_json(spec)
     registered = gym.registry.get(spec.id)
     if registered is not None and _spec_json(registered) == wanted:

@@ -7,13 +7,19 @@ built without `mujoco`; the robotics ids (FetchReach-v4, ...) exist only once
 
 from __future__ import annotations
 
+import contextlib
+import io
+import sys
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import gymnasium as gym
 
 from rlpipe.errors import RlpipeError
 
 EXTRA_INSTALL = "pip install -c constraints.txt -e '.[{extra}]'"
+_ADROIT = "AdroitHand"  # the envs the robotics package's import notices are about
 ROBOTICS_PREFIXES = ("Fetch", "HandReach", "HandManipulate", "AdroitHand", "PointMaze", "AntMaze", "FrankaKitchen")
 MUJOCO_NAMES = (
     "Ant",
@@ -43,12 +49,29 @@ def register_optional(env_id: str) -> None:
     if env_id in gym.registry or extra_for(env_id) != "robotics":
         return
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # its import warns about Adroit versions, unrelated here
+        with _quiet_adroit_notices(env_id):
             import gymnasium_robotics
     except ImportError:
         raise RlpipeError(f"environment {env_id!r} needs the robotics extra: {EXTRA_INSTALL.format(extra='robotics')}") from None
     gym.register_envs(gymnasium_robotics)
+
+
+@contextmanager
+def _quiet_adroit_notices(env_id: str) -> Iterator[None]:
+    """Hide what importing gymnasium_robotics says about its Adroit envs (a notice printed to
+    stderr, older versions' warnings: their rewards changed between versions) from users of
+    the other robotics envs; anything else it prints is passed on, and Adroit users see it all."""
+    if env_id.split("/")[-1].startswith(_ADROIT):
+        yield
+        return
+    printed = io.StringIO()
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stderr(printed):
+            warnings.filterwarnings("ignore", message=f".*{_ADROIT}")
+            yield
+    finally:
+        kept = [line for line in printed.getvalue().splitlines(keepends=True) if _ADROIT not in line]
+        sys.stderr.write("".join(kept))
 
 
 def missing_dependency_message(env_id: str, detail: str) -> str:

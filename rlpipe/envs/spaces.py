@@ -8,6 +8,9 @@ the way Minari serializes them (dataset metadata and checkpoints alike). Torch-f
 
 from __future__ import annotations
 
+import json
+import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -16,6 +19,7 @@ from minari.serialization import deserialize_space, serialize_space
 
 from rlpipe.envs.goals import is_goal_space
 from rlpipe.errors import RlpipeError
+from rlpipe.limits import MAX_SPACE_ELEMENTS
 
 BOX, DISCRETE = "box", "discrete"
 GOAL = "goal"  # observation kind: a goal-conditioned Dict (flattened for the networks)
@@ -105,18 +109,48 @@ def space_to_json(space: spaces.Space) -> dict[str, Any]:
         raise RlpipeError(f"cannot serialize the space {space}") from None
 
 
-def space_from_json(data: str | dict[str, Any]) -> spaces.Space:
-    """A space from Minari's JSON form (string or object).
+def space_from_json(data: Any, where: str | None = None) -> spaces.Space:
+    """A space from Minari's JSON form (string or object), or one RlpipeError: ``where`` names
+    the file and field it was read from (``/x/metadata.json 'info_space'``), for the message.
 
+    The one parser of stored spaces (dataset metadata, checkpoints): anything else than a
+    space description (another JSON type, garbage, a Box of more than
+    ``rlpipe.limits.MAX_SPACE_ELEMENTS`` values) is refused before anything is allocated.
     Also reads the older checkpoint form, a Box without ``shape`` (and maybe ``dtype``),
     so runs saved before the formats were unified still load.
     """
     try:
-        if isinstance(data, dict) and data.get("type") == "Box" and "shape" not in data:
-            data = {**data, "dtype": data.get("dtype", "float32"), "shape": list(np.shape(data["low"]))}
-        return deserialize_space(data)
-    except (KeyError, TypeError, ValueError, AssertionError, NotImplementedError) as exc:
-        raise RlpipeError(f"malformed space description {data!r}: {exc!r}") from None
+        description = json.loads(data) if isinstance(data, (str, bytes)) else data  # Minari writes infinite bounds as Infinity
+        if not isinstance(description, dict):
+            raise TypeError(f"expected a JSON object, got {type(description).__name__}")
+        if description.get("type") == "Box" and "shape" not in description and "low" in description:
+            description = {**description, "dtype": description.get("dtype", "float32"), "shape": list(np.shape(description["low"]))}
+        elements = _space_elements(description)
+        if elements > MAX_SPACE_ELEMENTS:
+            raise ValueError(f"{elements} values, more than the {MAX_SPACE_ELEMENTS} a space may hold")
+        return deserialize_space(description)
+    except Exception as exc:  # minari's parser raises whatever the data provokes (KeyError, AssertionError, ...)
+        place = f" in {where}" if where else ""
+        reason = " ".join(f"{type(exc).__name__}: {exc}".split())
+        raise RlpipeError(f"malformed space description{place} ({reason[:200]})") from None
+
+
+def _space_elements(description: Any) -> int:
+    """How many values a space description's arrays hold (Box, MultiBinary and MultiDiscrete,
+    summed through Dict and Tuple), from its shapes alone: what deserializing would allocate."""
+    if not isinstance(description, dict):
+        return 0
+    kind, subspaces = description.get("type"), description.get("subspaces")
+    if kind in ("Dict", "Tuple"):
+        children = subspaces.values() if isinstance(subspaces, dict) else subspaces if isinstance(subspaces, list) else []
+        return sum(_space_elements(child) for child in children)
+    shape = {"Box": description.get("shape"), "MultiBinary": description.get("n"), "MultiDiscrete": description.get("nvec")}.get(kind)
+    if kind == "MultiDiscrete":
+        shape = np.shape(shape) if isinstance(shape, list) else None
+    dims = [shape] if isinstance(shape, int) else shape
+    if not isinstance(dims, (list, tuple)) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in dims):
+        return 0  # not a shape: the parser refuses it
+    return math.prod(dims)
 
 
 def require_policy_fits_env(meta: dict[str, Any], env_id: str, run_dir: Any) -> None:
@@ -129,7 +163,7 @@ def require_policy_fits_env(meta: dict[str, Any], env_id: str, run_dir: Any) -> 
     obs_space, act_space = env_spaces(env_id)
     if is_goal_space(obs_space):
         obs_space = flat_observation_space(obs_space)
-    saved = space_from_json(meta["action_space"])
+    saved = space_from_json(meta["action_space"], f"{Path(run_dir) / 'checkpoint.json'} 'action_space'")
     obs_dim = meta["policy"]["spec"].get("obs_dim")
     same_actions = type(saved) is type(act_space) and (
         saved.n == act_space.n if isinstance(saved, spaces.Discrete) else saved.shape == act_space.shape

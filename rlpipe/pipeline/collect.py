@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlpipe.datasets.collector import CollectStats, Policy, RandomPolicy, RowSink, check_budget, collect, probe_info_space
 from rlpipe.datasets.scores import reference_scores
+from rlpipe.datasets.store import check_name
 from rlpipe.datasets.writer import DatasetWriter
 from rlpipe.envs import env_slug, env_spaces, has_native_vector_env
 from rlpipe.envs.multiagent import is_multi_agent
@@ -161,6 +162,8 @@ def collect_dataset(
     number of workers and either backend (but not the bytes of a single-process collection).
     """
     check_seed(seed)
+    if name is not None:
+        check_name(name)  # before any work: an empty name is refused, not replaced by the default
     if num_envs is not None:
         check_num_envs(num_envs)
     if expert_settings and (expert is None or is_multi_agent(env_id)):
@@ -193,7 +196,14 @@ def collect_dataset(
     info_space = None if from_training else probe_info_space(env_id, info_keys)
     rollout = Rollout(episodes, steps, num_envs, seed, progress, info_space)
     with DatasetWriter(
-        name or dataset_name(env_id, kind), obs_space, act_space, env_id=env_id, store=store, fmt=fmt, force=force, info_space=info_space
+        dataset_name(env_id, kind) if name is None else name,
+        obs_space,
+        act_space,
+        env_id=env_id,
+        store=store,
+        fmt=fmt,
+        force=force,
+        info_space=info_space,
     ) as writer:
         if backend is not None or workers is not None:
             producer, expert_return = _collect_in_tasks(
@@ -418,7 +428,7 @@ def collect_multi_agent(
             raise RlpipeError(f"--expert-run {expert_run} was trained on {saved.meta['env_id']}, not {env_id}")
     collection = plugin.collection(saved, stochastic, seed)
     with DatasetWriter(
-        name or dataset_name(env_id, "expert" if expert else policy),
+        dataset_name(env_id, "expert" if expert else policy) if name is None else name,
         collection.observation_space,
         collection.action_space,
         env_id=env_id,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from minari.serialization import serialize_space
 import rlpipe
 from rlpipe.algos import LoadedPolicy, load_policy
 from rlpipe.errors import RlpipeError
-from rlpipe.files import atomic_output
+from rlpipe.files import atomic_output, check_output_file
 
 # Policies whose deterministic action is a function of the observation alone.
 EXPORTABLE_KINDS = ("tanh_gaussian", "deterministic", "categorical", "actor_critic", "greedy_q")
@@ -86,24 +87,23 @@ def _example_input(policy: LoadedPolicy) -> torch.Tensor:
     return torch.zeros(2, policy.actor.spec["obs_dim"], dtype=torch.float32)
 
 
-def _check_output(path: Path, force: bool) -> None:
-    if path.is_dir() or path.is_symlink():
+def _check_output(path: Path, force: bool, option: str) -> None:
+    """Refuse ``option``'s file before anything is written: a link, a TorchScript name without
+    an extension (torch.jit.save names the archive inside after the name less its extension),
+    what :func:`check_output_file` refuses, and an existing file without ``force``. A
+    character device or a FIFO is written through, so it needs no ``force``."""
+    if path.is_symlink():
         raise RlpipeError(f"{path} is a directory or a symbolic link; choose a file name")
-    if path.exists() and not force:
+    if option == "--torchscript" and not path.suffix:
+        raise RlpipeError(f"cannot write {path} ({option}): TorchScript needs a file name with an extension, e.g. policy.pt")
+    if not check_output_file(path, option) and path.exists() and not force:
         raise RlpipeError(f"{path} already exists (use --force to replace it)")
-    if not path.parent.is_dir():
-        raise RlpipeError(f"directory {path.parent} does not exist")
 
 
-def export_onnx(run_dir: str | os.PathLike, path: str | os.PathLike, force: bool = False) -> dict[str, Any]:
-    """Write the run's deterministic policy to `path` as ONNX (input `obs`, output `action`,
-    dynamic batch); returns the metadata stored in the file."""
+def _write_onnx(policy: LoadedPolicy, model: DeployedPolicy, metadata: dict[str, Any], tmp: Path) -> None:
     import onnx
 
-    path = Path(path)
-    _check_output(path, force)
-    policy, model, metadata = _deployable(run_dir)
-    with atomic_output(path) as tmp, warnings.catch_warnings():
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the exporter's deprecation chatter
         torch.onnx.export(
             model,
@@ -114,24 +114,54 @@ def export_onnx(run_dir: str | os.PathLike, path: str | os.PathLike, force: bool
             dynamic_axes={"obs": {0: "batch"}, "action": {0: "batch"}},
             dynamo=False,
         )
-        graph = onnx.load(str(tmp))
-        for key, value in metadata.items():
-            graph.metadata_props.add(key=key, value=str(value))
-        onnx.save(graph, str(tmp))
-    return metadata
+    graph = onnx.load(str(tmp))
+    for key, value in metadata.items():
+        graph.metadata_props.add(key=key, value=str(value))
+    onnx.save(graph, str(tmp))
 
 
-def export_torchscript(run_dir: str | os.PathLike, path: str | os.PathLike, force: bool = False) -> dict[str, Any]:
-    """Write the run's deterministic policy to `path` as TorchScript (`torch.jit.load`), with
-    the metadata in its extra file `rlpipe.json`; returns that metadata."""
-    path = Path(path)
-    _check_output(path, force)
-    policy, model, metadata = _deployable(run_dir)
-    with atomic_output(path) as tmp, warnings.catch_warnings():
+def _write_torchscript(policy: LoadedPolicy, model: DeployedPolicy, metadata: dict[str, Any], tmp: Path) -> None:
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         traced = torch.jit.trace(model, (_example_input(policy),), check_trace=False)
         torch.jit.save(traced, str(tmp), _extra_files={METADATA_FILE: json.dumps(metadata)})
+
+
+def export_policy(
+    run_dir: str | os.PathLike,
+    *,
+    onnx: str | os.PathLike | None = None,
+    torchscript: str | os.PathLike | None = None,
+    force: bool = False,
+) -> dict[str, Any]:
+    """Write the run's deterministic policy as ONNX to `onnx` (input `obs`, output `action`,
+    dynamic batch) and/or as TorchScript to `torchscript` (`torch.jit.load`, the metadata in
+    its extra file `rlpipe.json`); returns the metadata stored in the files.
+
+    Every output is checked before anything is written, and both are written to temporary
+    files first: when one is refused or fails, neither is written."""
+    outputs = [(Path(path), write) for path, write in ((onnx, _write_onnx), (torchscript, _write_torchscript)) if path is not None]
+    if not outputs:
+        raise RlpipeError("nothing to export: give --onnx FILE and/or --torchscript FILE")
+    for path, write in outputs:
+        _check_output(path, force, "--onnx" if write is _write_onnx else "--torchscript")
+    if len(outputs) == 2 and outputs[0][0].resolve() == outputs[1][0].resolve():
+        raise RlpipeError(f"--onnx and --torchscript both name {outputs[0][0]}; give two files")
+    policy, model, metadata = _deployable(run_dir)
+    with ExitStack() as stack:  # every file is renamed into place only once all were written
+        for path, write in outputs:
+            write(policy, model, metadata, stack.enter_context(atomic_output(path)))
     return metadata
 
 
-__all__ = ["DeployedPolicy", "EXPORTABLE_KINDS", "export_onnx", "export_torchscript"]
+def export_onnx(run_dir: str | os.PathLike, path: str | os.PathLike, force: bool = False) -> dict[str, Any]:
+    """Write the run's deterministic policy to `path` as ONNX (see `export_policy`)."""
+    return export_policy(run_dir, onnx=path, force=force)
+
+
+def export_torchscript(run_dir: str | os.PathLike, path: str | os.PathLike, force: bool = False) -> dict[str, Any]:
+    """Write the run's deterministic policy to `path` as TorchScript (see `export_policy`)."""
+    return export_policy(run_dir, torchscript=path, force=force)
+
+
+__all__ = ["DeployedPolicy", "EXPORTABLE_KINDS", "export_onnx", "export_policy", "export_torchscript"]

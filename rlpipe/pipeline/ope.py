@@ -27,9 +27,11 @@ from gymnasium import spaces
 from rlpipe.algos.policy import LoadedPolicy
 from rlpipe.datasets.loader import TransitionArrays
 from rlpipe.datasets.schema import Columnar, map_columnar, num_rows
-from rlpipe.envs.goals import flatten_obs
+from rlpipe.datasets.store import METADATA_FILE, DatasetInfo
+from rlpipe.envs.goals import flat_observation_space, flatten_obs
 from rlpipe.envs.spaces import ActionScaler
 from rlpipe.errors import RlpipeError
+from rlpipe.limits import MAX_UPDATES
 from rlpipe.models.networks import EnsembleMLP
 
 _CHUNK = 65536  # observations per policy call
@@ -56,6 +58,8 @@ class FQEConfig:
         for name in ("updates", "batch_size", "target_every"):
             if getattr(self, name) < 1:
                 raise RlpipeError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.updates > MAX_UPDATES:
+            raise RlpipeError(f"updates must be at most {MAX_UPDATES}, got {self.updates}")
         if not self.learning_rate > 0:
             raise RlpipeError(f"learning_rate must be > 0, got {self.learning_rate}")
 
@@ -75,6 +79,38 @@ def _policy_actions(policies: Sequence[LoadedPolicy], obs: Columnar) -> np.ndarr
     """Each policy's env actions for a column of observations, [K, N, ...], in chunks."""
     chunks = [map_columnar(obs, lambda a, i=i: np.asarray(a)[i : i + _CHUNK]) for i in range(0, num_rows(obs), _CHUNK)]
     return np.stack([np.concatenate([policy(chunk) for chunk in chunks]) for policy in policies])
+
+
+def require_dataset_fits(policies: Sequence[LoadedPolicy], info: DatasetInfo) -> None:
+    """Raise a one-line RlpipeError unless every policy acts in the env the dataset (opened as
+    ``info``) was collected in, on its observations and with its actions: FQE feeds the
+    dataset's observations to the policies and scores their actions against the dataset's."""
+    from rlpipe.envs import base_env_id
+    from rlpipe.models.checkpoint import read_meta
+
+    where = info.path / METADATA_FILE
+    for policy in policies:
+        if base_env_id(policy.env_id) != base_env_id(info.env_id or ""):
+            raise RlpipeError(f"dataset {info.name!r} comes from {info.env_id}, but the policy of {policy.run_dir} acts in {policy.env_id}")
+        # Loading the policy checked that it takes its env's (flattened) observations: obs_dim values.
+        obs_dim = read_meta(policy.run_dir)["policy"]["spec"].get("obs_dim")
+        stored_obs = flat_observation_space(info.observation_space)
+        problems = []
+        if not isinstance(stored_obs, spaces.Box) or int(np.prod(stored_obs.shape)) != obs_dim:
+            problems.append(("observation_space", f"{stored_obs}", f"{obs_dim} observation values"))
+        if _action_layout(info.action_space) != _action_layout(policy.action_space):
+            problems.append(("action_space", f"{info.action_space}", f"actions in {policy.action_space}"))
+        if problems:
+            key, stored, taken = problems[0]
+            raise RlpipeError(
+                f"{where} {key!r} is {stored}, but the policy of {policy.run_dir} ({policy.env_id}) takes {taken}: "
+                "FQE needs a dataset of the policy's env"
+            )
+
+
+def _action_layout(space: spaces.Space) -> tuple[str, Any]:
+    """What a policy's and a dataset's action spaces must share: their kind and size or shape."""
+    return type(space).__name__, space.n if isinstance(space, spaces.Discrete) else space.shape
 
 
 def fitted_q_evaluation(policies: Sequence[LoadedPolicy], data: TransitionArrays, config: FQEConfig = FQEConfig()) -> list[FQEResult]:
@@ -143,4 +179,4 @@ def fitted_q_evaluation(policies: Sequence[LoadedPolicy], data: TransitionArrays
     return [FQEResult(float(v.mean()), float(v.std(ddof=1) / math.sqrt(n)) if n > 1 else float("nan"), n, asdict(config)) for v in values]
 
 
-__all__ = ["FQEConfig", "FQEResult", "fitted_q_evaluation"]
+__all__ = ["FQEConfig", "FQEResult", "fitted_q_evaluation", "require_dataset_fits"]

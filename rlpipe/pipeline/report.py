@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import glob
 import html
+import io
 import json
 import math
 import os
@@ -26,6 +27,7 @@ import numpy as np
 
 from rlpipe.errors import RlpipeError
 from rlpipe.files import atomic_output, atomic_write_text, loads_json, read_limited
+from rlpipe.limits import MAX_RUN_FILE_BYTES
 from rlpipe.models.checkpoint import META_FILE
 from rlpipe.training.run import METRICS_FILE
 
@@ -133,10 +135,59 @@ def _run_children(path: Path) -> list[Path]:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
+    """A run file's JSON object, read whole only up to ``MAX_RUN_FILE_BYTES`` (a run's files are
+    kilobytes: a huge one, a device or a FIFO planted there is refused, not read)."""
     try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise RlpipeError(f"cannot read {path}: {exc}") from None
+        value = loads_json(read_limited(path, MAX_RUN_FILE_BYTES, follow_links=True))
+    except OSError as exc:
+        raise RlpipeError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except (ValueError, RecursionError) as exc:  # malformed JSON, NaN or Infinity, bad UTF-8, nesting too deep
+        raise RlpipeError(f"cannot read {path}: not JSON ({' '.join(str(exc).split())[:200]})") from None
+    if not isinstance(value, dict):
+        raise RlpipeError(f"{path} is not a JSON object")
+    return value
+
+
+def _is_number(value: Any) -> bool:
+    """A JSON number the table can format (an integer of 400 digits is beyond float range)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) < 1e300
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63
+
+
+# The metrics.json fields the report and the scoreboard read, with the JSON type each must have
+# (a missing optional one is left out of the table): what `rlpipe train` writes.
+_REQUIRED_METRICS: dict[str, tuple[Any, str]] = {
+    "algo": (lambda v: isinstance(v, str), "a string"),
+    "env_id": (lambda v: isinstance(v, str), "a string"),
+    "eval_return_mean": (_is_number, "a number"),
+    "env_steps": (_is_count, "a non-negative integer"),
+    "gradient_updates": (_is_count, "a non-negative integer"),
+}
+_OPTIONAL_METRICS: dict[str, tuple[Any, str]] = {
+    "dataset": (lambda v: v is None or isinstance(v, str), "a string or null"),
+    "seed": (lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool)), "an integer or null"),
+    "eval_return_std": (_is_number, "a number"),
+    "eval_success_rate": (_is_number, "a number"),
+    "heldout_return_mean": (_is_number, "a number"),
+    "heldout_return_std": (_is_number, "a number"),
+    "wall_seconds": (_is_number, "a number"),
+}
+
+
+def _metrics_problem(metrics: dict[str, Any]) -> str | None:
+    """The first metrics.json field the report cannot use, named with the type it needs, or None."""
+    missing = [key for key in _REQUIRED_METRICS if key not in metrics]
+    if missing:
+        return f"lacks {', '.join(missing)}: not written by rlpipe train"
+    if "heldout_return_mean" in metrics and "heldout_return_std" not in metrics:
+        return "has 'heldout_return_mean' without 'heldout_return_std'"
+    for key, (check, kind) in {**_REQUIRED_METRICS, **_OPTIONAL_METRICS}.items():
+        if key in metrics and not check(metrics[key]):
+            return f"{key!r} is not {kind}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -191,12 +242,14 @@ def _read_curve(run_dir: Path, metrics: dict[str, Any], unit_done: int) -> tuple
     if not path.is_file():
         return np.array([unit_done], float), np.array([metrics["eval_return_mean"]], float)
     try:
-        with open(path, newline="") as fh:
-            rows = list(csv.DictReader(fh, delimiter="\t"))
+        text = read_limited(path, MAX_RUN_FILE_BYTES, follow_links=True).decode()
+        rows = list(csv.DictReader(io.StringIO(text, newline=""), delimiter="\t"))
         steps = np.array([float(row["step"]) for row in rows])
         returns = np.array([float(row["return_mean"]) for row in rows])
-    except (OSError, KeyError, ValueError) as exc:
-        raise RlpipeError(f"cannot read the eval curve {path}: {exc}") from None
+    except OSError as exc:
+        raise RlpipeError(f"cannot read the eval curve {path}: {exc.strerror or exc}") from None
+    except (KeyError, ValueError, TypeError, csv.Error) as exc:  # a missing column, a word for a number, bad UTF-8
+        raise RlpipeError(f"cannot read the eval curve {path}: {' '.join(str(exc).split())[:200]}") from None
     if len(steps) == 0:
         raise RlpipeError(f"the eval curve {path} is empty")
     order = np.argsort(steps, kind="stable")
@@ -206,14 +259,16 @@ def _read_curve(run_dir: Path, metrics: dict[str, Any], unit_done: int) -> tuple
 def load_run(run_dir: Path) -> RunRecord:
     """Read one run directory's metrics, config and eval curve."""
     metrics = _read_json(run_dir / METRICS_FILE)
-    missing = [key for key in ("algo", "env_id", "eval_return_mean", "env_steps", "gradient_updates") if key not in metrics]
-    if missing:
-        raise RlpipeError(f"{run_dir / METRICS_FILE} lacks {', '.join(missing)}: not written by rlpipe train")
+    problem = _metrics_problem(metrics)
+    if problem:
+        raise RlpipeError(f"{run_dir / METRICS_FILE} {problem}")
     # Online runs count env steps; offline ones (fine-tuned online ones too) count gradient updates.
     unit = "env steps" if metrics["env_steps"] > 0 and "offline_updates" not in metrics else "updates"
     done = metrics["env_steps"] if unit == "env steps" else metrics["gradient_updates"]
     steps, returns = _read_curve(run_dir, metrics, done)
     config = _read_json(run_dir / META_FILE).get("config", {}) if (run_dir / META_FILE).is_file() else {}
+    if not isinstance(config, dict):
+        raise RlpipeError(f"{run_dir / META_FILE} 'config' is not an object")
     settings = {key: value for key, value in config.items() if key not in NOT_GROUPING}
     key = json.dumps([metrics["algo"], metrics["env_id"], metrics.get("dataset"), settings], sort_keys=True, default=str)
     return RunRecord(run_dir, metrics, steps, returns, unit, key)
@@ -263,13 +318,20 @@ def plot_curves(groups: list[RunGroup], out_dir: Path) -> list[Path]:
             x, mean, low, high = group.mean_curve()
             seeds = len(group.runs)
             label = f"{group.label} ({seeds} seeds, band min-max)" if seeds > 1 else group.label
-            (line,) = ax.plot(x, mean, marker="o" if len(x) == 1 else None, label=label)
+            (line,) = ax.plot(x, mean, marker="o" if len(x) == 1 else None, label=plot_text(label))
             if seeds > 1:
                 ax.fill_between(x, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
         path = out_dir / f"curves-{slug(env_id)}-{slug(unit)}.png"
-        save_curves(fig, ax, unit, "eval return (mean over episodes)", f"{env_id}: eval return vs {unit}", path)
+        save_curves(fig, ax, unit, "eval return (mean over episodes)", plot_text(f"{env_id}: eval return vs {unit}"), path)
         paths.append(path)
     return paths
+
+
+def plot_text(text: str) -> str:
+    """``text`` (a run folder's or an env's name) drawn as it is by matplotlib: its ``$`` would
+    start mathtext (which fails on most names) and a leading ``_`` hides a legend entry."""
+    text = text.replace("$", r"\$")
+    return " " + text if text.startswith("_") else text
 
 
 def save_curves(fig: Any, ax: Any, xlabel: str, ylabel: str, title: str, path: Path) -> None:
@@ -382,18 +444,27 @@ class DatasetCard:
     lineage: list[str]
 
 
-def dataset_cards(store: str | Path, out_dir: Path) -> list[DatasetCard]:
-    """A card per intact dataset of ``store``, with a PNG of its episode returns and lengths."""
-    import matplotlib
+@dataclass(frozen=True)
+class _DatasetRead:
+    """What a dataset card shows, read before anything is written."""
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    card: DatasetCard  # its histogram not drawn yet
+    returns: np.ndarray | None  # the episodes' returns and lengths (None: no histogram)
+    lengths: np.ndarray | None
 
-    from rlpipe.datasets.ops import episode_index, lineage_lines
-    from rlpipe.datasets.store import list_datasets
 
-    cards = []
-    for info in list_datasets(store):
+def read_datasets(store: str | Path) -> list[_DatasetRead]:
+    """Every dataset of ``store``: its facts, episodes and lineage; a broken one (corrupted
+    metadata, say a lineage record of the wrong type, or damaged files) is one RlpipeError
+    naming it, so a report never silently leaves a dataset out."""
+    from rlpipe.datasets.ops import episode_index
+    from rlpipe.datasets.store import store_entries
+    from rlpipe.datasets.summary import lineage_tree
+
+    read = []
+    for name, info in store_entries(store):
+        if isinstance(info, RlpipeError):
+            raise RlpipeError(f"dataset {name!r} of --datasets {store} is broken: {info}")
         meta = info.metadata
         facts = {
             "env": str(info.env_id),
@@ -403,24 +474,46 @@ def dataset_cards(store: str | Path, out_dir: Path) -> list[DatasetCard]:
             "formats": ", ".join(meta["formats"]),
             "content hash": meta["content_hash"][:16],
         }
-        histogram = None
+        returns = lengths = None
         if meta.get("kind", "episodes") == "episodes" and not meta["multi_agent"]:
             index = episode_index(info)
             facts["return"] = f"{index.episode_return.mean():.1f} ± {index.episode_return.std():.1f}"
+            returns, lengths = index.episode_return, index.length
+        read.append(_DatasetRead(DatasetCard(info.name, facts, None, lineage_tree(info, store)), returns, lengths))
+    return read
+
+
+def draw_dataset_cards(read: Sequence[_DatasetRead], out_dir: Path) -> list[DatasetCard]:
+    """The cards of :func:`read_datasets`, each with a PNG of its episode returns and lengths in ``out_dir``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cards = []
+    for dataset in read:
+        card = dataset.card
+        if dataset.returns is not None and dataset.lengths is not None:
             fig, (left, right) = plt.subplots(1, 2, figsize=(7, 2.6), dpi=100)
-            left.hist(index.episode_return, bins=30, color="#4477aa")
+            left.hist(dataset.returns, bins=30, color="#4477aa")
             left.set_xlabel("episode return")
-            right.hist(index.length, bins=30, color="#228833")
+            right.hist(dataset.lengths, bins=30, color="#228833")
             right.set_xlabel("episode length")
             for axis in (left, right):
                 axis.set_ylabel("episodes")
-            fig.suptitle(info.name, fontsize="small")
+            fig.suptitle(plot_text(card.name), fontsize="small")
             fig.tight_layout()
-            histogram = out_dir / f"dataset-{slug(info.name)}.png"
+            histogram = out_dir / f"dataset-{slug(card.name)}.png"
             _save_figure(fig, histogram)
             plt.close(fig)
-        cards.append(DatasetCard(info.name, facts, histogram, lineage_lines(info, store)))
+            card = DatasetCard(card.name, card.facts, histogram, card.lineage)
+        cards.append(card)
     return cards
+
+
+def dataset_cards(store: str | Path, out_dir: Path) -> list[DatasetCard]:
+    """A card per dataset of ``store``, with a PNG of its episode returns and lengths."""
+    return draw_dataset_cards(read_datasets(store), out_dir)
 
 
 def _cards_html(cards: Sequence[DatasetCard]) -> str:
@@ -430,6 +523,19 @@ def _cards_html(cards: Sequence[DatasetCard]) -> str:
         image = f'<img src="{html.escape(card.histogram.name)}" alt="{html.escape(card.name)} histograms">' if card.histogram else ""
         parts.append(f"<h3>{html.escape(card.name)}</h3>\n<p>{facts}</p>\n{image}\n<pre>{html.escape(chr(10).join(card.lineage))}</pre>\n")
     return "<h2>Datasets</h2>\n" + "".join(parts) if parts else ""
+
+
+# Markdown's specials in a table cell: backslash, code spans, emphasis, links, the cell separator,
+# and `_` at a word's edge (inside a word, as in simple_adversary_v3, it is literal).
+_MARKDOWN_SPECIAL = re.compile(r"[\\`*\[\]|]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
+
+
+def markdown_text(text: str) -> str:
+    """``text`` (a run folder's name, a value from metrics.json) shown literally in a Markdown
+    table cell: one line, specials backslash-escaped, HTML's ``<``, ``>`` and ``&`` as entities
+    (a folder named ``<script>`` is text, not markup, in every Markdown renderer)."""
+    text = html.escape(" ".join(text.splitlines()), quote=False)
+    return _MARKDOWN_SPECIAL.sub(lambda match: "\\" + match.group(), text)
 
 
 BLOCK_START, BLOCK_END = "<!-- scoreboard:start -->", "<!-- scoreboard:end -->"  # the block `rlpipe scoreboard` fills
@@ -449,11 +555,11 @@ def markdown_page(rows: list[dict[str, str]], notes: Sequence[str] = (), kept: s
         "seed 0 was among the seeds the defaults were tuned on; the algorithm pages give figures over",
         "several training seeds and say which of them tuning used.",
         "",
-        "| " + " | ".join(rows[0]) + " |",
+        "| " + " | ".join(map(markdown_text, rows[0])) + " |",
         "|" + " --- |" * len(rows[0]),
     ]
-    lines += ["| " + " | ".join(value.replace("|", "\\|") for value in row.values()) + " |" for row in rows]
-    lines += ["", *notes] if notes else []
+    lines += ["| " + " | ".join(map(markdown_text, row.values())) + " |" for row in rows]
+    lines += ["", *map(markdown_text, notes)] if notes else []
     lines += ["", kept.rstrip("\n")] if kept else []
     return "\n".join(lines) + "\n"
 
@@ -516,6 +622,18 @@ def output_directory(path: str | Path) -> Path:
     return out
 
 
+def _previous_page(path: Path) -> str:
+    """The Markdown page ``--markdown`` replaces ("" when there is none yet), read before anything is written."""
+    if not path.is_file():
+        return ""
+    try:
+        return read_limited(path, follow_links=True).decode()
+    except OSError as exc:
+        raise RlpipeError(f"cannot read --markdown {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise RlpipeError(f"--markdown {path} is not UTF-8 text: {exc}") from None
+
+
 def write_report(
     patterns: list[str],
     out_dir: str | Path,
@@ -528,21 +646,22 @@ def write_report(
     ``ope_files`` beside the held-out returns), and the table as a Markdown page to
     ``markdown`` when given.
 
-    Every run is read before anything is written, so bad input leaves no partial report.
+    Every run and dataset is read before anything is written, so bad input leaves no partial report.
     """
     paths, skipped = find_runs(patterns)
     groups = group_runs([load_run(path) for path in paths])
     ope = read_ope(ope_files)
     notes = ope_agreement(groups, ope)
+    stored = read_datasets(datasets) if datasets is not None else []
+    previous = _previous_page(Path(markdown)) if markdown is not None else ""
     out = output_directory(out_dir)
     figures = plot_curves(groups, out)
     rows = table_rows(groups, ope)
-    cards = dataset_cards(datasets, out) if datasets is not None else []
+    cards = draw_dataset_cards(stored, out)
     index = out / "index.html"
     atomic_write_text(index, render_html(rows, figures, cards, notes))
     if markdown is not None:  # a row per run: the page depends on the metrics files alone
         runs = sorted((run for group in groups for run in group.runs), key=lambda run: run.path.name)
-        previous = Path(markdown).read_text() if Path(markdown).is_file() else ""
         page = markdown_page(table_rows([RunGroup(run.path.name, (run,)) for run in runs], ope), notes, scoreboard_section(previous))
         atomic_write_text(Path(markdown), page)
     return Report(index, figures, groups, skipped)

@@ -17,11 +17,11 @@ from typing import Any
 import yaml
 
 from rlpipe.algos.registry import RESUMABLE, SPECS, AlgoSpec, get_algo
-from rlpipe.datasets.atomic import confined_path
 from rlpipe.datasets.store import open_dataset
 from rlpipe.envs import env_spaces, trusted_env_id
 from rlpipe.envs.multiagent import is_multi_agent
 from rlpipe.errors import RlpipeError
+from rlpipe.names import confined_path
 from rlpipe.training.config import RunConfig, typed_value
 from rlpipe.training.offline import dataset_env_id
 from rlpipe.training.run import TrainResult
@@ -122,7 +122,7 @@ def prepare_run(
     config = spec.make_config(env_id, **overrides)
     if config.checkpoint_every is not None and not spec.resumable:
         raise RlpipeError(f"{algo} does not support --checkpoint-every yet (resumable: {', '.join(RESUMABLE)})")
-    out = Path(run_dir) if run_dir is not None else confined_path(runs_root, f"{algo}-{source}", "run name")
+    out = Path(run_dir) if run_dir is not None else confined_path(runs_root, f"{algo}-{source}", "run name", option="--out")
     return PreparedRun(spec, config, out, source)
 
 

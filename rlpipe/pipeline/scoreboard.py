@@ -31,7 +31,7 @@ import numpy as np
 import yaml
 
 from rlpipe.errors import RlpipeError
-from rlpipe.files import atomic_write_text
+from rlpipe.files import atomic_write_text, check_output_file, read_limited
 from rlpipe.pipeline.report import output_directory, replace_block
 
 SCORES_FILE, TABLE_FILE = "scores.json", "table.md"
@@ -219,10 +219,13 @@ def write_scoreboard(
     table = render_table(data)
     pages = {}
     for path in map(Path, markdown):  # every page checked before anything is written
-        try:
-            pages[path] = replace_block(path.read_text(), table, str(path))
+        try:  # a page of bounded size, a regular file only: a FIFO or /dev/zero named here must not hang or exhaust the reader
+            pages[path] = replace_block(read_limited(path, follow_links=True).decode(), table, str(path))
         except OSError as exc:
-            raise RlpipeError(f"cannot read {path}: {exc}") from None
+            raise RlpipeError(f"cannot read --markdown {path}: {exc.strerror or exc}") from None
+        except UnicodeDecodeError as exc:
+            raise RlpipeError(f"--markdown {path} is not UTF-8 text: {exc}") from None
+        check_output_file(path, "--markdown")
     out = output_directory(out)
     atomic_write_text(out / SCORES_FILE, json.dumps(data, indent=1, sort_keys=True, default=float) + "\n")
     atomic_write_text(out / TABLE_FILE, table)

@@ -31,10 +31,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rlpipe.datasets.atomic import confined_path
 from rlpipe.errors import RlpipeError
 from rlpipe.files import atomic_write_text
 from rlpipe.limits import check_seed
+from rlpipe.names import confined_path
 from rlpipe.training.config import parse_settings
 
 if TYPE_CHECKING:
@@ -75,9 +75,12 @@ class SweepSpec:
 
 
 def sweep_dir(root: str | os.PathLike, name: str | None, algo: str, source: str | None) -> Path:
-    """The directory of sweep ``name`` (default ``ALGO-SOURCE``) under ``root``: a name that
-    would leave ``root`` (absolute, or with a ``..`` part) is an RlpipeError."""
-    return confined_path(root, name or f"{algo}-{source}", "sweep name")
+    """The directory of sweep ``name`` under ``root`` (default ``ALGO-SOURCE``, several
+    datasets joined by ``_``): a name that is not one of ``rlpipe.names`` (``/``-separated
+    parts may nest; nothing leaves ``root``), an empty one included, is an RlpipeError."""
+    if name is None:
+        return confined_path(root, f"{algo}-{'_'.join((source or '').split(','))}", "sweep name", option="--name")
+    return confined_path(root, name, "sweep name")
 
 
 def parse_seeds(text: str) -> list[int]:

@@ -15,6 +15,7 @@ import gymnasium as gym
 import numpy as np
 
 from rlpipe.errors import RlpipeError
+from rlpipe.files import atomic_output, check_output_file
 from rlpipe.training.evaluation import PolicyFn
 
 # Gymnasium's renderers draw with pygame off-screen: no import banner on stdout, no display
@@ -25,9 +26,11 @@ FORMATS = (".gif", ".mp4")
 
 
 def check_video_path(path: Path) -> None:
-    """Refuse, before any episode runs, a suffix we cannot write or an MP4 without ffmpeg."""
+    """Refuse, before any episode runs, a suffix we cannot write, a place no file can be
+    written (:func:`rlpipe.files.check_output_file`) or an MP4 without ffmpeg."""
     if path.suffix.lower() not in FORMATS:
         raise RlpipeError(f"cannot write video {path}: use a .gif or .mp4 file name")
+    check_output_file(path, "--video", make_parents=True)
     if path.suffix.lower() == ".mp4":
         ffmpeg_binary()
 
@@ -128,20 +131,18 @@ def _write_mp4(frames: Iterator[np.ndarray], path: Path, fps: float) -> None:
 def record_video(policy: PolicyFn, env_id: str, path: str | Path, episodes: int = 1, seed: int = 0) -> list[float]:
     """Run ``episodes`` episodes of ``policy`` in ``env_id`` and write their frames to
     ``path`` (.gif or .mp4) at the env's ``render_fps``; returns the episode returns.
-    The file appears only when complete."""
+    The file appears only when complete (:func:`rlpipe.files.atomic_output`)."""
     path = Path(path)
     check_video_path(path)
     env = render_env(env_id)
     fps = float(env.metadata.get("render_fps") or 30)
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.stem}.partial{path.suffix}")
     returns: list[float] = []
     frames = rendered_episodes(policy, env, episodes, seed, returns)
     try:
-        (_write_gif if path.suffix.lower() == ".gif" else _write_mp4)(frames, partial, fps)
-        os.replace(partial, path)
+        with atomic_output(path) as partial:
+            (_write_gif if path.suffix.lower() == ".gif" else _write_mp4)(frames, partial, fps)
     finally:
         frames.close()
         env.close()
-        partial.unlink(missing_ok=True)
     return returns

@@ -96,7 +96,8 @@ class FinetuneFields:
     """Offline-to-online: after its ``updates``, the run goes on in the dataset's env for
     ``finetune_env_steps`` steps (one update per step on the dataset plus what it collected)."""
 
-    finetune_env_steps: int = 0  # 0: offline only
+    # 0: offline only. Each step is a row of the online buffer (rlpipe.limits.MAX_BUFFER_SIZE at most).
+    finetune_env_steps: int = field(default=0, metadata={"at_most": MAX_BUFFER_SIZE})
     finetune_eval_every: int = 1_000  # env steps between evaluations while fine-tuning
 
     def __post_init__(self) -> None:

@@ -21,8 +21,9 @@ from torch import nn
 from rlpipe.datasets.loader import TransitionArrays, load_shards, shards_digest
 from rlpipe.datasets.mapped import MappedTransitions
 from rlpipe.datasets.schema import map_columnar
-from rlpipe.datasets.store import STEPS_DIR, DatasetInfo, open_dataset
+from rlpipe.datasets.store import METADATA_FILE, STEPS_DIR, DatasetInfo, open_dataset
 from rlpipe.envs import env_id_for_spec, trusted_env_id
+from rlpipe.envs.extras import register_optional
 from rlpipe.envs.goals import flat_observation_space, flatten_obs, is_goal_space
 from rlpipe.envs.stepper import VecStepper
 from rlpipe.errors import RlpipeError
@@ -52,11 +53,13 @@ def dataset_env_id(dataset: str | DatasetInfo, store: str | os.PathLike | None =
         raise RlpipeError(f"dataset {name!r} names no environment, so a policy trained on it cannot be evaluated")
     if info.metadata.get("multi_agent", False):
         return info.env_id  # a PettingZoo env of an env family (rlpipe.envs.multiagent), its options in the producer record
-    spec = info.metadata.get("eval_env_spec") or info.metadata.get("env_spec")  # Minari's env meant for evaluation first
-    if spec:
-        return env_id_for_spec(spec, f"dataset {name!r}")
+    key = "eval_env_spec" if info.metadata.get("eval_env_spec") else "env_spec"  # Minari's env meant for evaluation first
+    if info.metadata.get(key):
+        return env_id_for_spec(info.metadata[key], f"dataset {name!r}", f"{info.path / METADATA_FILE} {key!r}")
+    env_id = trusted_env_id(info.env_id, f"dataset {name!r}")
     try:
-        gym.spec(trusted_env_id(info.env_id, f"dataset {name!r}"))
+        register_optional(env_id)  # an optional family's id registers on first use (FetchReach-v4)
+        gym.spec(env_id)
     except gym.error.Error:
         raise RlpipeError(f"dataset {name!r} was collected in {info.env_id!r}, which is not registered here") from None
     return info.env_id

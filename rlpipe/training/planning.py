@@ -73,7 +73,9 @@ class ModelEnv:
     def branch(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """One model step from a batch [N, .] for rollouts (MBPO, MOPO): every member
         predicts every row, each row draws its next obs and reward from a random elite.
-        Also returns each row's uncertainty, max over members of ||std|| (MOPO's penalty)."""
+        Also returns each row's uncertainty, max over members of ||std|| over the outputs
+        the rollout reads (MOPO's penalty; Δobs only where the known reward replaces the
+        model's)."""
         mean, std = self.model(obs, actions)
         pick = self.model.elites[torch.randint(0, self.model.num_elites, (len(obs),), generator=self.generator, device=obs.device)]
         rows = torch.arange(len(obs), device=obs.device)
@@ -82,7 +84,8 @@ class ModelEnv:
         env_actions = self.to_env(actions)
         if self.reward_fn is not None:
             reward = self.reward_fn(obs, env_actions, next_obs)
-        return next_obs, reward, self.terminated_fn(obs, env_actions, next_obs), std.norm(dim=-1).max(0).values
+        read = std if self.reward_fn is None else std[..., :-1]
+        return next_obs, reward, self.terminated_fn(obs, env_actions, next_obs), read.norm(dim=-1).max(0).values
 
 
 @dataclass

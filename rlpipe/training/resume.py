@@ -212,7 +212,7 @@ def write_state(path: Path, config: dict[str, Any], state: Mapping[str, Any]) ->
     tensors: dict[str, torch.Tensor] = {}
     header = {"format": FORMAT, "config": json.dumps(config), "state": json.dumps(_encode(state, tensors, "state"))}
     header["sha256"] = _digest(header, tensors)
-    with atomic_output(path) as tmp:
+    with atomic_output(path, write_through=False) as tmp:
         save_file(tensors, str(tmp), metadata=header)
 
 
@@ -322,7 +322,7 @@ class Checkpointer:
             self.next_save += self.every
         self.dir.mkdir(parents=True, exist_ok=True)
         write_state(self.dir / STATE_FILE, self.config, {**self._state(), "loop": dict(loop)})
-        atomic_write_text(self.dir / INFO_FILE, json.dumps({"algo": self.run.algo, "config": self.config}, indent=2) + "\n")
+        atomic_write_text(self.dir / INFO_FILE, json.dumps({"algo": self.run.algo, "config": self.config}, indent=2) + "\n", write_through=False)
 
     def discard(self) -> None:
         """Remove the saved state (the run finished)."""
