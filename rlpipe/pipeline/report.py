@@ -526,7 +526,7 @@ def _cards_html(cards: Sequence[DatasetCard]) -> str:
 
 
 # Markdown's specials in a table cell: backslash, code spans, emphasis, links, the cell separator,
-# and `_` at a word's edge (inside a word, as in simple_adversary_v3, it is literal).
+# and `_` at a word's edge (inside a word, as in a run named sac_s0, it is literal).
 _MARKDOWN_SPECIAL = re.compile(r"[\\`*\[\]|]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
 
 
