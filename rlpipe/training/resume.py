@@ -322,7 +322,9 @@ class Checkpointer:
             self.next_save += self.every
         self.dir.mkdir(parents=True, exist_ok=True)
         write_state(self.dir / STATE_FILE, self.config, {**self._state(), "loop": dict(loop)})
-        atomic_write_text(self.dir / INFO_FILE, json.dumps({"algo": self.run.algo, "config": self.config}, indent=2) + "\n", write_through=False)
+        atomic_write_text(
+            self.dir / INFO_FILE, json.dumps({"algo": self.run.algo, "config": self.config}, indent=2) + "\n", write_through=False
+        )
 
     def discard(self) -> None:
         """Remove the saved state (the run finished)."""
