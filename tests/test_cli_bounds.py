@@ -12,7 +12,7 @@ import pytest
 
 from rlpipe.limits import MAX_ARGUMENT_FILE_BYTES, MAX_BUFFER_SIZE, MAX_NUM_ENVS, MAX_SEED, MAX_UPDATES
 from tests.conftest import store_contents
-from tests.test_collector import collect_dataset
+from tests.test_collector import collect_dataset, train_tiny_ppo
 
 BIG = str(2**70)  # overflowed torch.manual_seed in train; collect accepted it
 SEED_RANGE = "less than or equal to 4294967295"  # typer's words for an option's range
@@ -22,18 +22,11 @@ CARTPOLE = ["--env", "CartPole-v1"]
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A store with a CartPole, a GoalWorld and a Pendulum dataset, and a trained PPO run beside it."""
-    from rlpipe.algos import get_algo
-
     root = tmp_path_factory.mktemp("bounds")
     collect_dataset(root / "store", "CartPole-v1", "cartpole", fmt="arrow", episodes=4, num_envs=2)
     collect_dataset(root / "store", "GoalWorld-v0", "goals", fmt="arrow", episodes=4, num_envs=2)
     collect_dataset(root / "store", "Pendulum-v1", "pendulum", fmt="arrow", episodes=2, num_envs=1)
-    ppo = get_algo("ppo")
-    ppo.train(
-        ppo.make_config("CartPole-v1", env_steps=256, eval_every=256, eval_episodes=1, heldout_eval_episodes=0),
-        root / "run",
-        progress=False,
-    )
+    train_tiny_ppo(root / "run")
     return root
 
 

@@ -22,6 +22,16 @@ def collect_dataset(store: Path, env_id: str, name: str, fmt: str = "both", **kw
     return pipeline_collect(env_id, name=name, fmt=fmt, store=store, progress=False, **kwargs).path
 
 
+def train_tiny_ppo(out: Path) -> Path:
+    """A CartPole PPO run of 256 env steps in `out` (a run for commands that read one)."""
+    from rlpipe.algos import get_algo
+
+    ppo = get_algo("ppo")
+    config = ppo.make_config("CartPole-v1", env_steps=256, eval_every=256, eval_episodes=1, heldout_eval_episodes=0)
+    ppo.train(config, out, progress=False)
+    return out
+
+
 def leaf_pairs(a, b) -> list[tuple[np.ndarray, np.ndarray]]:
     """Matching leaf arrays of two columns (Dict observations are dicts of arrays)."""
     return [(a[key], b[key]) for key in a] if isinstance(a, dict) else [(a, b)]

@@ -23,22 +23,15 @@ import pytest
 
 from rlpipe.errors import OutputError, RlpipeError
 from rlpipe.files import atomic_output, atomic_write_text, check_output_file
-from tests.test_collector import collect_dataset
+from tests.test_collector import collect_dataset, train_tiny_ppo
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A store with a small CartPole dataset and a trained PPO run beside it."""
-    from rlpipe.algos import get_algo
-
     root = tmp_path_factory.mktemp("outputs")
     collect_dataset(root / "store", "CartPole-v1", "cartpole", fmt="arrow", episodes=4, num_envs=2)
-    ppo = get_algo("ppo")
-    ppo.train(
-        ppo.make_config("CartPole-v1", env_steps=256, eval_every=256, eval_episodes=1, heldout_eval_episodes=0),
-        root / "run",
-        progress=False,
-    )
+    train_tiny_ppo(root / "run")
     return root
 
 

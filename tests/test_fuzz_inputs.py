@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.test_collector import collect_dataset
+from tests.test_collector import collect_dataset, train_tiny_ppo
 from tests.test_fuzz_readers import mutate
 
 FUZZ = settings(
@@ -32,16 +32,9 @@ FUZZ = settings(
 @pytest.fixture(scope="module")
 def originals(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A store with a small CartPole dataset (Arrow and Minari HDF5) and a trained PPO run."""
-    from rlpipe.algos import get_algo
-
     root = tmp_path_factory.mktemp("fuzz-inputs")
     collect_dataset(root / "store", "CartPole-v1", "data", fmt="both", episodes=4, num_envs=2)
-    ppo = get_algo("ppo")
-    ppo.train(
-        ppo.make_config("CartPole-v1", env_steps=256, eval_every=256, eval_episodes=1, heldout_eval_episodes=0),
-        root / "run",
-        progress=False,
-    )
+    train_tiny_ppo(root / "run")
     return root
 
 
@@ -362,27 +355,25 @@ def test_every_metadata_field_of_every_type(
         shutil.rmtree(tmp)
 
 
-@pytest.mark.parametrize(("path", "names"), CHECKPOINT_FIELDS, ids=[field_id(p) for p, _ in CHECKPOINT_FIELDS])
-def test_every_checkpoint_field_of_every_type(cli, schema_originals: Path, tmp_path: Path, path, names) -> None:
-    original = json.loads((schema_originals / "run" / "checkpoint.json").read_text())
+def mutate_run_file(cli, originals: Path, tmp_path: Path, file: str, path, names) -> None:
+    """Set the field at ``path`` of the run's ``file`` to every other JSON type, each in a
+    fresh copy of ``originals``, and run the commands ``names`` on it."""
+    original = json.loads((originals / "run" / file).read_text())
     for kind in other_types(field_at(original, path)):
         tmp = tmp_path / kind
-        shutil.copytree(schema_originals, tmp)
-        meta = json.loads(json.dumps(original))
-        set_field(meta, path, JSON_TYPES[kind])
-        (tmp / "run" / "checkpoint.json").write_text(json.dumps(meta))
+        shutil.copytree(originals, tmp)
+        mutated = json.loads(json.dumps(original))
+        set_field(mutated, path, JSON_TYPES[kind])
+        (tmp / "run" / file).write_text(json.dumps(mutated))
         run_commands(cli, tmp, names, None)
         shutil.rmtree(tmp)
 
 
+@pytest.mark.parametrize(("path", "names"), CHECKPOINT_FIELDS, ids=[field_id(p) for p, _ in CHECKPOINT_FIELDS])
+def test_every_checkpoint_field_of_every_type(cli, schema_originals: Path, tmp_path: Path, path, names) -> None:
+    mutate_run_file(cli, schema_originals, tmp_path, "checkpoint.json", path, names)
+
+
 @pytest.mark.parametrize("path", METRICS_FIELDS, ids=field_id)
 def test_every_metrics_field_of_every_type(cli, schema_originals: Path, tmp_path: Path, path) -> None:
-    original = json.loads((schema_originals / "run" / "metrics.json").read_text())
-    for kind in other_types(field_at(original, path)):
-        tmp = tmp_path / kind
-        shutil.copytree(schema_originals, tmp)
-        metrics = json.loads(json.dumps(original))
-        set_field(metrics, path, JSON_TYPES[kind])
-        (tmp / "run" / "metrics.json").write_text(json.dumps(metrics))
-        run_commands(cli, tmp, ("report", "scoreboard"), None)
-        shutil.rmtree(tmp)
+    mutate_run_file(cli, schema_originals, tmp_path, "metrics.json", path, ("report", "scoreboard"))

@@ -14,16 +14,17 @@ PACKAGE = Path(rlpipe.__file__).parent
 # Lower rank = lower layer. Peers (same rank, different package) must not import each other.
 RANKS = {
     "errors": 0,
-    "files": 0,
+    "files": 1,
     "limits": 1,
-    "envs": 1,
-    "models": 1,
-    "datasets": 2,
-    "training": 3,
-    "algos": 4,
-    "pipeline": 5,
-    "cli": 6,
-    "__main__": 7,
+    "names": 1,
+    "envs": 2,
+    "models": 2,
+    "datasets": 3,
+    "training": 4,
+    "algos": 5,
+    "pipeline": 6,
+    "cli": 7,
+    "__main__": 8,
 }
 
 
