@@ -33,7 +33,9 @@ PETS_TEST = dict(
 MBPO_TEST = dict(env_steps=2_500, stop_at_return=-300.0, model_hidden=(128, 128, 128), model_max_epochs=20, eval_every=250, eval_episodes=5)
 # MOPO keeps the paper's penalty 1 here: Pendulum's default 10 (stable to 10k updates on the
 # pipeline's dataset) learns too slowly for 3000 updates (seeds 0, 1: -264.3, -1026.1).
-MOPO_TEST = dict(updates=3_000, penalty=1.0, reward="known", model_hidden=(128, 128, 128), model_max_epochs=10, eval_every=3_000, eval_episodes=5)
+MOPO_TEST = dict(
+    updates=3_000, penalty=1.0, reward="known", model_hidden=(128, 128, 128), model_max_epochs=10, eval_every=3_000, eval_episodes=5
+)
 # MOPO on narrow data runs at its Pendulum defaults (10k updates); the control drops the penalty.
 MOPO_NARROW_TEST = dict(eval_episodes=10, heldout_eval_episodes=0)
 MOPO_NARROW_VARIANTS: dict[str, dict[str, float]] = {"mopo": {}, "penalty 0": {"penalty": 0.0}}
