@@ -4,7 +4,7 @@ FIND_LINKS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 PIP_FLAGS := -c constraints.txt $(FIND_LINKS)
 STAMP := $(VENV)/.installed
 # The extras make install, make test and make lock use.
-EXTRAS := dev,ray,deploy,mujoco,robotics
+EXTRAS := dev,ray,deploy,mujoco,robotics,tensorboard,wandb
 BENCH_STAMP := $(VENV)/.installed-bench
 BROWSER_STAMP := $(VENV)/.browser
 # d3rlpy pins gymnasium 1.0.0, so the offline peer gets a virtualenv of its own, pinned
@@ -14,7 +14,7 @@ TORCH_PIN = $(shell grep '^torch==' constraints.txt)
 MUJOCO_PIN = $(shell grep '^mujoco==' constraints.txt)
 LOCK_VENV := .lock-venv
 
-.PHONY: install deps lock repro d4rl test test-heavy check docs results bench clean
+.PHONY: install deps lock repro d4rl test test-heavy wheel-smoke check docs results bench clean
 
 # Re-install only when the project's dependency files change.
 $(STAMP): pyproject.toml constraints.txt
@@ -66,6 +66,24 @@ test: $(STAMP) $(BROWSER_STAMP)
 test-heavy: $(STAMP)
 	$(PY) -m pytest -q -n auto --dist loadgroup -m heavy
 
+# rlpipe as a project installs it: its wheel, into a fresh virtualenv that already holds another
+# torch (OTHER_TORCH), which must stay; the rest comes from constraints.txt less its torch line.
+# tests/wheel_smoke.sh then collects, trains and evaluates from outside the repository. The wheel is
+# built from a copy of the sources: setuptools' build/ would keep deleted modules between builds.
+OTHER_TORCH ?= 2.14.1
+SMOKE_DIR := .wheel-smoke
+SMOKE_PIP := $(SMOKE_DIR)/venv/bin/pip -q
+wheel-smoke:
+	rm -rf $(SMOKE_DIR) && mkdir -p $(SMOKE_DIR)/src && cp -r pyproject.toml README.md rlpipe $(SMOKE_DIR)/src/
+	python3 -m venv $(SMOKE_DIR)/venv && $(SMOKE_PIP) install --upgrade pip
+	$(SMOKE_PIP) wheel --no-deps -w $(SMOKE_DIR)/dist $(SMOKE_DIR)/src
+	grep -v '^torch==' constraints.txt > $(SMOKE_DIR)/constraints-no-torch.txt
+	$(SMOKE_PIP) install $(FIND_LINKS) -c $(SMOKE_DIR)/constraints-no-torch.txt 'torch==$(OTHER_TORCH)'
+	$(SMOKE_PIP) install $(FIND_LINKS) -c $(SMOKE_DIR)/constraints-no-torch.txt $(SMOKE_DIR)/dist/rlpipe-*.whl
+	$(SMOKE_DIR)/venv/bin/pip check
+	$(SMOKE_DIR)/venv/bin/python -c 'import torch; print("torch", torch.__version__); assert torch.__version__.split("+")[0] == "$(OTHER_TORCH)"'
+	tests/wheel_smoke.sh $(SMOKE_DIR)/venv $(OTHER_TORCH)
+
 # Lint, format and type checks (.ci/run runs them beside the tests).
 check: $(STAMP)
 	$(VENV)/bin/ruff check rlpipe tests bench
@@ -92,4 +110,4 @@ bench: $(BENCH_STAMP)
 	for script in bench/*.py; do case $$script in */_*) continue;; esac; echo "== $$script"; $(PY) $$script || exit 1; done
 
 clean:
-	rm -rf $(VENV) .bench-venvs $(LOCK_VENV) .pytest_cache
+	rm -rf $(VENV) .bench-venvs $(LOCK_VENV) $(SMOKE_DIR) .pytest_cache

@@ -31,7 +31,7 @@ MAX_SPACE_ELEMENTS = 2**24
 # A run's metrics.json, checkpoint.json and eval curve, as `rlpipe report` reads them: kilobytes
 # (MBPO's metrics list every training episode's return; a curve is a line per evaluation).
 MAX_RUN_FILE_BYTES = 16 << 20
-# Gradient updates of one fit (`rlpipe ope fqe --updates`): ten times D4RL's 10^6-update
+# Gradient updates of one fit (`rlpipe ope fqe --updates`, `rlpipe train --updates`): ten times D4RL's 10^6-update
 # offline runs, hours on any machine here, while --updates 10**18 ran until it was killed.
 MAX_UPDATES = 10_000_000
 # An @FILE argument (`rlpipe datasets filter --episodes @ids.txt`): about two million ids. Read

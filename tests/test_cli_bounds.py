@@ -91,6 +91,10 @@ def command(args: list[str], world: Path, out: Path) -> list[str]:
         (["train", "ppo", *CARTPOLE, "--env-steps", "-5"], "setting env_steps=-5: expected a positive number"),
         (["train", "ppo", *CARTPOLE, "--checkpoint-every", "0"], "setting checkpoint_every=0: expected a positive number"),
         (["train", "bc", "--dataset", "cartpole", "--updates", "-1"], "setting updates=-1: expected a positive number"),
+        (
+            ["train", "bc", "--dataset", "cartpole", "--updates", str(MAX_UPDATES + 1)],
+            f"setting updates={MAX_UPDATES + 1}: expected at most",
+        ),
         (["train", "bc", "--dataset", "cartpole", "--max-samples", "0"], "setting max_samples=0: expected a positive number"),
         (["train", "ppo", *CARTPOLE, "--set", "heldout_eval_episodes=-1"], "setting heldout_eval_episodes=-1: expected an integer >= 0"),
         (["eval", "RUN", "--episodes", "0"], "Invalid value for '--episodes'"),

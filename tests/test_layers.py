@@ -14,6 +14,7 @@ PACKAGE = Path(rlpipe.__file__).parent
 # Lower rank = lower layer. Peers (same rank, different package) must not import each other.
 RANKS = {
     "errors": 0,
+    "version": 0,
     "files": 1,
     "limits": 1,
     "names": 1,
@@ -23,6 +24,7 @@ RANKS = {
     "training": 4,
     "algos": 5,
     "pipeline": 6,
+    "api": 7,
     "cli": 7,
     "__main__": 8,
 }

@@ -430,7 +430,7 @@ def test_mbpo_fit_on_inverted_pendulum_predicts_velocities_and_terminations(lear
     model, optimizer = build_ensemble(config, 4, 1, torch.device("cpu"))
     generator = torch.Generator().manual_seed(learning_seed)
     for rows in range(500, 3_001, config.model_train_every):
-        fit_on(model, optimizer, Batch(*(column[:rows] for column in data)), config, generator, known_reward=True)
+        fit_on(model, optimizer, data.map_columns(lambda column: column[:rows]), config, generator, known_reward=True)
     model_env = ModelEnv(model, spaces.Box(-3.0, 3.0, (1,), np.float32), terminated, reward, generator)
     with torch.no_grad():
         mean, _ = model(test.obs, test.actions)

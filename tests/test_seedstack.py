@@ -102,7 +102,7 @@ def test_batched_updates_equal_separate_updates_per_seed(
         b = sampler.sample(8)
         update(b, i)
         for k, (_, _, seed_update, _) in enumerate(eager):
-            seed_update(Batch(*(t[k] for t in b)), i)
+            seed_update(b.map_columns(lambda t: t[k]), i)
     stack.unstack()
     _check_seeds_apart(modules, eager)
 
@@ -120,7 +120,7 @@ def test_batched_updates_replay_as_a_cuda_graph(tiny_store: Path, monkeypatch: p
     for i in range(6):
         b = twin.sample(8)
         for k, (_, _, seed_update, _) in enumerate(eager):
-            seed_update(Batch(*(t[k] for t in b)), i)
+            seed_update(b.map_columns(lambda t: t[k]), i)
     stack.unstack()
     _check_seeds_apart(modules, eager)
 
@@ -169,13 +169,13 @@ def test_batched_sac_updates_and_actions_equal_separate_ones_per_seed(monkeypatc
         )
         for _ in range(3)
     ]
-    batches = [Batch(*(t.to(device) for t in b)) for b in batches]
+    batches = [b.map_columns(lambda t: t.to(device)) for b in batches]
     obs = torch.randn(k, 2, 3, generator=draws).numpy()
     _fixed_noise(monkeypatch)
     for i, b in enumerate(batches):
         update(b, i)
         for seed, agent in enumerate(agents):
-            agent.update(Batch(*(t[seed] for t in b)), i)
+            agent.update(b.map_columns(lambda t: t[seed]), i)
     stacked.stack.unstack()
     _check_seeds_apart(stacked.modules(), [(None, agent.modules, None, None) for agent in agents])
     for seed, agent in enumerate(agents):

@@ -24,6 +24,7 @@ from rlpipe.algos.bcq import bcq_target
 from rlpipe.algos.cql import continuous_cql, discrete_cql, dqn_target
 from rlpipe.algos.ddpg import ddpg_target
 from rlpipe.algos.iql import awr_weights, q_target
+from rlpipe.algos.rebrac import behaviour_penalty
 from rlpipe.algos.sac import SoftActorCritic, Temperature
 from rlpipe.algos.td3 import smoothed_next_action, td3_target, td3_update
 from rlpipe.algos.td3_bc import td3_bc_actor_loss
@@ -75,6 +76,14 @@ def test_td3_target_takes_the_min_of_the_twins() -> None:
     target = td3_target(ConstActor(0.5), TwinQ(), hand_batch(), config)
     # min(s'_0 + 0.5, 2 s'_0 - 0.5): 1.5 at s'_0 = 1, 3.5 at s'_0 = 3.
     torch.testing.assert_close(target, torch.tensor([1 + 0.9 * 1.5, -2.0, 0.5 + 0.9 * 3.5]))
+
+
+def test_rebrac_target_subtracts_the_next_action_penalty() -> None:
+    config = SimpleNamespace(gamma=GAMMA, target_noise=0.0, target_noise_clip=0.5)  # a'_pi = mu'(s') = 0.5 exactly
+    batch = hand_batch()._replace(next_actions=torch.tensor([[0.5], [0.0], [-0.5]]))  # the dataset's a'
+    target = td3_target(ConstActor(0.5), TwinQ(), batch, config, lambda b, a: behaviour_penalty(a, b.next_actions, 2.0))
+    # min(s'_0 + 0.5, 2 s'_0 - 0.5) = 1.5, 3.5 as TD3's, less 2 (0.5 - a')^2: 0 (a' = 0.5) and 2 (a' = -0.5).
+    torch.testing.assert_close(target, torch.tensor([1 + 0.9 * 1.5, -2.0, 0.5 + 0.9 * (3.5 - 2.0)]))
 
 
 def test_td3_target_smoothing_clips_noise_and_actions() -> None:

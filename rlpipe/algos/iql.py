@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
 import torch
 
 from rlpipe.algos.registry import OFFLINE_OBSERVATION_KINDS, AlgoSpec, Family
@@ -25,7 +24,7 @@ from rlpipe.models.networks import DeterministicActor, EnsembleQ, TanhGaussianAc
 from rlpipe.training import Batch, OfflineConfig, TrainResult
 from rlpipe.training.config import FinetuneFields, layer_sizes, positive
 from rlpipe.training.env import BOX
-from rlpipe.training.offline import load_offline, returns_range_scale, train_offline
+from rlpipe.training.offline import fit_obs_normalizer, load_offline, returns_range_scale, train_offline
 from rlpipe.training.optim import adam, optimizer_step, polyak_update, target_copy
 
 ACTION_SPACES = (BOX,)
@@ -93,8 +92,7 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
     obs_dim, act_dim, device = data.obs_dim, data.act_dim, data.device
     actor_cls = TanhGaussianActor if config.actor == "gaussian" else DeterministicActor
     actor = actor_cls(obs_dim, act_dim, config.hidden, normalize_obs=config.normalize_obs).to(device)
-    if config.normalize_obs:
-        actor.obs_norm.update(torch.as_tensor(np.asarray(data.arrays.obs, np.float32), device=device))
+    fit_obs_normalizer(actor, data)
     critic = EnsembleQ(obs_dim, act_dim, config.hidden, n=2, obs_norm=actor.obs_norm).to(device)
     value = ValueNet(obs_dim, config.hidden, activation="relu", obs_norm=actor.obs_norm).to(device)
     critic_target = target_copy(critic)

@@ -159,6 +159,8 @@ ALGORITHM_MODULES: tuple[str, ...] = tuple(
         "bcq",
         "td3_bc",
         "iql",
+        "rebrac",
+        "edac",
         "ippo",
         "maddpg",
         "pets",

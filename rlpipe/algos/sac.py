@@ -109,11 +109,11 @@ class SoftActorCritic:
     alpha_opt: torch.optim.Optimizer
 
     @classmethod
-    def build(cls, config: SACFields, obs_dim: int, act_dim: int, device: torch.device) -> SoftActorCritic:
+    def build(cls, config: SACFields, obs_dim: int, act_dim: int, device: torch.device, n_critics: int = 2) -> SoftActorCritic:
         """From ``config``'s hidden, init_alpha, target_entropy (None: -act_dim) and the
-        actor, critic and alpha learning rates."""
+        actor, critic and alpha learning rates; ``n_critics`` fused critics (SAC's twins; EDAC's N)."""
         actor = TanhGaussianActor(obs_dim, act_dim, config.hidden).to(device)
-        critic = EnsembleQ(obs_dim, act_dim, config.hidden, n=2).to(device)
+        critic = EnsembleQ(obs_dim, act_dim, config.hidden, n=n_critics).to(device)
         temperature = Temperature(config.init_alpha).to(device)
         target_entropy = -float(act_dim) if config.target_entropy is None else config.target_entropy
         return cls(
@@ -136,7 +136,7 @@ class SoftActorCritic:
 
     @torch.no_grad()
     def soft_target(self, b: Batch, rewards: torch.Tensor, gamma: float) -> torch.Tensor:
-        """The soft Bellman target from the min of the twin target critics."""
+        """The soft Bellman target from the min over the target critics."""
         next_action, next_logp = self.actor.sample(b.next_obs)
         next_q = self.critic_target(b.next_obs, next_action).min(0).values - self.temperature.log_alpha.exp() * next_logp
         return rewards + gamma * (1.0 - b.terminated) * next_q

@@ -1,9 +1,10 @@
 """TD3: clipped double Q (fused twin critics), delayed actor updates, target policy smoothing.
 
 Read top to bottom: config and tuned defaults, ``td3_update`` (critic every step; actor
-and targets every ``policy_delay`` steps; TD3+BC reuses it offline with its own actor
-loss), ``make_agent``: networks and Gaussian (or Ornstein-Uhlenbeck) exploration noise
-(TD3+HER reuses it), then ``train``: the shared off-policy loop.
+and targets every ``policy_delay`` steps; TD3+BC and ReBRAC reuse it offline with their own
+actor loss, ReBRAC also with a penalty in the target), ``make_agent``: networks and
+Gaussian (or Ornstein-Uhlenbeck) exploration noise (TD3+HER reuses it), then ``train``: the
+shared off-policy loop.
 """
 
 from __future__ import annotations
@@ -44,7 +45,11 @@ TUNED = ddpg.TUNED  # DDPG's tuned values serve TD3 as well
 
 ActorLoss = Callable[[Batch, torch.Tensor, torch.Tensor], torch.Tensor]
 """``actor_loss(batch, pi, q) -> loss`` from the actor's actions ``pi = actor(batch.obs)``
-and the first critic's values ``q = Q1(batch.obs, pi)``."""
+and the first critic's values ``q = Q1(batch.obs, pi)`` (or the twins' minimum)."""
+
+TargetPenalty = Callable[[Batch, torch.Tensor], torch.Tensor]
+"""``penalty(batch, next_action) -> [B]``, subtracted from the target critics' value of
+``(batch.next_obs, next_action)`` before discounting."""
 
 
 def maximise_q(b: Batch, pi: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -62,17 +67,28 @@ def smoothed_next_action(actor_target: nn.Module, next_obs: torch.Tensor, noise_
 
 
 @torch.no_grad()
-def td3_target(actor_target: nn.Module, critic_target: EnsembleQ, b: Batch, config: Any) -> torch.Tensor:
-    """Clipped double-Q target r + gamma * (1 - terminated) * min_i Q'_i(s', smoothed a')."""
+def td3_target(
+    actor_target: nn.Module, critic_target: EnsembleQ, b: Batch, config: Any, penalty: TargetPenalty | None = None
+) -> torch.Tensor:
+    """Clipped double-Q target r + gamma * (1 - terminated) * (min_i Q'_i(s', a') - penalty(b, a')),
+    a' the smoothed target action (no penalty: TD3's)."""
     next_action = smoothed_next_action(actor_target, b.next_obs, config.target_noise, config.target_noise_clip)
     next_q = critic_target(b.next_obs, next_action).min(0).values
+    if penalty is not None:
+        next_q = next_q - penalty(b, next_action)
     return b.rewards + config.gamma * (1.0 - b.terminated) * next_q
 
 
 def td3_update(
-    actor: DeterministicActor, critic: EnsembleQ, config: Any, actor_loss: ActorLoss = maximise_q
+    actor: DeterministicActor,
+    critic: EnsembleQ,
+    config: Any,
+    actor_loss: ActorLoss = maximise_q,
+    target_penalty: TargetPenalty | None = None,
+    actor_q_min: bool = False,
 ) -> tuple[Update, dict[str, nn.Module]]:
-    """TD3's update of ``actor`` and twin ``critic`` (TD3+BC reuses it with its own ``actor_loss``).
+    """TD3's update of ``actor`` and twin ``critic`` (TD3+BC reuses it with its own ``actor_loss``,
+    ReBRAC also with a ``target_penalty`` and the actor's Q the twins' minimum, ``actor_q_min``).
 
     Makes the target networks and optimisers; ``config`` needs gamma, tau, actor_lr,
     critic_lr, policy_delay, target_noise and target_noise_clip. Returns
@@ -85,16 +101,17 @@ def td3_update(
     critic_params = list(critic.parameters())
 
     def update(b: Batch, i: int) -> None:
-        target = td3_target(actor_target, critic_target, b, config)
+        target = td3_target(actor_target, critic_target, b, config, target_penalty)
         critic_loss = (critic(b.obs, b.actions) - target).square().mean(1).sum()
         optimizer_step(critic_opt, critic_loss)
         if i % config.policy_delay:
             return
 
-        # Delayed actor: improve on Q1 (critic weights frozen), then move the targets.
+        # Delayed actor: improve on Q1 or the twins' minimum (critic weights frozen), then move the targets.
         with frozen(critic_params):
             pi = actor(b.obs)
-            loss = actor_loss(b, pi, critic(b.obs, pi)[0])
+            q = critic(b.obs, pi)
+            loss = actor_loss(b, pi, q.min(0).values if actor_q_min else q[0])
             optimizer_step(actor_opt, loss)
         polyak_update(critic_target, critic, config.tau)
         polyak_update(actor_target, actor, config.tau)

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from rlpipe.algos.registry import OFFLINE_OBSERVATION_KINDS, AlgoSpec, Family
@@ -22,7 +21,7 @@ from rlpipe.models.networks import DeterministicActor, EnsembleQ
 from rlpipe.training import Batch, OfflineConfig, TrainResult
 from rlpipe.training.config import layer_sizes, positive
 from rlpipe.training.env import BOX
-from rlpipe.training.offline import load_offline, train_offline
+from rlpipe.training.offline import fit_obs_normalizer, load_offline, train_offline
 
 ACTION_SPACES = (BOX,)
 SPEC = AlgoSpec(
@@ -74,8 +73,7 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
     data = load_offline(SPEC.name, config, ACTION_SPACES)
     obs_dim, act_dim, device = data.obs_dim, data.act_dim, data.device
     actor = DeterministicActor(obs_dim, act_dim, config.hidden, normalize_obs=config.normalize_obs).to(device)
-    if config.normalize_obs:
-        actor.obs_norm.update(torch.as_tensor(np.asarray(data.arrays.obs, np.float32), device=device))
+    fit_obs_normalizer(actor, data)
     critic = EnsembleQ(obs_dim, act_dim, config.hidden, n=2, obs_norm=actor.obs_norm).to(device)
 
     def actor_loss(b: Batch, pi: torch.Tensor, q: torch.Tensor) -> torch.Tensor:

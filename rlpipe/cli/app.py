@@ -14,14 +14,18 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    # click's help layout: it flows every text to the terminal's width. typer's rich panels, at
+    # 80 columns, squeeze the options into a narrow column and cut long option names and words
+    # with an ellipsis (`rlpipe train --help`); tests/test_cli_help.py checks the layout.
+    rich_markup_mode=None,
 )
 
 
 def _print_version(value: bool) -> None:
     if value:
-        import rlpipe
+        from rlpipe.version import __version__
 
-        typer.echo(f"rlpipe {rlpipe.__version__}")
+        typer.echo(f"rlpipe {__version__}")
         raise typer.Exit()
 
 

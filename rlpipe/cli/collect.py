@@ -76,7 +76,10 @@ def collect_command(
     workers: int | None = typer.Option(None, "--workers", min=1, help="Tasks run at once (implies --backend local)."),
     trust_env_spec: bool = TRUST_ENV_SPEC_OPTION,
 ) -> None:
-    """Collect trajectories from ENV into a versioned dataset (Arrow shards + metadata, Minari HDF5)."""
+    """Collect trajectories from an env into a versioned dataset.
+
+    The dataset is Arrow shards and metadata.json, with Minari's HDF5 layout on request (--format).
+    """
     from rlpipe.pipeline.collect import collect_dataset
 
     if metrics is not None:

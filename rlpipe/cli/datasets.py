@@ -19,7 +19,10 @@ STORE_OPTION = typer.Option(None, "--store", help="Dataset store (default: $RLPI
 
 @datasets_app.command("list")
 def list_command(store: Path | None = STORE_OPTION) -> None:
-    """List the datasets in the store with their env, producer, size and returns (broken ones too)."""
+    """List the datasets in the store, broken ones too.
+
+    Each with its env, producer, size and returns.
+    """
     from rich.console import Console  # the commands import what they use: `rlpipe collect` starts faster
     from rich.table import Column, Table
 
@@ -55,8 +58,10 @@ def show_command(name: str = typer.Argument(..., help="Dataset name."), store: P
 
 @datasets_app.command("inspect")
 def inspect_command(name: str = typer.Argument(..., help="Dataset name."), store: Path | None = STORE_OPTION) -> None:
-    """Summarise a dataset with polars: episodes, steps, return distribution, action statistics
-    (after the checks loading runs)."""
+    """Summarise a dataset with polars.
+
+    Episodes, steps, the return distribution and action statistics, after the checks that loading runs.
+    """
     import polars as pl
 
     from rlpipe.datasets.summary import summary_tables
@@ -75,9 +80,12 @@ def validate_command(
     store: Path | None = STORE_OPTION,
     trust_env_spec: bool = TRUST_ENV_SPEC_OPTION,
 ) -> None:
-    """Re-check a dataset: files, sizes and content hash, every check loading runs (schema,
-    nulls, counts, NaN/inf, actions in the space, chained rows), its HDF5 copy, and that its
-    env spec names only code registered here (or is trusted)."""
+    """Re-check a dataset: its files, its contents and its env spec.
+
+    It checks files, sizes, the content hash and all that loading checks (schema, nulls, counts, NaN/inf, actions in the space, chained rows).
+
+    It also checks the HDF5 copy, and that the env spec names only code registered here (or is trusted).
+    """
     from rlpipe.datasets.validate import require_trusted_env, validate_dataset
 
     info = open_dataset(name, store, check_files=False)
@@ -119,7 +127,10 @@ def export_command(
     force: bool = typer.Option(False, "--force", help="Replace an existing Minari dataset with that id."),
     store: Path | None = STORE_OPTION,
 ) -> None:
-    """Export a dataset to Minari's dataset root ($MINARI_DATASETS_PATH or Minari's default)."""
+    """Export a dataset to Minari's dataset root.
+
+    The root is $MINARI_DATASETS_PATH, or Minari's default without it.
+    """
     from rlpipe.datasets.hdf5 import default_minari_id
     from rlpipe.datasets.minari_io import export_to_minari
 
@@ -161,7 +172,10 @@ def merge_command(
     force: bool = FORCE_OPTION,
     store: Path | None = STORE_OPTION,
 ) -> None:
-    """Merge datasets into a new one (whole episodes, in source order), recording its lineage."""
+    """Merge datasets into a new one, recording its lineage.
+
+    The new dataset holds the sources' whole episodes, in source order.
+    """
     from rlpipe.datasets.ops import merge_datasets
 
     _print_written(
@@ -216,7 +230,10 @@ def filter_command(
     force: bool = FORCE_OPTION,
     store: Path | None = STORE_OPTION,
 ) -> None:
-    """Keep the episodes that pass every given criterion (e.g. %BC's top 10% by return)."""
+    """Keep the episodes that pass every given criterion.
+
+    For example %BC's data, the top 10% of the episodes by return: --top-return 10%.
+    """
     from rlpipe.datasets.ops import filter_dataset
 
     _print_written(
@@ -245,7 +262,10 @@ def split_command(
     force: bool = FORCE_OPTION,
     store: Path | None = STORE_OPTION,
 ) -> None:
-    """Split a dataset by episode into training and validation datasets (seeded)."""
+    """Split a dataset's episodes into training and validation sets.
+
+    Each side is a new dataset; --seed decides which episodes go where.
+    """
     from rlpipe.datasets.ops import split_dataset
 
     for path in split_dataset(
@@ -272,7 +292,10 @@ def sample_command(
     force: bool = FORCE_OPTION,
     store: Path | None = STORE_OPTION,
 ) -> None:
-    """A seeded random subset of whole episodes (to study how results scale with data)."""
+    """Take a seeded random subset of whole episodes.
+
+    A smaller dataset of the same data, to study how results scale with data.
+    """
     from rlpipe.datasets.ops import sample_dataset
 
     _print_written(sample_dataset(source, name, episodes=episodes, steps=steps, seed=seed, store=store, fmt=fmt, force=force))
@@ -280,7 +303,10 @@ def sample_command(
 
 @datasets_app.command("lineage")
 def lineage_command(name: str = typer.Argument(..., help="Dataset name."), store: Path | None = STORE_OPTION) -> None:
-    """Print how a dataset was derived, back to the collections (merge, filter, split, sample, HER)."""
+    """Print how a dataset was derived.
+
+    Back to the collections, through merge, filter, split, sample and HER relabelling.
+    """
     from rlpipe.datasets.summary import lineage_tree
 
     for line in lineage_tree(open_dataset(name, store, check_files=False), store):

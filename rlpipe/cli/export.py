@@ -16,8 +16,10 @@ def export(
     torchscript: Path | None = typer.Option(None, "--torchscript", help="Write the policy as TorchScript to this file."),
     force: bool = typer.Option(False, "--force", help="Replace existing output files."),
 ) -> None:
-    """Export a run's deterministic policy (observation normalisation and action scaling
-    included) with its spaces and checkpoint sha256 as metadata."""
+    """Export a run's deterministic policy as ONNX or TorchScript.
+
+    Observation normalisation and action scaling are included; the file's metadata holds the spaces and the checkpoint's sha256.
+    """
     from rlpipe.pipeline.deploy import export_policy
 
     metadata = export_policy(run_dir, onnx=onnx, torchscript=torchscript, force=force)  # both files or neither

@@ -11,7 +11,7 @@ import typer
 from rlpipe.cli.app import app, seed_option
 from rlpipe.limits import MAX_UPDATES
 
-ope_app = typer.Typer(help="Off-policy evaluation: score a policy from data, without the env.", no_args_is_help=True)
+ope_app = typer.Typer(help="Off-policy evaluation: score policies from data alone.", no_args_is_help=True)
 app.add_typer(ope_app, name="ope")
 
 
@@ -28,7 +28,10 @@ def fqe_command(
         None, "--out", help="Also write the JSON result to this file; `rlpipe report --ope FILE` shows it beside the held-out returns."
     ),
 ) -> None:
-    """Fitted Q Evaluation: each policy's discounted return from the dataset's initial states."""
+    """Fitted Q Evaluation: each policy's discounted return.
+
+    Estimated from the dataset alone, from its initial states, without the env.
+    """
     from dataclasses import asdict
 
     from rlpipe.algos import load_policy

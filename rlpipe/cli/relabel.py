@@ -25,7 +25,10 @@ def her_command(
     force: bool = typer.Option(False, "--force", help="Replace an existing output dataset."),
     trust_env_spec: bool = TRUST_ENV_SPEC_OPTION,
 ) -> None:
-    """Write a new dataset with the source transitions plus k HER-relabelled copies of each."""
+    """Add k HER-relabelled copies of each transition, as a new dataset.
+
+    The new dataset holds the source transitions and their copies.
+    """
     info = open_dataset(dataset, store)
     path = relabel_dataset(
         info, f"{dataset}-her-{strategy}" if name is None else name, strategy=strategy, k=k, seed=seed, store=store, force=force

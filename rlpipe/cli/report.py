@@ -24,8 +24,10 @@ def report_command(
         [], "--ope", help="Show the FQE estimates of this `rlpipe ope fqe --out` file beside the held-out returns (repeatable)."
     ),
 ) -> None:
-    """Plot eval return curves (seeds of one setting as mean with a min-max band) and write
-    OUT/index.html with the comparison table."""
+    """Plot eval return curves and write an HTML comparison page.
+
+    The seeds of one setting are drawn as their mean with a min-max band; OUT/index.html holds the comparison table.
+    """
     from rlpipe.datasets.store import store_root
     from rlpipe.files import check_output_file
     from rlpipe.pipeline.report import write_report

@@ -21,9 +21,12 @@ def scoreboard_command(
         [], "--markdown", help="Also put the table into this Markdown page, between its <!-- scoreboard:start/end --> lines (repeatable)."
     ),
 ) -> None:
-    """Score offline runs as D4RL does (100 x (return - random) / (expert - random), held-out
-    episodes), mean ± standard error over seeds per dataset and algorithm, with each
-    dataset's own episodes and the normalised score vs updates."""
+    """Score offline runs as D4RL does, over seeds.
+
+    The score is 100 x (return - random) / (expert - random) on the held-out episodes, as mean ± standard error over seeds.
+
+    Per dataset and algorithm, with each dataset's own episodes and the normalised score vs updates.
+    """
     from rlpipe.pipeline.scoreboard import write_scoreboard
 
     data = write_scoreboard(list(runs or []), datasets, out, published, markdown)

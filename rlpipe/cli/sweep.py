@@ -40,7 +40,10 @@ def sweep(
     ),
     trust_env_spec: bool = TRUST_ENV_SPEC_OPTION,
 ) -> None:
-    """Train every setting of a grid with every seed; write sweeps/NAME/summary.json and print mean ± std and a 95% bootstrap interval."""
+    """Train every setting of a grid with every seed.
+
+    Writes sweeps/NAME/summary.json and prints each setting's mean ± std and a 95% bootstrap interval.
+    """
     from rlpipe.algos import get_algo
     from rlpipe.pipeline.runs import read_settings
     from rlpipe.pipeline.sweep import DATASET_AXIS, SweepSpec, parse_grid, parse_seeds, run_sweep, sweep_dir

@@ -32,7 +32,9 @@ def train(
     ),
     seed: int | None = seed_option(None, "Random seed (default 0); the same seed gives the same metrics on CPU."),
     out: Path | None = typer.Option(
-        None, "--out", help="Run directory for checkpoint, metrics.json and dvclive/ (default: runs/ALGO-ENV or runs/ALGO-DATASET)."
+        None,
+        "--out",
+        help="Run directory for checkpoint, metrics.json and the --logger curves (default: runs/ALGO-ENV or runs/ALGO-DATASET).",
     ),
     num_envs: int | None = typer.Option(None, "--num-envs", help="Parallel (vectorised) envs, 1 to 4096 (default: tuned per env)."),
     device: str | None = typer.Option(None, "--device", help="auto, cpu or cuda (default: auto)."),
@@ -46,6 +48,12 @@ def train(
         None, "--set-from", help="Read settings from a YAML mapping, FILE:DOTTED.KEY (e.g. params.yaml:train_online.ppo-cartpole.set)."
     ),
     stop_at_return: float | None = typer.Option(None, "--stop-at-return", help="Stop early once the eval mean return reaches this."),
+    loggers: list[str] = typer.Option(
+        [],
+        "--logger",
+        help="Where the eval curve goes: dvclive, tensorboard (the tensorboard extra) or wandb (the wandb extra, offline); "
+        "repeatable (default: dvclive).",
+    ),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar (steps/s, latest return) on stderr."),
     checkpoint_every: int | None = typer.Option(
         None,
@@ -59,7 +67,10 @@ def train(
     ),
     trust_env_spec: bool = TRUST_ENV_SPEC_OPTION,
 ) -> None:
-    """Train ALGO (online on --env, offline on --dataset) and save a safe checkpoint, metrics.json and a DVCLive curve."""
+    """Train ALGO online (--env) or offline (--dataset).
+
+    The run directory gets a safe checkpoint, metrics.json and the eval curve (DVCLive's, or --logger's).
+    """
     from rlpipe.algos import get_algo
     from rlpipe.pipeline.runs import merge_settings, prepare_resume, prepare_run, read_settings, train_run
     from rlpipe.training.config import FinetuneFields, parse_settings
@@ -80,6 +91,7 @@ def train(
         max_samples=max_samples,
         checkpoint_every=checkpoint_every,
         finetune_env_steps=finetune_env_steps,
+        loggers=tuple(loggers) or None,
     )
     if resume is not None:
         run = prepare_resume(algo, resume)
@@ -128,8 +140,10 @@ def eval_(
     ),
     trust_env_spec: bool = TRUST_ENV_SPEC_OPTION,
 ) -> None:
-    """Evaluate a saved policy and print the mean ± std episode return (multi-agent: win rate or
-    side returns); optionally record a video."""
+    """Evaluate a saved policy: its mean ± std episode return.
+
+    Multi-agent runs report their win rate or each side's returns; --video also records episodes.
+    """
     from rlpipe.pipeline.evaluate import evaluate_saved_run
 
     result = evaluate_saved_run(run_dir, episodes, seed, not stochastic, device, adversary_run, video, video_episodes)

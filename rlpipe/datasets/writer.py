@@ -21,7 +21,6 @@ import numpy as np
 import pyarrow as pa
 from minari.serialization import serialize_space
 
-import rlpipe
 from rlpipe.datasets import hdf5
 from rlpipe.datasets.atomic import StagedDirectory, commit_group, json_text
 from rlpipe.datasets.schema import (
@@ -46,6 +45,7 @@ from rlpipe.datasets.store import (
     store_root,
 )
 from rlpipe.errors import RlpipeError
+from rlpipe.version import __version__
 
 FORMATS = ("arrow", "hdf5", "both")
 KINDS = ("episodes", "transitions")  # what the rows are; docs/dataset-format.md gives each kind's invariant
@@ -253,7 +253,7 @@ class DatasetWriter:
         metadata = {
             "format": FORMAT_NAME,
             "format_version": FORMAT_VERSION,
-            "rlpipe_version": rlpipe.__version__,
+            "rlpipe_version": __version__,
             "name": self.name,
             "env_id": self.env_id,
             "env_spec": self._env_spec_json(),

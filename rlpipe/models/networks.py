@@ -44,12 +44,14 @@ def mlp(
     activation: str = "relu",
     out_gain: float | None = None,
     orthogonal: bool = False,
+    layer_norm: bool = False,
 ) -> nn.Sequential:
     """A plain MLP ``in_dim -> hidden... -> out_dim`` with no output activation.
 
     ``orthogonal=True`` uses the PPO-style orthogonal init (gain sqrt(2) for hidden layers,
     ``out_gain`` for the last one); otherwise PyTorch's default init is kept and
-    ``out_gain`` (if given) only scales the last layer.
+    ``out_gain`` (if given) only scales the last layer. ``layer_norm=True`` adds a LayerNorm
+    after each hidden layer's activation (ReBRAC's placement).
     """
     if activation not in _ACTIVATIONS:
         raise ValueError(f"unknown activation {activation!r}; choose from {sorted(_ACTIVATIONS)}")
@@ -68,6 +70,8 @@ def mlp(
         layers.append(layer)
         if not last:
             layers.append(_ACTIVATIONS[activation]())
+            if layer_norm:
+                layers.append(nn.LayerNorm(d_out))
     return nn.Sequential(*layers)
 
 
@@ -166,15 +170,21 @@ class TanhGaussianActor(nn.Module):
 
 @register_policy_class
 class DeterministicActor(nn.Module):
-    """DDPG/TD3's policy: a = tanh(f(s)) in (-1, 1); exploration noise is added by the caller."""
+    """DDPG/TD3's policy: a = tanh(f(s)) in (-1, 1); exploration noise is added by the caller.
+
+    ``layer_norm=True`` normalises each hidden layer (:func:`mlp`)."""
 
     kind = "deterministic"
 
-    def __init__(self, obs_dim: int, act_dim: int, hidden: Sequence[int] = (256, 256), normalize_obs: bool = False) -> None:
+    def __init__(
+        self, obs_dim: int, act_dim: int, hidden: Sequence[int] = (256, 256), normalize_obs: bool = False, layer_norm: bool = False
+    ) -> None:
         super().__init__()
         self.spec = {"obs_dim": obs_dim, "act_dim": act_dim, "hidden": list(hidden), "normalize_obs": normalize_obs}
+        if layer_norm:  # only then in the spec: checkpoints without it stay as they were
+            self.spec["layer_norm"] = True
         self.obs_norm = ObsNormalizer(obs_dim) if normalize_obs else nn.Identity()
-        self.net = mlp(obs_dim, act_dim, hidden)
+        self.net = mlp(obs_dim, act_dim, hidden, layer_norm=layer_norm)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return torch.tanh(self.net(self.obs_norm(obs)))
@@ -244,11 +254,25 @@ class EnsembleLinear(nn.Module):
         return torch.baddbmm(self.bias, x, self.weight)
 
 
+class EnsembleLayerNorm(nn.Module):
+    """LayerNorm over the last axis of [N, B, dim] with each member's own scale and shift."""
+
+    def __init__(self, n: int, dim: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(n, 1, dim))
+        self.bias = nn.Parameter(torch.zeros(n, 1, dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.addcmul(self.bias, F.layer_norm(x, x.shape[-1:]), self.weight)
+
+
 class EnsembleMLP(nn.Module):
     """N independent MLPs of the same shape, evaluated together: [B or N x B, in] -> [N, B, out].
 
     One ``baddbmm`` per layer for all members. ``out_gains`` (one per member) selects the
     PPO-style orthogonal init; without it each member is initialised like ``nn.Linear``.
+    ``layer_norm=True`` adds a LayerNorm (:class:`EnsembleLayerNorm`) after each hidden
+    layer's activation.
     """
 
     def __init__(
@@ -259,6 +283,7 @@ class EnsembleMLP(nn.Module):
         hidden: Sequence[int] = (256, 256),
         activation: str = "relu",
         out_gains: Sequence[float] | None = None,
+        layer_norm: bool = False,
     ) -> None:
         super().__init__()
         self.n = n
@@ -267,6 +292,7 @@ class EnsembleMLP(nn.Module):
         self.act = _INPLACE_ACTIVATIONS[activation]
         dims = [in_dim, *hidden, out_dim]
         self.layers = nn.ModuleList(EnsembleLinear(n, a, b) for a, b in zip(dims[:-1], dims[1:]))
+        self.norms = nn.ModuleList(EnsembleLayerNorm(n, h) for h in hidden) if layer_norm else None
         if out_gains is not None:
             with torch.no_grad():
                 for j, layer in enumerate(self.layers):
@@ -286,6 +312,8 @@ class EnsembleMLP(nn.Module):
             x = layer(x)
             if i < last:
                 x = self.act(x)
+                if self.norms is not None:
+                    x = self.norms[i](x)
         return x
 
 
@@ -293,17 +321,24 @@ class EnsembleQ(nn.Module):
     """N Q-critics Q_i(s, a) fused into one module; returns [N, B].
 
     Twin critics (SAC, TD3) are ``EnsembleQ(..., n=2)``; one forward pass runs all members
-    with ``torch.baddbmm`` instead of a Python loop over separate networks.
+    with ``torch.baddbmm`` instead of a Python loop over separate networks. ``layer_norm=True``
+    normalises each hidden layer (ReBRAC's critics).
     """
 
     def __init__(
-        self, obs_dim: int, act_dim: int, hidden: Sequence[int] = (256, 256), n: int = 2, obs_norm: nn.Module | None = None
+        self,
+        obs_dim: int,
+        act_dim: int,
+        hidden: Sequence[int] = (256, 256),
+        n: int = 2,
+        obs_norm: nn.Module | None = None,
+        layer_norm: bool = False,
     ) -> None:
         super().__init__()
         self.n = n
         # Offline critics share the actor's dataset normaliser (as ValueNet does PPO's).
         self.obs_norm = obs_norm if obs_norm is not None else nn.Identity()
-        self.net = EnsembleMLP(n, obs_dim + act_dim, 1, hidden, "relu")
+        self.net = EnsembleMLP(n, obs_dim + act_dim, 1, hidden, "relu", layer_norm=layer_norm)
 
     def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         return self.net(torch.cat([self.obs_norm(obs), action], dim=-1)).squeeze(-1)

@@ -22,10 +22,10 @@ import torch
 from gymnasium import spaces
 from minari.serialization import serialize_space
 
-import rlpipe
 from rlpipe.algos import LoadedPolicy, load_policy
 from rlpipe.errors import RlpipeError
 from rlpipe.files import atomic_output, check_output_file
+from rlpipe.version import __version__
 
 # Policies whose deterministic action is a function of the observation alone.
 EXPORTABLE_KINDS = ("tanh_gaussian", "deterministic", "categorical", "actor_critic", "greedy_q")
@@ -77,7 +77,7 @@ def _deployable(run_dir: str | os.PathLike) -> tuple[LoadedPolicy, DeployedPolic
         "action_space": serialize_space(policy.action_space),
         "input": "obs: float32 [batch, obs_dim]"
         + (" = concat(observation, desired_goal)" if isinstance(observation_space, spaces.Dict) else ""),
-        "rlpipe_version": rlpipe.__version__,
+        "rlpipe_version": __version__,
     }
     model = DeployedPolicy(policy.actor, policy.action_space).eval().requires_grad_(False)  # outputs need no graph
     return policy, model, metadata

@@ -33,7 +33,7 @@ from rlpipe.training.run import METRICS_FILE
 
 CURVE_FILE = Path("dvclive") / "plots" / "metrics" / "eval" / "return_mean.tsv"
 # Config fields that do not change what a run learns (or are the seed itself).
-NOT_GROUPING = frozenset({"seed", "device", "torch_threads", "store", "env_id", "dataset"})
+NOT_GROUPING = frozenset({"seed", "device", "torch_threads", "store", "env_id", "dataset", "loggers"})
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from rlpipe.envs.multiagent import is_multi_agent
 from rlpipe.errors import RlpipeError
 from rlpipe.names import confined_path
 from rlpipe.training.config import RunConfig, typed_value
+from rlpipe.training.loggers import check_loggers
 from rlpipe.training.offline import dataset_env_id
 from rlpipe.training.run import TrainResult
 
@@ -102,6 +103,7 @@ def prepare_run(
     """
     spec = get_algo(algo)
     overrides = merge_settings(options or {}, settings or {})
+    check_loggers(overrides.get("loggers", ()))  # a missing extra is named before anything else is read or written
     if spec.online:
         if dataset is not None:
             raise RlpipeError(f"{algo} is an online algorithm and trains in the environment; --dataset is for offline algorithms")

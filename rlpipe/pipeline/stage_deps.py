@@ -39,6 +39,7 @@ PACKAGE = Path(__file__).resolve().parents[1]
 REPO = PACKAGE.parent
 ENTRY = "rlpipe.cli.main"  # the `rlpipe` console script ([project.scripts] in pyproject.toml)
 DISPATCHER = AlgoSpec.__module__  # its module names resolve per algorithm, not for every stage
+PACKAGE_NAME, PACKAGE_API = "rlpipe", "rlpipe.api"  # `rlpipe.train` etc. import rlpipe.api on first use
 ALGO_FIELDS = ("algo", "expert")  # params fields that name the algorithm a stage runs
 TEMPLATE, OUTPUT, PARAMS = "dvc.template.yaml", "dvc.yaml", "params.yaml"
 # The pipelines written from a template (directories from the repository root): the root one
@@ -184,6 +185,7 @@ class CodeGraph:
             for module, scan in self.scans.items()
         }
         edges[ENTRY] = edges[ENTRY] - (set(self.commands.values()) - {self.commands[command]})  # the app runs one command
+        edges[PACKAGE_NAME] = edges[PACKAGE_NAME] - {PACKAGE_API}  # the package's lazy API attributes: no command reads them
         roots = {ENTRY, self.commands[command]}.union(*(algorithm_modules(algo, self.known) for algo in algos))
         modules = loaded | _closure(roots, edges)
         return sorted(root + self.known[module].relative_to(self.package.parent).as_posix() for module in modules)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -12,13 +12,25 @@ from rlpipe.envs.stepper import StepBatch
 
 
 class Batch(NamedTuple):
-    """A sampled minibatch; ``terminated`` is float (1.0 = no bootstrap)."""
+    """A sampled minibatch; ``terminated`` is float (1.0 = no bootstrap). ``next_actions``
+    (the dataset's action at ``next_obs``) only from samplers asked for it (ReBRAC's)."""
 
     obs: torch.Tensor
     actions: torch.Tensor
     rewards: torch.Tensor
     next_obs: torch.Tensor
     terminated: torch.Tensor
+    next_actions: torch.Tensor | None = None
+
+    def map_columns(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> Batch:
+        """``fn`` applied to each column (an absent optional column stays None)."""
+        return Batch(*(None if column is None else fn(column) for column in self))
+
+
+def join_batches(parts: Sequence[Batch], join: Callable[[Sequence[torch.Tensor]], torch.Tensor] = torch.cat) -> Batch:
+    """Batches joined column by column (``torch.cat``, or ``torch.stack`` for a seed axis); a
+    column that some part lacks (None) is None."""
+    return Batch(*(None if any(column is None for column in columns) else join(columns) for columns in zip(*parts)))
 
 
 # One gradient update on a minibatch; the int is the update's index (0, 1, ...).

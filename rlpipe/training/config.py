@@ -17,12 +17,16 @@ import yaml
 
 from rlpipe.envs import base_env_id
 from rlpipe.errors import RlpipeError
-from rlpipe.limits import MAX_BUFFER_SIZE, MAX_LAYER_WIDTH, check_num_envs, check_seed
+from rlpipe.limits import MAX_BUFFER_SIZE, MAX_LAYER_WIDTH, MAX_UPDATES, check_num_envs, check_seed
 
 C = TypeVar("C")
 T = TypeVar("T")
 
 POSITIVE = types.MappingProxyType({"positive": True})  # field metadata: the value (each element of a tuple) must be > 0
+
+
+# Bounds of fields that every algorithm redeclares with its own default (so not in their metadata).
+FIELD_LIMITS = {"updates": MAX_UPDATES}
 
 
 def positive(default: T, at_most: int | None = None) -> T:
@@ -41,6 +45,9 @@ def buffer_capacity(default: int) -> int:
     """A replay buffer's rows: from 1 to rlpipe.limits.MAX_BUFFER_SIZE."""
     return positive(default, at_most=MAX_BUFFER_SIZE)
 
+
+# Where a run's curve goes (rlpipe.training.loggers); TensorBoard and W&B need their extras.
+LoggerName = Literal["dvclive", "tensorboard", "wandb"]
 
 # Fields set only by their own command option, never by a setting: field -> that option.
 NOT_SETTABLE = {"env_id": "--env (offline: the dataset's metadata)", "dataset": "--dataset", "store": "--store"}
@@ -62,8 +69,12 @@ class RunConfig:
     heldout_eval_episodes: int = 100
     stop_at_return: float | None = None  # stop early once the eval mean return reaches this
     checkpoint_every: int | None = positive(None)  # save the full training state this often (run's unit): resumable
+    loggers: tuple[LoggerName, ...] = ("dvclive",)  # the eval curve's sinks, each at most once; () logs none
 
     def __post_init__(self) -> None:
+        if isinstance(self.loggers, str):  # loggers="tensorboard" from Python
+            self.loggers = (self.loggers,)
+        self.loggers = tuple(dict.fromkeys(self.loggers))
         check_values(self)
 
 
@@ -199,14 +210,17 @@ def parse_settings(pairs: list[str], cls: type) -> dict[str, Any]:
 def check_values(config: Any) -> None:
     """Raise an RlpipeError naming the first field out of range: a :func:`positive` field
     must be > 0 (each element, for layer sizes), floats finite, ``heldout_eval_episodes`` >= 0,
-    ``seed`` and ``num_envs`` within rlpipe.limits, and a Literal field one of its choices."""
+    ``seed`` and ``num_envs`` within rlpipe.limits, and a Literal field (each element, for a tuple of them) one of its choices."""
     check_seed(config.seed, "setting seed")
     if config.heldout_eval_episodes < 0:
         raise RlpipeError(f"setting heldout_eval_episodes={config.heldout_eval_episodes!r}: expected an integer >= 0")
     types_ = field_types(type(config))
     for declared in fields(config):
         name, tp, value = declared.name, types_[declared.name], getattr(config, declared.name)
-        if get_origin(tp) is Literal and value not in get_args(tp):
+        element = get_args(tp)[0] if get_origin(tp) is tuple else None  # tuple[Literal[...], ...]: each element one of them
+        if (get_origin(tp) is Literal and value not in get_args(tp)) or (
+            get_origin(element) is Literal and not (isinstance(value, tuple) and all(item in get_args(element) for item in value))
+        ):
             raise RlpipeError(f"setting {name}={value!r}: expected {_type_name(tp)}")
         items = value if isinstance(value, tuple) else (value,)
         for item in items:
@@ -214,10 +228,10 @@ def check_values(config: Any) -> None:
                 raise RlpipeError(f"setting {name}={value!r}: expected a finite number")
             if declared.metadata.get("positive") and isinstance(item, (int, float)) and not isinstance(item, bool) and item <= 0:
                 raise RlpipeError(f"setting {name}={value!r}: expected a positive number")
-            if isinstance(item, int) and item > declared.metadata.get("at_most", item):
+            at_most = declared.metadata.get("at_most", FIELD_LIMITS.get(name))
+            if isinstance(item, int) and at_most is not None and item > at_most:
                 raise RlpipeError(
-                    f"setting {name}={value!r}: expected at most {declared.metadata['at_most']}"
-                    + (" per layer" if isinstance(value, tuple) else "")
+                    f"setting {name}={value!r}: expected at most {at_most}" + (" per layer" if isinstance(value, tuple) else "")
                 )
     if hasattr(config, "num_envs"):
         check_num_envs(config.num_envs, "setting num_envs")
@@ -238,6 +252,7 @@ def config_for_env(cls: type[C], tuned: dict[str, dict[str, Any]], env_id: str, 
 
 __all__ = [
     "DatasetFields",
+    "LoggerName",
     "OfflineConfig",
     "OnlineConfig",
     "RunConfig",

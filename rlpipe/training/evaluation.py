@@ -47,8 +47,11 @@ def policy_fn(actor: nn.Module, scaler: ActionScaler, device: torch.device | str
     device = torch.device(device)
 
     def act(obs: np.ndarray) -> np.ndarray:
+        array = flatten_obs(obs).astype(np.float32, copy=False)
+        if not array.flags.writeable:  # a memory-mapped dataset column (FQE acts on one): torch warns on read-only arrays
+            array = array.copy()  # one batch of observations, cheap beside the forward pass
         with torch.no_grad():
-            obs_t = torch.as_tensor(flatten_obs(obs).astype(np.float32, copy=False), device=device)
+            obs_t = torch.as_tensor(array, device=device)
             return scaler.to_env(actor.act(obs_t, deterministic).cpu().numpy())
 
     return act

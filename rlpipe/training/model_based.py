@@ -16,7 +16,7 @@ import torch
 from rlpipe.errors import RlpipeError
 from rlpipe.models.checkpoint import load_checkpoint
 from rlpipe.models.dynamics import FitReport, GaussianEnsemble, fit_ensemble, transitions_to_xy
-from rlpipe.training.buffer import Batch, ReplayBuffer
+from rlpipe.training.buffer import Batch, ReplayBuffer, join_batches
 from rlpipe.training.config import layer_sizes, positive
 from rlpipe.training.env import ActionScaler
 from rlpipe.training.offline import OfflineData
@@ -184,4 +184,4 @@ class MixedBatches:
             for b in (self.real(n_real) if n_real else None, self.model.sample(batch_size - n_real) if n_real < batch_size else None)
             if b is not None
         ]
-        return parts[0] if len(parts) == 1 else Batch(*(torch.cat(cols) for cols in zip(*parts)))
+        return parts[0] if len(parts) == 1 else join_batches(parts)

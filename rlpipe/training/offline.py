@@ -27,7 +27,8 @@ from rlpipe.envs.extras import register_optional
 from rlpipe.envs.goals import flat_observation_space, flatten_obs, is_goal_space
 from rlpipe.envs.stepper import VecStepper
 from rlpipe.errors import RlpipeError
-from rlpipe.training.buffer import Batch, ReplayBuffer, Update
+from rlpipe.models.networks import ObsNormalizer
+from rlpipe.training.buffer import Batch, ReplayBuffer, Update, join_batches
 from rlpipe.training.env import BOX, GOAL, ActionScaler, action_dim, env_spaces, make_vec_env, require_spaces, resolve_device
 from rlpipe.training.evaluation import policy_fn
 from rlpipe.training.families import dataset_evaluator
@@ -129,23 +130,28 @@ class OfflineData:
 MAPPED_SAMPLING_BYTES = 1 << 30  # step shards larger than this in all are sampled from their maps, not loaded
 
 
-def _sample_from_maps(info: DatasetInfo, config: Any) -> bool:
-    """Whether to gather minibatches from the memory-mapped shards (`MappedSampler`) instead of
-    loading the dataset into RAM: for large datasets, unless a subset or goal flattening
-    needs the arrays in RAM."""
+def sample_from_maps(info: DatasetInfo) -> bool:
+    """Whether minibatches of this dataset are gathered from its memory-mapped shards
+    (`MappedSampler`) instead of loading it into RAM: its step shards are over `MAPPED_SAMPLING_BYTES`."""
     shard_bytes = sum(entry["bytes"] for rel, entry in info.metadata["files"].items() if rel.startswith(STEPS_DIR + "/"))
+    return shard_bytes > MAPPED_SAMPLING_BYTES
+
+
+def _sample_from_maps(info: DatasetInfo, config: Any) -> bool:
+    """`sample_from_maps`, unless a subset or goal flattening needs the arrays in RAM."""
     in_ram_only = getattr(config, "max_samples", None) is not None or is_goal_space(info.observation_space)
-    return shard_bytes > MAPPED_SAMPLING_BYTES and not in_ram_only
+    return sample_from_maps(info) and not in_ram_only
 
 
-def load_offline(algo: str, config: Any, action_kinds: tuple[str, ...]) -> OfflineData:
+def load_offline(algo: str, config: Any, action_kinds: tuple[str, ...], next_actions: bool = False) -> OfflineData:
     """Open `config.dataset`, check the spaces suit `algo`, seed, and build the sampler.
 
     `config` needs dataset, store, seed, device, torch_threads and may have max_samples.
     Continuous actions are mapped to the policy's [-1, 1] range once, here; so are goal
     Dict observations to ``concat(observation, desired_goal)``. Datasets over
     `MAPPED_SAMPLING_BYTES` stay in their memory-mapped shards (`MappedSampler`; actions are
-    then mapped per batch) and ``arrays`` is their `MappedTransitions`.
+    then mapped per batch) and ``arrays`` is their `MappedTransitions`. With `next_actions`
+    batches carry the dataset's next actions (`TransitionSampler`; not from the maps).
     """
     seed_everything(config.seed, config.torch_threads)
     info = open_dataset(config.dataset, config.store)
@@ -156,6 +162,8 @@ def load_offline(algo: str, config: Any, action_kinds: tuple[str, ...]) -> Offli
     device = resolve_device(config.device)
     scaler = ActionScaler(act_space)
     if _sample_from_maps(info, config):
+        if next_actions:
+            raise RlpipeError(f"{algo} needs the dataset's next actions: not gathered from the memory maps of {info.name!r}")
         mapped = MappedTransitions(info)
         sampler = MappedSampler(mapped, device, seed=config.seed, action_map=scaler.from_env)
         return OfflineData(info, mapped, sampler, obs_space, act_space, int(obs_space.shape[0]), action_dim(act_space), device)
@@ -167,7 +175,7 @@ def load_offline(algo: str, config: Any, action_kinds: tuple[str, ...]) -> Offli
     if is_goal_space(obs_space):
         data = replace(data, obs=flatten_obs(data.obs), next_obs=flatten_obs(data.next_obs))
         obs_space = flat_observation_space(obs_space)
-    sampler = TransitionSampler(data, device, seed=config.seed, action_map=scaler.from_env)
+    sampler = TransitionSampler(data, device, seed=config.seed, action_map=scaler.from_env, next_actions=next_actions)
     return OfflineData(info, data, sampler, obs_space, act_space, int(obs_space.shape[0]), action_dim(act_space), device)
 
 
@@ -180,6 +188,13 @@ def returns_range_scale(data: OfflineData, span: float = 1000.0) -> float:
     if len(returns) < 2 or returns.max() == returns.min():
         raise RlpipeError(f"dataset {data.info.name!r}: reward scaling needs episodes of different returns")
     return float(span / (returns.max() - returns.min()))
+
+
+def fit_obs_normalizer(actor: nn.Module, data: OfflineData) -> None:
+    """Set ``actor.obs_norm``, where it is an `ObsNormalizer`, to the dataset's observation mean
+    and variance (TD3+BC, IQL, ReBRAC; the saved policy then normalises as in training)."""
+    if isinstance(actor.obs_norm, ObsNormalizer):
+        actor.obs_norm.update(torch.as_tensor(np.asarray(data.arrays.obs, np.float32), device=data.device))
 
 
 def dataset_metrics(data: OfflineData) -> dict[str, Any]:
@@ -204,7 +219,7 @@ class DatasetAndOnline:
         index = torch.randint(self.dataset.size + len(self.online), (batch_size,), device=self.dataset.device, generator=self.generator)
         from_dataset = index < self.dataset.size
         parts = self.dataset.take(index[from_dataset]), self.online.take(index[~from_dataset] - self.dataset.size)
-        return Batch(*(torch.cat(columns) for columns in zip(*parts)))
+        return join_batches(parts)
 
 
 def require_finetunable(data: OfflineData) -> None:

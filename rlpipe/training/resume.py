@@ -45,6 +45,9 @@ INFO_FILE = "resume.json"
 LEGACY_STATE_FILE = "resume.pt"  # a pickle: never read
 FORMAT = "rlpipe-resume-1"
 MAX_INFO_BYTES = 1 << 24  # resume.json holds a config: far less
+# Config fields that do not change what a run computes: a state resumes whatever they hold
+# (and states saved before a field was added, which lack it).
+NOT_COMPARED = frozenset({"loggers"})
 
 
 def rng_states() -> dict[str, Any]:
@@ -247,7 +250,7 @@ def read_state(path: Path, config: dict[str, Any]) -> dict[str, Any] | None:
     try:
         with safe_open(path, framework="pt") as f:
             header = _header(f, path)
-            if json.loads(header["config"]) != config:  # before any tensor is read
+            if not _same_run(json.loads(header["config"]), config):  # before any tensor is read
                 return None
             tensors = {name: f.get_tensor(name) for name in f.keys()}
         if _digest(header, tensors) != header["sha256"]:
@@ -258,6 +261,13 @@ def read_state(path: Path, config: dict[str, Any]) -> dict[str, Any] | None:
     if not isinstance(state, dict) or not {"objects", "rng", "run", "next_save", "loop"} <= set(state):
         raise RlpipeError(f"{path} is not a readable resume state (its state lacks parts; {_fix(path)})")
     return state
+
+
+def _same_run(saved: Any, config: Mapping[str, Any]) -> bool:
+    """Whether a state saved for config ``saved`` continues a run of ``config`` (apart from :data:`NOT_COMPARED`)."""
+    if not isinstance(saved, dict):
+        return False
+    return {k: v for k, v in saved.items() if k not in NOT_COMPARED} == {k: v for k, v in config.items() if k not in NOT_COMPARED}
 
 
 def _one_line(exc: BaseException) -> str:

@@ -1,4 +1,5 @@
-"""What every training run shares: evaluation schedule, DVCLive curve, progress bar,
+"""What every training run shares: evaluation schedule, eval curve (to the sinks
+``config.loggers`` names, DVCLive by default: :mod:`rlpipe.training.loggers`), progress bar,
 checkpoint and ``metrics.json``. Algorithms call :class:`Run` from their ``train``.
 
 A run directory is written like a dataset (:mod:`rlpipe.datasets.atomic`): under a lock, into
@@ -10,7 +11,6 @@ of an old checkpoint and a new partial curve.
 from __future__ import annotations
 
 import copy
-import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -30,6 +30,7 @@ from rlpipe.models.checkpoint import META_FILE, save_checkpoint
 from rlpipe.training.config import OfflineConfig, OnlineConfig
 from rlpipe.training.env import space_to_json
 from rlpipe.training.evaluation import EvalResult, PolicyFn, evaluate
+from rlpipe.training.loggers import MetricSink, end_sinks, open_sinks
 
 METRICS_FILE = "metrics.json"
 EVAL_SEED_OFFSET = 10_000  # eval envs never share seeds with training envs
@@ -79,17 +80,12 @@ class TrainResult:
         return next((p for p in self.history if p.mean >= threshold), None)
 
 
-def _make_live(out_dir: Path) -> Any:
-    from dvclive import Live
-
-    class _Live(Live):
-        # Outside `dvc repro`, DVCLive would look for (and even `dvc init`) a repo to
-        # record experiments; we only want its files, so skip that unless DVC runs us.
-        def _init_dvc(self) -> None:
-            if os.getenv("DVC_ROOT"):
-                super()._init_dvc()
-
-    return _Live(dir=str(out_dir / "dvclive"), save_dvc_exp=False, dvcyaml=False)
+def _curve_metrics(point: EvalPoint) -> dict[str, float]:
+    """An eval point as the curve's scalars."""
+    metrics = {"eval/return_mean": point.mean, "eval/return_std": point.std}
+    if point.success_rate is not None:
+        metrics["eval/success_rate"] = point.success_rate
+    return metrics
 
 
 class Run:
@@ -119,12 +115,12 @@ class Run:
         self.out_dir = Path(out_dir) if out_dir is not None else None
         self.history: list[EvalPoint] = []
         self.next_eval = config.eval_every
-        self.live = None
+        self.sinks: list[MetricSink] = []  # the curve's destinations (config.loggers), in the staging directory
         self._staging: StagedDirectory | None = None
         if self.out_dir is not None:
             self._staging = StagedDirectory(self.out_dir, f"run directory {self.out_dir}", is_run_dir, _check_run_target)
             try:
-                self.live = _make_live(self._staging.path)
+                self.sinks = open_sinks(config.loggers, self._staging.path, self.out_dir.name, asdict(config))
             except BaseException:
                 self._staging.abort()
                 raise
@@ -165,17 +161,12 @@ class Run:
         )
 
     def evaluate(self, policy: PolicyFn, done: int) -> EvalPoint:
-        """Evaluate now, record the point in the history and the DVCLive curve (x = ``done`` units)."""
+        """Evaluate now, record the point in the history and the curve's sinks (x = ``done`` units)."""
         res = self.evaluator(policy, self.config.eval_episodes, self.config.seed + EVAL_SEED_OFFSET)
         point = EvalPoint(done, self.elapsed(), res.mean, res.std, res.success_rate)
         self.history.append(point)
-        if self.live is not None:
-            self.live.step = done
-            self.live.log_metric("eval/return_mean", res.mean)
-            self.live.log_metric("eval/return_std", res.std)
-            if res.success_rate is not None:
-                self.live.log_metric("eval/success_rate", res.success_rate)
-            self.live.make_summary()
+        for sink in self.sinks:
+            sink.log(done, _curve_metrics(point))
         self._last_draw = 0.0
         self.show(done)
         return point
@@ -248,7 +239,7 @@ class Run:
             digest = save_checkpoint(self._staging.path, modules, meta)
             metrics["checkpoint_sha256"] = digest
             (self._staging.path / METRICS_FILE).write_text(json_text(metrics))
-        self._stop()  # DVCLive writes its last files when it ends
+        self._stop()  # the sinks write their last files when they end
         if self._staging is not None:
             self._staging.commit()
             self._staging = None
@@ -272,28 +263,26 @@ class Run:
         return {"history": [asdict(point) for point in self.history], "next_eval": self.next_eval}
 
     def restore(self, state: dict[str, Any]) -> None:
-        """Continue from :meth:`state`: the history (logged again to the DVCLive curve) and schedule."""
+        """Continue from :meth:`state`: the history (logged again to the curve's sinks) and schedule."""
         self.history = [EvalPoint(**point) for point in state["history"]]
         self.next_eval = state["next_eval"]
-        if self.live is not None:
-            for point in self.history:
-                self.live.step = point.done
-                self.live.log_metric("eval/return_mean", point.mean)
-                self.live.log_metric("eval/return_std", point.std)
-            self.live.make_summary()
+        for point in self.history:
+            for sink in self.sinks:
+                sink.log(point.done, _curve_metrics(point))
 
     def close(self) -> None:
-        """Stop the progress bar and DVCLive; an unfinished run's directory is deleted."""
-        self._stop()
-        if self._staging is not None:
-            self._staging.abort()
-            self._staging = None
+        """Stop the progress bar and the curve's sinks; an unfinished run's directory is deleted."""
+        try:
+            self._stop()
+        finally:
+            if self._staging is not None:
+                self._staging.abort()
+                self._staging = None
 
     def _stop(self) -> None:
         if self.progress is not None:
             self.show(self.history[-1].done if self.history else 0)
             self.progress.stop()
             self.progress = None
-        if self.live is not None:
-            self.live.end()
-            self.live = None
+        sinks, self.sinks = self.sinks, []
+        end_sinks(sinks)

@@ -36,6 +36,17 @@ class _GeneratorState:
         self._generator.set_state(state["generator"])
 
 
+def next_action_rows(data: TransitionArrays) -> np.ndarray:
+    """The row holding each transition's next action: the next row when it is the same
+    episode's next step; else (an episode's last row, where nothing follows in the data) the
+    row itself."""
+    if data.agent is not None:
+        raise RlpipeError("next actions are defined for single-agent datasets only")
+    rows = np.arange(len(data))
+    follows = (data.episode_id[1:] == data.episode_id[:-1]) & (data.step[1:] == data.step[:-1] + 1)
+    return np.where(np.r_[follows, False], rows + 1, rows)
+
+
 class TransitionSampler(_GeneratorState):
     """Uniform minibatch sampler over a dataset held as tensors on `device`.
 
@@ -43,7 +54,8 @@ class TransitionSampler(_GeneratorState):
     type online replay buffers yield, so offline algorithms reuse the same update code.
     The data is moved to the device once; each `sample` is one random index draw and one
     gather per column, no Python loop over rows. `action_map` converts stored env actions
-    once (e.g. to the policy's [-1, 1] range).
+    once (e.g. to the policy's [-1, 1] range). With `next_actions` batches also carry the
+    dataset's action at `next_obs` (`next_action_rows`).
     """
 
     def __init__(
@@ -52,6 +64,7 @@ class TransitionSampler(_GeneratorState):
         device: str | torch.device = "cpu",
         seed: int = 0,
         action_map: Callable[[np.ndarray], np.ndarray] | None = None,
+        next_actions: bool = False,
     ) -> None:
         self.device = torch.device(device)
         self.size = len(data)
@@ -65,6 +78,8 @@ class TransitionSampler(_GeneratorState):
             "next_obs": map_columnar(data.next_obs, lambda a: _to_tensor(np.asarray(a), self.device)),
             "terminated": _to_tensor(np.asarray(data.terminated), self.device).float(),
         }
+        if next_actions:
+            self._columns["next_actions"] = _to_tensor(actions[next_action_rows(data)], self.device)
         self._generator = torch.Generator(device=self.device).manual_seed(seed)
 
     def sample(self, batch_size: int) -> Batch:

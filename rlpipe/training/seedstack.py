@@ -29,11 +29,12 @@ import numpy as np
 import torch
 from torch import nn
 from torch.func import functional_call, stack_module_state
+from torch.utils._pytree import tree_map
 
 from rlpipe.envs.goals import flatten_obs
 from rlpipe.envs.stepper import VecStepper
 from rlpipe.errors import RlpipeError
-from rlpipe.training.buffer import Batch, ReplayBuffer, Update
+from rlpipe.training.buffer import Batch, ReplayBuffer, Update, join_batches
 from rlpipe.training.env import ActionScaler
 from rlpipe.training.evaluation import policy_fn
 from rlpipe.training.graphs import UpdateStepper, graphs_enabled
@@ -91,7 +92,9 @@ class SeedStack:
         def one_seed(seed_state: dict[str, torch.Tensor], *seed_args: Any) -> Any:
             return functional_call(self.template, seed_state, (fn, *seed_args))
 
-        return torch.vmap(one_seed, randomness="different")(state, *args)
+        # Each tensor of ``args`` is split along its seed dimension; an absent field (None) is passed as is.
+        in_dims = (0, *(tree_map(lambda leaf: None if leaf is None else 0, arg) for arg in args))
+        return torch.vmap(one_seed, in_dims=in_dims, randomness="different")(state, *args)
 
     @torch.no_grad()
     def unstack(self) -> None:
@@ -104,7 +107,7 @@ class SeedStack:
 
 def sample_seeds(buffers: Sequence[ReplayBuffer], batch_size: int) -> Batch:
     """A [K, batch_size, ...] minibatch, row k sampled from seed k's buffer with its own generator."""
-    return Batch(*map(torch.stack, zip(*(buffer.sample(batch_size) for buffer in buffers))))
+    return join_batches([buffer.sample(batch_size) for buffer in buffers], torch.stack)
 
 
 def check_seed_configs(algo: str, configs: Sequence[Any]) -> None:

@@ -1,0 +1,192 @@
+"""rlpipe's Python API: what a notebook or another project calls instead of the CLI.
+
+Every name here is also an attribute of the ``rlpipe`` package (``rlpipe.train``,
+``rlpipe.load_dataset``, ...), imported on first use, so ``import rlpipe`` stays light.
+The functions do what the commands of the same name do, with the same checks (bad input is
+an `rlpipe.errors.RlpipeError` with the one-line message the CLI prints) and the
+same files; they return objects instead of printing::
+
+    import rlpipe
+
+    rlpipe.collect("Pendulum-v1", expert="sac", from_training=True, expert_steps=10_000)
+    data = rlpipe.load_dataset("pendulum-mixed")            # numpy arrays, memory-mapped
+    result = rlpipe.train("cql", dataset="pendulum-mixed", out="runs/cql", updates=4_000)
+    policy = rlpipe.load_policy(result.run_dir)               # numpy obs batch -> env actions
+    print(rlpipe.evaluate(policy, episodes=20, seed=1_000).mean)
+
+Datasets live in a store: ``store=`` names it, else ``$RLPIPE_DATASETS``, else ``./datasets``.
+Settings are the fields of the algorithm's config dataclass (``rlpipe.make_config(algo, ...)``
+shows them all), checked against their declared types as ``rlpipe train --set`` checks them.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rlpipe.datasets.loader import TransitionArrays, load_dataset
+from rlpipe.datasets.store import DatasetInfo, list_datasets, open_dataset
+from rlpipe.errors import RlpipeError
+
+if TYPE_CHECKING:
+    from rlpipe.algos.policy import LoadedPolicy
+    from rlpipe.pipeline.collect import CollectedDataset
+    from rlpipe.training.config import RunConfig
+    from rlpipe.training.evaluation import EvalResult
+    from rlpipe.training.run import TrainResult
+    from rlpipe.training.sampler import MappedSampler, TransitionSampler
+
+PathLike = str | os.PathLike
+
+
+def collect(
+    env_id: str,
+    *,
+    expert: str | None = None,
+    from_training: bool = False,
+    episodes: int | None = None,
+    steps: int | None = None,
+    expert_steps: int | None = None,
+    seed: int = 0,
+    name: str | None = None,
+    store: PathLike | None = None,
+    force: bool = False,
+    progress: bool = False,
+    **options: Any,
+) -> CollectedDataset:
+    """Collect a dataset from ``env_id`` into the store (``rlpipe collect``).
+
+    Random actions unless ``expert`` names an algorithm (``"sac"``, ``"ppo"``, ...): its saved
+    run is rolled out, trained first if there is none; with ``from_training`` every transition
+    of a fresh expert run of ``expert_steps`` steps is stored (a mixed-quality dataset). Give
+    ``episodes`` or ``steps`` (whole episodes either way) except with ``from_training``. The
+    default ``name`` is ``<env>-random``, ``<env>-expert`` or ``<env>-mixed``; an existing
+    dataset of that name is replaced only with ``force``. ``options`` are the remaining keyword
+    arguments of `rlpipe.pipeline.collect.collect_dataset` (``num_envs``, ``fmt``,
+    ``stochastic``, ``workers``, ...). Returns the dataset's path and metadata.
+    """
+    from rlpipe.pipeline.collect import collect_dataset
+
+    return collect_dataset(
+        env_id,
+        expert=expert,
+        from_training=from_training,
+        episodes=episodes,
+        steps=steps,
+        expert_steps=expert_steps,
+        seed=seed,
+        name=name,
+        store=store,
+        force=force,
+        progress=progress,
+        **options,
+    )
+
+
+def make_config(
+    algo: str, *, env: str | None = None, dataset: str | None = None, store: PathLike | None = None, **settings: Any
+) -> RunConfig:
+    """The config ``rlpipe train ALGO`` would use: the algorithm's tuned defaults for the env
+    (online algorithms: ``env``; offline ones: the env recorded in ``dataset``'s metadata),
+    then ``settings`` (config field names, values checked against the fields' types)."""
+    from rlpipe.pipeline.runs import prepare_run
+
+    # run_dir given so that no default run directory is named: where a run goes is train's `out`
+    return prepare_run(algo, env_id=env, dataset=dataset, store=store, settings=_typed(algo, settings), run_dir=".").config
+
+
+def train(
+    algo: str,
+    config: RunConfig | None = None,
+    *,
+    env: str | None = None,
+    dataset: str | None = None,
+    store: PathLike | None = None,
+    out: PathLike | None = None,
+    progress: bool = False,
+    **settings: Any,
+) -> TrainResult:
+    """Train ``algo`` and return its `rlpipe.training.run.TrainResult` (final
+    metrics, the evaluation curve, the trained actor).
+
+    Without ``config`` it is `make_config` of ``env``/``dataset`` and ``settings``;
+    with one, ``settings`` replace its fields. With ``out`` the run directory is written as
+    ``rlpipe train --out`` writes it (checkpoint, ``metrics.json``, curves), published only
+    when training finishes; without it nothing is written and ``result.run_dir`` is None.
+    """
+    from rlpipe.algos import get_algo
+
+    spec = get_algo(algo)
+    if config is None:
+        config = make_config(algo, env=env, dataset=dataset, store=store, **settings)
+    else:
+        if env is not None or dataset is not None or store is not None:
+            raise RlpipeError("give either a config or env/dataset/store, not both: the config names its env or dataset")
+        if not isinstance(config, spec.config_class):
+            raise RlpipeError(f"{algo} trains with a {spec.config_class.__name__} of {spec.module}, not a {type(config).__name__}")
+        config = replace(config, **_typed(algo, settings))
+    return spec.train(config, None if out is None else Path(out), progress=progress)
+
+
+def load_policy(run_dir: PathLike, device: str = "cpu", deterministic: bool = True) -> LoadedPolicy:
+    """The policy of a saved run: call it on a batch of observations ``[B, obs_dim]`` to get a
+    batch of env actions (scaled to the env's bounds, or Discrete indices). Nothing is
+    unpickled and the weights' hash is checked; ``.env_id`` names the env it acts in."""
+    from rlpipe.algos import load_policy as load
+
+    return load(Path(run_dir), device=device, deterministic=deterministic)
+
+
+def evaluate(policy: LoadedPolicy | PathLike, episodes: int = 10, seed: int = 0, env_id: str | None = None) -> EvalResult:
+    """Run ``episodes`` whole episodes of ``policy`` (a `LoadedPolicy` or a run
+    directory) in its env, or in ``env_id``; episode ``k`` resets its env with ``seed + k``.
+    Returns the mean and standard deviation of the returns, and each episode's return and length."""
+    from rlpipe.training.evaluation import evaluate as run_episodes
+
+    if isinstance(policy, str | os.PathLike):
+        policy = load_policy(policy)
+    if episodes < 1:
+        raise RlpipeError(f"episodes must be at least 1, got {episodes}")
+    return run_episodes(policy, env_id or policy.env_id, episodes, seed)
+
+
+def sampler(dataset: str, *, store: PathLike | None = None, device: str = "cpu", seed: int = 0) -> TransitionSampler | MappedSampler:
+    """Uniform minibatches of ``dataset``'s transitions as torch tensors on ``device``
+    (``.sample(batch_size)`` gives a `rlpipe.training.buffer.Batch`: obs, actions,
+    rewards, next_obs, terminated), drawn as offline training draws them: loaded into RAM
+    once, or gathered from the memory-mapped shards when these are over 1 GiB. Actions are
+    in the env's units. The same seed draws the same batches either way."""
+    from rlpipe.datasets.mapped import MappedTransitions
+    from rlpipe.training.offline import sample_from_maps
+    from rlpipe.training.sampler import MappedSampler, TransitionSampler
+
+    info = open_dataset(dataset, store)
+    if sample_from_maps(info):
+        return MappedSampler(MappedTransitions(info), device, seed)
+    return TransitionSampler(load_dataset(dataset, store), device, seed)
+
+
+def _typed(algo: str, settings: dict[str, Any]) -> dict[str, Any]:
+    """``settings`` checked against ``algo``'s config fields (unknown names, wrong types: RlpipeError)."""
+    from rlpipe.algos import get_algo
+    from rlpipe.training.config import typed_value
+
+    config_class = get_algo(algo).config_class
+    return {key: typed_value(config_class, key, value) for key, value in settings.items()}
+
+
+__all__ = [
+    "DatasetInfo",
+    "TransitionArrays",
+    "collect",
+    "evaluate",
+    "list_datasets",
+    "load_dataset",
+    "load_policy",
+    "make_config",
+    "open_dataset",
+    "sampler",
+    "train",
+]
