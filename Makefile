@@ -61,7 +61,7 @@ $(BROWSER_STAMP): $(STAMP)
 test: $(STAMP) $(BROWSER_STAMP)
 	$(PY) -m pytest -q -n auto --dist loadgroup -m "not heavy"
 
-# The heavy learning tests (MuJoCo, Fetch, the D4RL chain, FQE's ranking), kept out of the
+# The heavy tests (MuJoCo, Fetch, the D4RL chain, FQE's ranking, the whole pipeline), kept out of the
 # default suite so that it stays under 15 minutes on 2 cores; CI runs them after it.
 test-heavy: $(STAMP)
 	$(PY) -m pytest -q -n auto --dist loadgroup -m heavy

@@ -103,7 +103,7 @@ def dvc_repro_in_copy(work: Path, pipeline: str, params: Path) -> tuple[list[str
     return dvc, env
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # every stage of dvc.yaml at smoke size: about 8 CPU-minutes
 def test_dvc_repro_runs_every_stage(tmp_path: Path) -> None:
     work = tmp_path / "repo"
     smoke_file = write_smoke_params(tmp_path / "smoke_params.yaml")
