@@ -152,20 +152,24 @@ def evaluate(policy: LoadedPolicy | PathLike, episodes: int = 10, seed: int = 0,
     return run_episodes(policy, env_id or policy.env_id, episodes, seed)
 
 
-def sampler(dataset: str, *, store: PathLike | None = None, device: str = "cpu", seed: int = 0) -> TransitionSampler | MappedSampler:
+def sampler(
+    dataset: str, *, store: PathLike | None = None, device: str = "cpu", seed: int = 0, frame_stack: int = 1
+) -> TransitionSampler | MappedSampler:
     """Uniform minibatches of ``dataset``'s transitions as torch tensors on ``device``
     (``.sample(batch_size)`` gives a `rlpipe.training.buffer.Batch`: obs, actions,
     rewards, next_obs, terminated), drawn as offline training draws them: loaded into RAM
     once, or gathered from the memory-mapped shards when these are over 1 GiB. Actions are
-    in the env's units. The same seed draws the same batches either way."""
+    in the env's units. The same seed draws the same batches either way. With
+    ``frame_stack`` k > 1, obs and next_obs are ``[B, k, *frame]``: each row's episode's last
+    k frames, the first frame repeated before the episode's start."""
     from rlpipe.datasets.mapped import MappedTransitions
     from rlpipe.training.offline import sample_from_maps
     from rlpipe.training.sampler import MappedSampler, TransitionSampler
 
     info = open_dataset(dataset, store)
     if sample_from_maps(info):
-        return MappedSampler(MappedTransitions(info), device, seed)
-    return TransitionSampler(load_dataset(dataset, store), device, seed)
+        return MappedSampler(MappedTransitions(info), device, seed, frame_stack=frame_stack)
+    return TransitionSampler(load_dataset(dataset, store), device, seed, frame_stack=frame_stack)
 
 
 def _typed(algo: str, settings: dict[str, Any]) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from rlpipe.algos import load_policy
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["train", "dqn", "--env", "CartPole-v1"], "unknown algorithm 'dqn'"),
+        (["train", "rainbow", "--env", "CartPole-v1"], "unknown algorithm 'rainbow'"),
         (["train", "sac", "--env", "CartPole-v1"], "sac needs a continuous (Box) action space; CartPole-v1 has Discrete(2)"),
         (["train", "ppo", "--env", "NoSuchEnv-v0"], "unknown environment 'NoSuchEnv-v0'"),
         (["train", "ppo", "--env", "CartPole-v1", "--dataset", "cartpole-expert"], "ppo is an online algorithm"),

@@ -66,7 +66,7 @@ def test_from_training_stores_every_transition(store: Path, tmp_path: Path, cli)
 
 def test_expert_bad_input(store: Path, cli) -> None:
     for args, message in [
-        (["--expert", "dqn"], "unknown expert 'dqn'"),
+        (["--expert", "td3"], "unknown expert 'td3'"),
         (["--expert", "sac", "--from-training", "--episodes", "1"], "--from-training stores the whole training run"),
         (["--from-training"], "--from-training needs --expert"),
     ]:

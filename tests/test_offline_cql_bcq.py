@@ -166,6 +166,7 @@ def test_cql_and_bcq_cli_round_trip_and_bad_input(offline_store: Path, tmp_path:
         ("cql", "cartpole-expert", "greedy_q"),
         ("cql", "pendulum-mixed", "tanh_gaussian"),
         ("bcq", "pendulum-mixed", "bcq"),
+        ("bcq", "cartpole-expert", "discrete_bcq"),
     ]:
         out = tmp_path / f"{algo}-{dataset}"
         ok = cli(
@@ -191,7 +192,6 @@ def test_cql_and_bcq_cli_round_trip_and_bad_input(offline_store: Path, tmp_path:
         assert json.loads(cli("eval", out, "--episodes", "2", "--json").out)["returns"] == json.loads(evaluated.out)["returns"]
         assert load_policy(out).actor.kind == kind
     for args, message in [
-        (["bcq", "--dataset", "cartpole-expert"], "bcq needs a continuous (Box) action space"),
         (["cql", "--dataset", "pendulum-mixed", "--set", "td_loss=l1"], "setting td_loss='l1': expected 'mse' or 'huber'"),
         (
             ["cql", "--dataset", "pendulum-mixed", "--set", "num_sampled_actions=0"],

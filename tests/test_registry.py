@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from rlpipe.algos import OFFLINE, ONLINE, SPECS, get_algo
-from rlpipe.envs.spaces import BOX, DISCRETE, GOAL
+from rlpipe.envs.spaces import BOX, DISCRETE, GOAL, IMAGE
 from rlpipe.errors import RlpipeError
 from rlpipe.training.config import DatasetFields, OfflineConfig, OnlineConfig, RunConfig, parse_settings
 from rlpipe.training.onpolicy import RolloutStorage
@@ -25,7 +25,7 @@ def test_every_spec_resolves_its_lazy_entries() -> None:
         assert spec.config_class.__module__ == spec.module == spec.train.__module__, spec.name
         assert spec.tuned and all(isinstance(values, dict) for values in spec.tuned.values()), spec.name
         assert spec.action_kinds and set(spec.action_kinds) <= {BOX, DISCRETE}, spec.name
-        assert spec.observation_kinds and set(spec.observation_kinds) <= {BOX, GOAL}, spec.name
+        assert spec.observation_kinds and set(spec.observation_kinds) <= {BOX, GOAL, IMAGE}, spec.name
         assert callable(spec.load_policy) and spec.budget in ("env_steps", "updates"), spec.name
 
 

@@ -180,7 +180,7 @@ def test_batched_sac_updates_and_actions_equal_separate_ones_per_seed(monkeypatc
     _check_seeds_apart(stacked.modules(), [(None, agent.modules, None, None) for agent in agents])
     for seed, agent in enumerate(agents):
         assert stacked.seeds[seed].alpha() == pytest.approx(agent.extra_metrics()["alpha"], rel=1e-5)
-        torch.testing.assert_close(stacked.explore(obs)[seed], agent.explore(obs[seed], None), rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(stacked.explore(obs)[seed], agent.explore(obs[seed], None, 0), rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=needs_cuda)])

@@ -1,9 +1,10 @@
 """Behaviour cloning: supervised learning of the dataset's actions.
 
 Read top to bottom: config and tuned defaults, then ``train``: the policy for the
-dataset's action space (categorical for discrete actions with cross-entropy; for
-continuous actions a deterministic tanh policy with MSE, or a tanh-Gaussian with
-negative log-likelihood) and the shared offline loop.
+dataset's action space (categorical for discrete actions with cross-entropy, reading
+flat vectors, images or frame stacks through an encoder; for continuous actions, flat
+vectors only, a deterministic tanh policy with MSE, or a tanh-Gaussian with negative
+log-likelihood) and the shared offline loop.
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ from typing import Any, Literal
 
 import torch
 
-from rlpipe.algos.registry import OFFLINE_OBSERVATION_KINDS, AlgoSpec, Family
+from rlpipe.algos.registry import OFFLINE_IMAGE_OBSERVATION_KINDS, AlgoSpec, Family
+from rlpipe.models.encoders import EncoderChoice
 from rlpipe.models.networks import CategoricalActor, DeterministicActor, TanhGaussianActor
 from rlpipe.training import Batch, OfflineConfig, TrainResult
 from rlpipe.training.config import layer_sizes, positive
-from rlpipe.training.env import BOX, DISCRETE
-from rlpipe.training.offline import load_offline, train_offline
+from rlpipe.training.env import BOX, DISCRETE, encoder_spec
+from rlpipe.training.offline import IMAGE_OBSERVATION_KINDS, load_offline, require_flat_observations, train_offline
 from rlpipe.training.optim import adam, optimizer_step
 
 ACTION_SPACES = (DISCRETE, BOX)
@@ -27,7 +29,7 @@ SPEC = AlgoSpec(
     name="bc",
     family=Family.IMITATION,
     online=False,
-    observation_kinds_ref=OFFLINE_OBSERVATION_KINDS,
+    observation_kinds_ref=OFFLINE_IMAGE_OBSERVATION_KINDS,
     resumable=True,
     summary="behaviour cloning",
 )
@@ -44,6 +46,8 @@ class Config(OfflineConfig):
     # False (discrete actions): evaluate by sampling the learnt distribution, not its mode, as a
     # sampling expert acts (IPPO's Combat team: its mode can stall, a blocked move repeating).
     eval_deterministic: bool = True
+    frame_stack: int = positive(1)  # observations seen as the last k stacked (discrete actions)
+    encoder: EncoderChoice = "auto"  # the CNN that reads images; auto: by frame size
 
 
 TUNED: dict[str, dict[str, Any]] = {
@@ -56,14 +60,16 @@ TUNED: dict[str, dict[str, Any]] = {
 
 def train(config: Config, out_dir: str | Path | None = None, *, progress: bool = True) -> TrainResult:
     """Train BC on ``config.dataset``; with ``out_dir`` also write checkpoint, metrics and curve."""
-    data = load_offline(SPEC.name, config, ACTION_SPACES)
+    data = load_offline(SPEC.name, config, ACTION_SPACES, observation_kinds=IMAGE_OBSERVATION_KINDS)
     obs_dim, act_dim, device = data.obs_dim, data.act_dim, data.device
+    actor: CategoricalActor | TanhGaussianActor | DeterministicActor
     if data.discrete:
-        actor = CategoricalActor(obs_dim, act_dim, config.hidden, activation="relu").to(device)
-    elif config.continuous_loss == "gaussian":
-        actor = TanhGaussianActor(obs_dim, act_dim, config.hidden).to(device)
+        encoder = encoder_spec(data.observation_space, config.frame_stack, config.encoder)
+        actor = CategoricalActor(obs_dim, act_dim, config.hidden, activation="relu", encoder=encoder).to(device)
     else:
-        actor = DeterministicActor(obs_dim, act_dim, config.hidden).to(device)
+        require_flat_observations(SPEC.name, config, data)
+        continuous = TanhGaussianActor if config.continuous_loss == "gaussian" else DeterministicActor
+        actor = continuous(obs_dim, act_dim, config.hidden).to(device)
     optimizer = adam(actor.parameters(), config.learning_rate)
 
     def loss_of(b: Batch) -> torch.Tensor:

@@ -1,38 +1,51 @@
-"""Batch-constrained Q-learning (BCQ, continuous actions; Fujimoto et al. 2019).
+"""Batch-constrained Q-learning (BCQ; Fujimoto et al. 2019, and for discrete actions
+Fujimoto, Conti, Ghavamzadeh, Pineau & Precup 2019).
 
-Act only like the dataset: a conditional VAE learns which actions the data takes in each
-state, a perturbation model may shift a generated action by at most ``max_shift`` (of the
-[-1, 1] range), and twin critics pick the best of such actions: ``n_candidates`` (10) in
-the target, ``act_candidates`` (100) when acting, as in the paper's code.
+Act only like the dataset. Continuous actions (Box): a conditional VAE learns which actions
+the data takes in each state, a perturbation model may shift a generated action by at most
+``max_shift`` (of the [-1, 1] range), and twin critics pick the best of such actions:
+``n_candidates`` (10) in the target, ``act_candidates`` (100) when acting, as in the
+paper's code. Discrete actions (Discrete): a Q-head and an imitation head (the data's
+pi(a|s), by cross-entropy) share an encoder (flat vectors, images or frame stacks); only
+actions with pi(a|s) / max_a pi(a|s) >= ``threshold`` may be chosen, in the double-DQN
+target and when acting.
 
-Read top to bottom: config and tuned defaults, the networks (the acting part, decoder +
-perturbation + critics, is one ``BCQPolicy`` that ``rlpipe eval`` loads), the losses, then
-``train``: the update (VAE -> critics with the soft clipped double-Q target -> perturbation -> target
-networks) and the shared offline loop.
+Read top to bottom: config and tuned defaults, the networks (each variant's acting part is
+one policy class that ``rlpipe eval`` loads: ``BCQPolicy``, ``DiscreteBCQPolicy``), the
+losses, the two variants' updates (continuous: VAE -> critics with the soft clipped
+double-Q target -> perturbation -> target networks; discrete: Huber TD + cross-entropy),
+then ``train``: the shared offline loop.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from rlpipe.algos.registry import OFFLINE_OBSERVATION_KINDS, AlgoSpec, Family
+from rlpipe.algos.registry import OFFLINE_IMAGE_OBSERVATION_KINDS, AlgoSpec, Family
 from rlpipe.errors import RlpipeError
+from rlpipe.models.encoders import EncoderChoice, build_encoder
 from rlpipe.models.networks import EnsembleQ, mlp, register_policy_class
-from rlpipe.training import Batch, OfflineConfig, TrainResult
+from rlpipe.training import Batch, OfflineConfig, TrainResult, Update
 from rlpipe.training.config import layer_sizes, positive
-from rlpipe.training.env import BOX
-from rlpipe.training.offline import load_offline, train_offline
+from rlpipe.training.env import BOX, DISCRETE, encoder_spec
+from rlpipe.training.offline import IMAGE_OBSERVATION_KINDS, OfflineData, load_offline, require_flat_observations, train_offline
 from rlpipe.training.optim import adam, frozen, optimizer_step, polyak_update, target_copy
 
-ACTION_SPACES = (BOX,)
+ACTION_SPACES = (BOX, DISCRETE)
 SPEC = AlgoSpec(
-    name="bcq", family=Family.OFFLINE, online=False, observation_kinds_ref=OFFLINE_OBSERVATION_KINDS, summary="batch-constrained Q-learning"
+    name="bcq",
+    family=Family.OFFLINE,
+    online=False,
+    observation_kinds_ref=OFFLINE_IMAGE_OBSERVATION_KINDS,
+    summary="batch-constrained Q-learning",
 )
 LOG_STD_MIN, LOG_STD_MAX = -4.0, 15.0  # the encoder's log std range in the BCQ paper's code
 
@@ -44,7 +57,7 @@ class Config(OfflineConfig):
     gamma: float = 0.99
     tau: float = 0.005
     actor_lr: float = positive(1e-3)  # the perturbation model
-    critic_lr: float = positive(1e-3)
+    critic_lr: float = positive(1e-3)  # the critics; discrete actions: the whole network (encoder, Q- and imitation heads)
     vae_lr: float = positive(1e-3)
     hidden: tuple[int, ...] = layer_sizes((256, 256))  # perturbation model and critics (paper: 400, 300)
     vae_hidden: tuple[int, ...] = layer_sizes((750, 750))
@@ -54,11 +67,16 @@ class Config(OfflineConfig):
     lmbda: float = 0.75  # target = lmbda * min + (1 - lmbda) * max of the twin critics
     n_candidates: int = positive(10)  # generated actions per next state in the critics' target (the paper's code: 10)
     act_candidates: int = 100  # generated actions per state when acting (the paper's code: 100)
+    threshold: float = 0.3  # discrete: actions with pi(a|s) / max_a pi(a|s) below it are never chosen (the paper's tau)
+    logit_penalty: float = 1e-2  # discrete: weight of the imitation logits' mean square (the paper's code)
+    frame_stack: int = positive(1)  # discrete: observations seen as the last k stacked
+    encoder: EncoderChoice = "auto"  # the CNN that reads images; auto: by frame size
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not 0.0 <= self.lmbda <= 1.0:
-            raise RlpipeError(f"setting lmbda={self.lmbda!r}: expected a number in [0, 1]")
+        for name in ("lmbda", "threshold"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise RlpipeError(f"setting {name}={getattr(self, name)!r}: expected a number in [0, 1]")
 
 
 TUNED: dict[str, dict[str, Any]] = {
@@ -134,6 +152,50 @@ class BCQPolicy(nn.Module):
         return candidates.view(batch, n, -1)[torch.arange(batch, device=obs.device), best]
 
 
+@register_policy_class
+class DiscreteBCQPolicy(nn.Module):
+    """Discrete BCQ's policy: a Q-head and an imitation head (logits of the data's
+    pi(a|s)) on one encoder; it acts greedily on Q among the actions the data supports
+    (`supported_greedy`). Without an encoder the heads are two separate MLPs, as in the
+    paper's code for vector observations; with one they share it, as its Atari network does."""
+
+    kind = "discrete_bcq"
+
+    def __init__(
+        self,
+        obs_dim: int,
+        n_actions: int,
+        hidden: Sequence[int] = (256, 256),
+        threshold: float = 0.3,
+        encoder: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__()
+        self.spec = {"obs_dim": obs_dim, "n_actions": n_actions, "hidden": list(hidden), "threshold": threshold, "encoder": encoder}
+        self.threshold = threshold
+        self.encoder, features = build_encoder(encoder, obs_dim)
+        self.q = mlp(features, n_actions, hidden)
+        self.imitation = mlp(features, n_actions, hidden)
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Q-values and imitation logits, each [B, n_actions]."""
+        features = self.encoder(obs)
+        return self.q(features), self.imitation(features)
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor, deterministic: bool = True) -> torch.Tensor:
+        q, logits = self(obs)
+        return supported_greedy(q, logits, self.threshold)  # greedy either way, as the paper acts
+
+
+def supported_greedy(q: torch.Tensor, logits: torch.Tensor, threshold: float) -> torch.Tensor:
+    """argmax_a Q(s, a) over the actions with pi(a|s) / max_a pi(a|s) >= ``threshold``
+    (pi = softmax(logits), so the ratio is exp(logit - max logit)); [B, A] -> [B]."""
+    if threshold <= 0.0:
+        return q.argmax(-1)
+    supported = logits - logits.max(-1, keepdim=True).values >= math.log(threshold)
+    return q.masked_fill(~supported, -math.inf).argmax(-1)
+
+
 def generator_loss(encoder: nn.Module, policy: BCQPolicy, obs: torch.Tensor, actions: torch.Tensor, kl_weight: float) -> torch.Tensor:
     """The conditional VAE's loss: reconstruct the dataset's actions from (s, z ~ q(z | s, a))
     plus ``kl_weight`` * KL(q(z | s, a) || N(0, 1)). ``encoder(s, a)`` gives z's mean and log std."""
@@ -159,9 +221,48 @@ def bcq_target(
     return b.rewards + gamma * (1.0 - b.terminated) * q.view(n, batch).max(0).values
 
 
-def train(config: Config, out_dir: str | Path | None = None, *, progress: bool = True) -> TrainResult:
-    """Train BCQ on ``config.dataset``; with ``out_dir`` also write checkpoint, metrics and curve."""
-    data = load_offline(SPEC.name, config, ACTION_SPACES)
+def discrete_bcq_loss(config: Config, policy: nn.Module, target: nn.Module, b: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """Discrete BCQ's loss on ``b`` and its TD part: Huber TD error to the double-DQN target
+    r + gamma * (1 - terminated) * Q'(s', a'), a' the online network's `supported_greedy`
+    action at s', plus the imitation head's cross-entropy and ``logit_penalty`` * mean
+    square of its logits."""
+    with torch.no_grad():
+        next_q, next_logits = policy(b.next_obs)
+        next_action = supported_greedy(next_q, next_logits, config.threshold)
+        next_value = target(b.next_obs)[0].gather(1, next_action.view(-1, 1)).squeeze(1)
+        y = b.rewards + config.gamma * (1.0 - b.terminated) * next_value
+    q, logits = policy(b.obs)
+    actions = b.actions.long().view(-1)
+    td_loss = F.smooth_l1_loss(q.gather(1, actions.view(-1, 1)).squeeze(1), y)
+    imitation_loss = F.cross_entropy(logits, actions) + config.logit_penalty * logits.square().mean()
+    return td_loss + imitation_loss, td_loss.detach()
+
+
+Variant = tuple[nn.Module, dict[str, nn.Module], Update, Callable[[], dict[str, Any]]]
+
+
+def discrete_bcq(config: Config, data: OfflineData) -> Variant:
+    """Discrete BCQ: the policy, the modules to save, the update and extra metrics."""
+    encoder = encoder_spec(data.observation_space, config.frame_stack, config.encoder)
+    policy = DiscreteBCQPolicy(data.obs_dim, data.act_dim, config.hidden, config.threshold, encoder).to(data.device)
+    target = target_copy(policy)
+    optimizer = adam(policy.parameters(), config.critic_lr)
+    stats: dict[str, torch.Tensor] = {}
+
+    def update(b: Batch, _: int) -> None:
+        loss, stats["td_loss"] = discrete_bcq_loss(config, policy, target, b)
+        optimizer_step(optimizer, loss)
+        polyak_update(target, policy, config.tau)
+
+    def extra() -> dict[str, Any]:
+        return {name: float(value) for name, value in stats.items()}
+
+    return policy, {"policy": policy, "target": target}, update, extra
+
+
+def continuous_bcq(config: Config, data: OfflineData) -> Variant:
+    """Continuous BCQ: the policy, the modules to save, the update and extra metrics."""
+    require_flat_observations(SPEC.name, config, data)
     obs_dim, act_dim, device = data.obs_dim, data.act_dim, data.device
     latent_dim = config.latent_dim or 2 * act_dim
     policy = BCQPolicy(obs_dim, act_dim, config.hidden, config.vae_hidden, latent_dim, config.max_shift, config.act_candidates).to(device)
@@ -199,4 +300,11 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
         return {name: float(value) for name, value in stats.items()}
 
     modules = {"policy": policy, "encoder": encoder, "critic_target": critic_target, "perturbation_target": perturbation_target}
+    return policy, modules, update, extra
+
+
+def train(config: Config, out_dir: str | Path | None = None, *, progress: bool = True) -> TrainResult:
+    """Train BCQ on ``config.dataset``; with ``out_dir`` also write checkpoint, metrics and curve."""
+    data = load_offline(SPEC.name, config, ACTION_SPACES, observation_kinds=IMAGE_OBSERVATION_KINDS)
+    policy, modules, update, extra = (discrete_bcq if data.discrete else continuous_bcq)(config, data)
     return train_offline(SPEC.name, config, data, policy, modules, update, out_dir, progress, extra)

@@ -11,7 +11,11 @@ Read top to bottom: config and tuned defaults, then the two variants and ``train
   and all sampled ones go through the fused critics in one batched pass (split into
   cache-sized row blocks on CPU).
 - discrete actions (Discrete): DQN (a Q-network over actions and a target network) whose
-  TD loss adds ``beta * (logsumexp_a Q(s, a) - Q(s, a_data))``, exact over the actions.
+  TD loss adds ``beta * (logsumexp_a Q(s, a) - Q(s, a_data))``, exact over the actions;
+  with ``quantiles`` > 0 the base is QR-DQN (the CQL paper's Atari runs): the Q-network
+  outputs return quantiles trained with the quantile Huber loss, and the penalty acts on
+  their means. Observations may be flat vectors, images or frame stacks (an encoder reads
+  them); the continuous variant reads flat vectors only.
 
 ``train_seeds`` trains several seeds as one batched computation
 (rlpipe.training.seedstack): the same per-seed losses on stacked weights.
@@ -30,14 +34,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rlpipe.algos.registry import OFFLINE_OBSERVATION_KINDS, AlgoSpec, Family
+from rlpipe.algos.registry import OFFLINE_IMAGE_OBSERVATION_KINDS, AlgoSpec, Family
 from rlpipe.algos.sac import SoftActorCritic, StackedSoftActorCritic
 from rlpipe.errors import RlpipeError
+from rlpipe.models.encoders import EncoderChoice
 from rlpipe.models.networks import EnsembleQ, GreedyQPolicy, TanhGaussianActor
 from rlpipe.training import Batch, OfflineConfig, TrainResult, Update
 from rlpipe.training.config import FinetuneFields, layer_sizes, positive
-from rlpipe.training.env import BOX, DISCRETE
-from rlpipe.training.offline import OfflineData, load_offline, train_offline
+from rlpipe.training.env import BOX, DISCRETE, encoder_spec
+from rlpipe.training.losses import quantile_huber_loss
+from rlpipe.training.offline import IMAGE_OBSERVATION_KINDS, OfflineData, load_offline, require_flat_observations, train_offline
 from rlpipe.training.optim import adam, optimizer_step, polyak_update, target_copy
 from rlpipe.training.seeding import seed_everything
 from rlpipe.training.seedstack import SeedStack, train_offline_seeds
@@ -47,7 +53,7 @@ SPEC = AlgoSpec(
     name="cql",
     family=Family.OFFLINE,
     online=False,
-    observation_kinds_ref=OFFLINE_OBSERVATION_KINDS,
+    observation_kinds_ref=OFFLINE_IMAGE_OBSERVATION_KINDS,
     batched_seeds=True,
     summary="conservative Q-learning",
 )
@@ -71,11 +77,16 @@ class Config(FinetuneFields, OfflineConfig):
     td_loss: Literal["mse", "huber"] = "mse"
     reward_scale: float = 1.0  # rewards are learnt as (r + reward_shift) * reward_scale
     reward_shift: float = 0.0
+    quantiles: int = 0  # discrete actions: 0 a DQN base, N > 0 QR-DQN with N quantiles and its loss, not td_loss (the paper on Atari: 200)
+    frame_stack: int = positive(1)  # discrete actions: observations seen as the last k stacked
+    encoder: EncoderChoice = "auto"  # the CNN that reads images; auto: by frame size
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.beta < 0:
             raise RlpipeError(f"setting beta={self.beta!r}: expected a number >= 0 (the conservative weight)")
+        if self.quantiles < 0:
+            raise RlpipeError(f"setting quantiles={self.quantiles!r}: expected a number >= 0 (0: DQN)")
 
 
 TUNED: dict[str, dict[str, Any]] = {
@@ -151,8 +162,18 @@ def _block_rows(device: torch.device) -> int | None:
     return CPU_BLOCK_ROWS if device.type == "cpu" else None
 
 
+def require_continuous_settings(config: Config, data: OfflineData) -> None:
+    """Refuse what only the discrete variant reads: images, frame stacks, quantiles."""
+    require_flat_observations(SPEC.name, config, data)
+    if config.quantiles:
+        raise RlpipeError(
+            f"setting quantiles={config.quantiles}: a QR-DQN base needs discrete actions, {data.info.name!r} has continuous ones"
+        )
+
+
 def continuous_cql(config: Config, data: OfflineData) -> tuple[nn.Module, dict[str, nn.Module], Update, Callable[[], dict[str, Any]]]:
     """SAC-based CQL: the actor, the modules to save, the update and extra metrics."""
+    require_continuous_settings(config, data)
     sac = SoftActorCritic.build(config, data.obs_dim, data.act_dim, data.device)
     block_rows = _block_rows(data.device)
     stats: dict[str, torch.Tensor] = {}
@@ -174,18 +195,45 @@ def dqn_target(q_target: nn.Module, b: Batch, rewards: torch.Tensor, gamma: floa
     return rewards + gamma * (1.0 - b.terminated) * q_target(b.next_obs).max(-1).values
 
 
-def dqn_loss(config: Config, q_net: nn.Module, q_target: nn.Module, b: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-    """DQN-based CQL's loss on ``b``, TD loss + beta * the exact conservative gap, and the gap."""
-    target = dqn_target(q_target, b, (b.rewards + config.reward_shift) * config.reward_scale, config.gamma)
-    q_all = q_net(b.obs)
-    q_data = q_all.gather(-1, b.actions.long().view(-1, 1)).squeeze(-1)
-    gap = (torch.logsumexp(q_all, dim=-1) - q_data).mean()
-    return td_error_loss(config, q_data, target) + config.beta * gap, gap.detach()
+def of_actions(values: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    """Each row's entry for its action: [B, A] -> [B], or [B, A, N] -> [B, N]."""
+    index = actions.long().view(-1, 1, *([1] * (values.dim() - 2)))
+    return values.gather(1, index.expand(-1, 1, *values.shape[2:])).squeeze(1)
+
+
+@torch.no_grad()
+def quantile_target(q_target: GreedyQPolicy, b: Batch, rewards: torch.Tensor, gamma: float) -> torch.Tensor:
+    """QR-DQN's target quantiles [B, N]: rewards + gamma * (1 - terminated) * theta'(s', a*),
+    a* the target network's greedy action (by the quantiles' mean)."""
+    next_quantiles = q_target.quantile_values(b.next_obs)
+    best = of_actions(next_quantiles, next_quantiles.mean(-1).argmax(-1))
+    return rewards.unsqueeze(-1) + gamma * (1.0 - b.terminated).unsqueeze(-1) * best
+
+
+def dqn_loss(config: Config, q_net: GreedyQPolicy, q_target: GreedyQPolicy, b: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """DQN- (or QR-DQN-) based CQL's loss on ``b``, TD loss + beta * the exact conservative
+    gap on the Q-values (the quantiles' means), and the gap."""
+    rewards = (b.rewards + config.reward_shift) * config.reward_scale
+    if config.quantiles:
+        quantiles = q_net.quantile_values(b.obs)
+        q_all = quantiles.mean(-1)
+        td_loss = quantile_huber_loss(of_actions(quantiles, b.actions), quantile_target(q_target, b, rewards, config.gamma))
+    else:
+        q_all = q_net(b.obs)
+        td_loss = td_error_loss(config, of_actions(q_all, b.actions), dqn_target(q_target, b, rewards, config.gamma))
+    gap = (torch.logsumexp(q_all, dim=-1) - of_actions(q_all, b.actions)).mean()
+    return td_loss + config.beta * gap, gap.detach()
+
+
+def q_network(config: Config, data: OfflineData) -> GreedyQPolicy:
+    """The Q-network (and greedy policy) of discrete CQL for ``data``'s observations."""
+    encoder = encoder_spec(data.observation_space, config.frame_stack, config.encoder)
+    return GreedyQPolicy(data.obs_dim, data.act_dim, config.hidden, encoder=encoder, quantiles=config.quantiles).to(data.device)
 
 
 def discrete_cql(config: Config, data: OfflineData) -> tuple[nn.Module, dict[str, nn.Module], Update, Callable[[], dict[str, Any]]]:
     """DQN-based CQL: the greedy Q-policy, the modules to save, the update and extra metrics."""
-    q_net = GreedyQPolicy(data.obs_dim, data.act_dim, config.hidden).to(data.device)
+    q_net = q_network(config, data)
     q_target = target_copy(q_net)
     optimizer = adam(q_net.parameters(), config.critic_lr)
     stats: dict[str, torch.Tensor] = {}
@@ -207,6 +255,7 @@ BatchedCQL = tuple[SeedStack, list[dict[str, nn.Module]], Update, Callable[[int]
 def batched_continuous_cql(configs: Sequence[Config], data: OfflineData) -> BatchedCQL:
     """SAC-based CQL for K seeds on stacked weights: the stack, each seed's modules to save,
     the batched update ([K, B, ...] minibatches) and seed k's extra metrics."""
+    require_continuous_settings(configs[0], data)
     stacked = StackedSoftActorCritic.build(configs, data.obs_dim, data.act_dim, data.device)
     losses = partial(critic_loss, configs[0], stacked.template, block_rows=_block_rows(data.device))
     stats: dict[str, torch.Tensor] = {}
@@ -225,7 +274,7 @@ def batched_discrete_cql(configs: Sequence[Config], data: OfflineData) -> Batche
     modules = []
     for config in configs:
         seed_everything(config.seed, config.torch_threads)
-        q_net = GreedyQPolicy(data.obs_dim, data.act_dim, config.hidden).to(data.device)
+        q_net = q_network(config, data)
         modules.append({"policy": q_net, "q_target": target_copy(q_net)})
     stack, config = SeedStack(modules), configs[0]
     optimizer = adam(stack.parameters("policy"), config.critic_lr)
@@ -245,7 +294,7 @@ def batched_discrete_cql(configs: Sequence[Config], data: OfflineData) -> Batche
 
 def train(config: Config, out_dir: str | Path | None = None, *, progress: bool = True) -> TrainResult:
     """Train CQL on ``config.dataset``; with ``out_dir`` also write checkpoint, metrics and curve."""
-    data = load_offline(SPEC.name, config, ACTION_SPACES)
+    data = load_offline(SPEC.name, config, ACTION_SPACES, observation_kinds=IMAGE_OBSERVATION_KINDS)
     actor, modules, update, extra = (discrete_cql if data.discrete else continuous_cql)(config, data)
     return train_offline(SPEC.name, config, data, actor, modules, update, out_dir, progress, extra)
 
@@ -255,6 +304,6 @@ def train_seeds(configs: Sequence[Config], out_dirs: Sequence[str | Path | None]
     seed's run goes to its ``out_dirs`` entry as ``train`` would write it."""
     if configs[0].finetune_env_steps:
         raise RlpipeError("online fine-tuning trains one seed at a time: run each seed with `rlpipe train cql`")
-    data = load_offline(SPEC.name, configs[0], ACTION_SPACES)
+    data = load_offline(SPEC.name, configs[0], ACTION_SPACES, observation_kinds=IMAGE_OBSERVATION_KINDS)
     stack, modules, update, extra = (batched_discrete_cql if data.discrete else batched_continuous_cql)(configs, data)
     return train_offline_seeds(SPEC.name, configs, data, stack, modules, update, out_dirs, progress, extra)

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from gymnasium import spaces
 
 from rlpipe.algos.registry import PLANNER_LOADER, AlgoSpec, Family
 from rlpipe.envs.stepper import EpisodeReturns
@@ -71,6 +72,7 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
     """Train PETS; with ``out_dir`` also write the model checkpoint, metrics.json and curve."""
     terminated, reward = termination_fn(SPEC.name, config.env_id), reward_fn(SPEC.name, config.env_id, config.reward)
     env = setup(SPEC.name, config)
+    assert isinstance(env.action_space, spaces.Box)  # setup's default accepts Box actions only
     model, optimizer = build_ensemble(config, env.obs_dim, env.act_dim, env.device)
     generator = torch.Generator(device=env.device).manual_seed(config.seed)
     planner = CEMPlanner(ModelEnv(model, env.action_space, terminated, reward, generator), config, env.act_dim, generator)

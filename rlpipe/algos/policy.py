@@ -18,7 +18,11 @@ if TYPE_CHECKING:
 
 @dataclass
 class LoadedPolicy:
-    """A trained policy: call it on a batch of observations to get env-scaled actions."""
+    """A trained policy: call it on a batch of observations to get env-scaled actions.
+
+    A policy that reads stacks of ``frame_stack`` frames stacks one observation per env
+    itself; a loop stepping envs reports which envs start an episode with
+    ``start_episodes(rows)`` (`rlpipe.training.evaluation.ActorPolicy`)."""
 
     algo: str
     env_id: str
@@ -32,12 +36,22 @@ class LoadedPolicy:
     def __call__(self, obs: np.ndarray) -> np.ndarray:
         return self._fn(obs)
 
+    @property
+    def frame_stack(self) -> int:
+        return getattr(self._fn, "frame_stack", 1)
+
+    def start_episodes(self, rows: np.ndarray) -> None:
+        """Mark the envs whose next observation starts an episode (a policy without state ignores it)."""
+        start = getattr(self._fn, "start_episodes", None)
+        if start is not None:
+            start(rows)
+
 
 def load_checkpoint_policy(run_dir: str | Path, device: str = "cpu", deterministic: bool = True) -> LoadedPolicy:
     """Load the policy of any saved run (``rlpipe train ... --out RUN_DIR``).
 
-    The result maps a batch of observations ``[B, obs_dim]`` (or a goal env's Dict of
-    batches, flattened as in training) to a batch of env actions
+    The result maps a batch of observations ``[B, *obs_shape]`` (or a goal env's Dict of
+    batches, flattened as in training; or frame stacks ``[B, k, *obs_shape]``) to a batch of env actions
     (scaled to the env's bounds / Discrete indices); ``.env_id`` and
     ``.checkpoint_sha256`` identify it. Nothing is unpickled; the weights' hash is checked;
     an env spec naming code not registered here needs `--trust-env-spec`.

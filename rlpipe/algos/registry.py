@@ -47,6 +47,7 @@ PolicyLoader = Callable[..., "LoadedPolicy"]
 """``load(run_dir, device="cpu", deterministic=True) -> LoadedPolicy``."""
 
 OFFLINE_OBSERVATION_KINDS = "rlpipe.training.offline:OBSERVATION_KINDS"  # what load_offline accepts
+OFFLINE_IMAGE_OBSERVATION_KINDS = "rlpipe.training.offline:IMAGE_OBSERVATION_KINDS"  # and images (discrete actions only)
 CHECKPOINT_LOADER = "rlpipe.algos.policy:load_checkpoint_policy"
 PLANNER_LOADER = "rlpipe.algos.policy:refuse_planner_policy"  # runs that act by planning save no policy network
 
@@ -82,7 +83,7 @@ class AlgoSpec:
     online: bool  # learns by acting in ``--env``; False: learns from ``--dataset`` (its env from the metadata)
     module: str = ""  # filled by the registry: the declaring module (config class, TUNED, train, ACTION_SPACES)
     config_name: str = "Config"  # the config class's name in ``module``
-    observation_kinds_ref: str = ""  # "module:NAME" of the accepted observation kinds (BOX, GOAL); "": BOX only
+    observation_kinds_ref: str = ""  # "module:NAME" of the accepted observation kinds (BOX, GOAL, IMAGE); "": BOX only
     multi_agent: bool = False  # trains on the multi-agent env ids of its TUNED table (rlpipe.envs.multiagent)
     records_training: bool = False  # ``train`` takes ``step_sink`` and streams every transition to it
     batched_seeds: bool = False  # ``train_seeds(configs, out_dirs, *, progress)`` trains K seeds as one computation
@@ -152,6 +153,8 @@ ALGORITHM_MODULES: tuple[str, ...] = tuple(
         "ddpg",
         "td3",
         "her",
+        "dqn",
+        "qrdqn",
         "bc",
         "gail",
         "dac",
@@ -172,6 +175,7 @@ ALGORITHM_MODULES: tuple[str, ...] = tuple(
 # Names a declaration may use besides literals and ``Family.X``.
 _DECLARATION_NAMES: dict[str, str] = {
     "OFFLINE_OBSERVATION_KINDS": OFFLINE_OBSERVATION_KINDS,
+    "OFFLINE_IMAGE_OBSERVATION_KINDS": OFFLINE_IMAGE_OBSERVATION_KINDS,
     "CHECKPOINT_LOADER": CHECKPOINT_LOADER,
     "PLANNER_LOADER": PLANNER_LOADER,
 }

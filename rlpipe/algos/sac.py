@@ -238,7 +238,7 @@ def make_agent(config: Config, env: OffPolicySetup) -> Agent:
         sac.critic_step(critic_loss(config, sac, b))
         sac.policy_step(b.obs, config.tau)
 
-    def explore(obs: np.ndarray, _: np.ndarray) -> np.ndarray:
+    def explore(obs: np.ndarray, *_: Any) -> np.ndarray:
         with torch.no_grad():
             return sac.actor.sample(torch.as_tensor(obs, dtype=torch.float32, device=env.device))[0].cpu().numpy()
 

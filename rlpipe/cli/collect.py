@@ -19,7 +19,9 @@ def collect_command(
     env: str = typer.Option(..., "--env", help="Gymnasium environment id, e.g. CartPole-v1."),
     name: str | None = typer.Option(None, "--name", help="Dataset name (default: <env>-random, <env>-expert or <env>-mixed)."),
     policy: str = typer.Option("random", "--policy", help="Behaviour policy when no --expert is given: 'random'."),
-    expert: str | None = typer.Option(None, "--expert", help="Collect with a trained expert: ppo or sac (trained first if missing)."),
+    expert: str | None = typer.Option(
+        None, "--expert", help="Collect with a trained expert: ppo, sac, dqn or qrdqn (trained first if missing)."
+    ),
     expert_run: Path | None = typer.Option(
         None,
         "--expert-run",

@@ -318,11 +318,13 @@ def collect(
         stepper = VecStepper(envs, None, seed, assembler.add_step)
         if info_space is not None:
             assembler.obs_info = info_columns(stepper.infos, info_space, num_envs)
+        start_episodes = _episode_starts(policy)
+        start_episodes(np.ones(num_envs, bool))
         start = time.perf_counter()
         with _progress(show_progress) as progress:
             meter = _Meter(progress, f"collect {env_id}", episodes, steps, start)
             while not assembler.finished:
-                stepper.step(policy(stepper.obs))
+                start_episodes(~stepper.step(policy(stepper.obs)).valid)  # those envs just reset (NEXT_STEP autoreset)
                 meter.show(stepper.env_steps, assembler.episodes_done, assembler.steps_done, assembler.recent_returns)
             assembler.close()
             meter.done(assembler.episodes_done, assembler.recent_returns)
@@ -397,6 +399,7 @@ class OneEnvRollout:
         step, keys = env.step, None if self.info_space is None else tuple(self.info_space.spaces)
         batched = isinstance(obs, np.ndarray)
         length, total = 0, 0.0
+        _episode_starts(policy)(np.ones(1, bool))
         while True:
             observations.append(obs if batched else _copy(obs))
             if keys is not None:
@@ -455,6 +458,12 @@ class OneEnvRollout:
             rows.update(info=map_columnar(infos, lambda a: a[at]), next_info=map_columnar(infos, lambda a: a[at + 1]))
         self._clear()
         self.sink(rows)
+
+
+def _episode_starts(policy: Policy) -> Callable[[np.ndarray], None]:
+    """The policy's ``start_episodes(rows)`` (a policy keeping state per env: frame stacks, a
+    planner's warm start; see `rlpipe.training.evaluation.EpisodicPolicy`), else a no-op."""
+    return getattr(policy, "start_episodes", lambda rows: None)
 
 
 def _copy(obs: Columnar) -> Columnar:

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from rlpipe.datasets.frames import chain_starts, stack_depths
 from rlpipe.datasets.loader import verified_shard_paths
 from rlpipe.datasets.schema import Columnar, from_arrow, map_columnar, scalar_from_arrow
 from rlpipe.datasets.store import DatasetInfo
@@ -40,18 +41,26 @@ DEFAULT_RESIDENT_BYTES = 3 << 29
 
 @dataclass(frozen=True)
 class PackedBits:
-    """A bit-packed Arrow boolean column: bit `offset + i` of `data` is row i."""
+    """A bit-packed Arrow boolean column: bits `offset + i * width ..` of `data` are row i's
+    `shape` values (width = their count; a scalar column has shape ()), e.g. MinAtar's frames."""
 
     data: np.ndarray  # uint8, a view of the map
     offset: int
     rows: int
+    shape: tuple[int, ...] = ()
+
+    @property
+    def width(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
 
     def __getitem__(self, rows: np.ndarray) -> np.ndarray:
-        bit = rows + self.offset
-        return ((self.data[bit >> 3] >> (bit & 7).astype(np.uint8)) & 1).astype(bool)
+        bit = rows + self.offset if self.shape == () else (rows * self.width + self.offset)[:, None] + np.arange(self.width)
+        values = ((self.data[bit >> 3] >> (bit & 7).astype(np.uint8)) & 1).astype(bool)
+        return values.reshape((len(rows),) + self.shape)
 
     def read_all(self) -> np.ndarray:
-        return np.unpackbits(self.data, bitorder="little")[self.offset : self.offset + self.rows].astype(bool)
+        bits = np.unpackbits(self.data, bitorder="little")[self.offset : self.offset + self.rows * self.width]
+        return bits.astype(bool).reshape((self.rows,) + self.shape)
 
 
 class PreadColumn:
@@ -107,6 +116,9 @@ def _column(batch: pa.RecordBatch, name: str, space) -> Columnar | PackedBits:
     column = batch.column(name)
     if pa.types.is_boolean(column.type):  # without nulls: `verified_shard_paths` checked
         return PackedBits(np.frombuffer(column.buffers()[1], np.uint8), column.offset, len(column))
+    if pa.types.is_fixed_size_list(column.type) and pa.types.is_boolean(column.type.value_type):  # a bool Box (MinAtar frames)
+        values = column.flatten()
+        return PackedBits(np.frombuffer(values.buffers()[1], np.uint8), values.offset, len(column), tuple(space.shape))
     return scalar_from_arrow(column) if space is None else from_arrow(column, space)  # zero-copy views of the map
 
 
@@ -144,7 +156,23 @@ class MappedTransitions:
     def _reader(self, index: int, leaf: np.ndarray) -> PreadColumn:
         """A `pread` reader of `leaf`, an array viewing shard `index`'s map."""
         base = np.frombuffer(self._maps[index], np.uint8).ctypes.data
+        if not base <= leaf.ctypes.data <= base + len(self._maps[index]) - leaf.nbytes:
+            raise RlpipeError("a column of this dataset cannot be read from its memory maps (a boolean inside a Dict?); load it instead")
         return PreadColumn(self._files[index], leaf.ctypes.data - base, leaf)
+
+    def stack_depths(self, frame_stack: int) -> np.ndarray:
+        """Each row's frame-stack depth (`rlpipe.datasets.frames.stack_depths`), from the
+        shards' episode_id and step columns (read once, not kept)."""
+        if "obs" in self.columns and isinstance(self._shards[0]["obs"], dict):
+            raise RlpipeError("frame stacks are defined for array observations, not Dict ones")
+        starts, previous = [], None
+        for index, mapping in enumerate(self._maps):
+            batch = pa.ipc.open_file(pa.BufferReader(pa.py_buffer(mapping))).get_batch(0)
+            episode_id, step = (self._reader(index, scalar_from_arrow(batch.column(name))).read_all() for name in ("episode_id", "step"))
+            starts.append(chain_starts(episode_id, step, previous))
+            if len(step):
+                previous = (int(episode_id[-1]), int(step[-1]))
+        return stack_depths(np.concatenate(starts), frame_stack)
 
     def _chain_next_obs(self, chunk: int = 1 << 20) -> FollowingRows | None:
         """`FollowingRows` when next_obs follows obs in every shard (bytes compared exactly,
@@ -203,10 +231,11 @@ class MappedTransitions:
     def resident(self) -> tuple[str, ...]:
         return tuple(self._resident)
 
-    def take(self, rows: np.ndarray) -> dict[str, Columnar]:
-        """The values of every column at `rows` (int64 row numbers, any order, repeats allowed)."""
+    def take(self, rows: np.ndarray, columns: tuple[str, ...] | None = None) -> dict[str, Columnar]:
+        """The values of every column (or of `columns`) at `rows` (int64 row numbers, any
+        order, repeats allowed)."""
         rows = np.asarray(rows, np.int64)
-        return {name: self._take(name, rows) for name in self.columns}
+        return {name: self._take(name, rows) for name in columns or self.columns}
 
     def _take(self, name: str, rows: np.ndarray) -> Columnar:
         if name in self._resident:

@@ -1,7 +1,8 @@
-"""Environments: the ones the reference texts need that Gymnasium lacks (registered on
-import), env construction with one-line errors, spaces (`spaces.py`) and the one
-vector-env stepper (`stepper.py`). Torch-free, so collection and the dataset commands
-start fast."""
+"""Environments: the ones the reference texts need that Gymnasium lacks and partially
+observed variants (`masked.py`), registered on import; optional families (MinAtar, Atari:
+`extras.py`, `atari.py`), registered on first use; env construction with one-line errors,
+spaces (`spaces.py`) and the one vector-env stepper (`stepper.py`). Torch-free, so
+collection and the dataset commands start fast."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import gymnasium as gym
 from gymnasium import spaces
 from gymnasium.envs.registration import EnvSpec, load_env_creator
 
+from rlpipe.envs import masked as _masked  # noqa: F401  (registers rlpipe/CartPoleNoVel-v1, rlpipe/PendulumNoVel-v1)
 from rlpipe.envs.extras import missing_dependency_message, register_optional
 from rlpipe.errors import RlpipeError
 from rlpipe.files import loads_json
@@ -32,8 +34,10 @@ if "GoalWorld-v0" not in gym.registry:
 
 
 def env_slug(env_id: str) -> str:
-    """`CartPole-v1` -> `cartpole`: the short env name used in run and dataset names."""
-    return env_id.split("/")[-1].split("-v")[0].lower()
+    """`CartPole-v1` -> `cartpole`: the short env name used in run and dataset names
+    (`MinAtar/Breakout-v1` -> `minatar-breakout`, apart from Atari's `breakout-atari`)."""
+    name = env_id.split("/")[-1].split("-v")[0].lower()
+    return f"minatar-{name}" if base_env_id(env_id).startswith("MinAtar/") else name
 
 
 @contextmanager
@@ -44,7 +48,7 @@ def _building(env_id: str) -> Iterator[None]:
     try:
         yield
     except gym.error.DependencyNotInstalled as exc:
-        raise RlpipeError(missing_dependency_message(env_id, str(exc))) from None
+        raise RlpipeError(missing_dependency_message(base_env_id(env_id), str(exc))) from None
     except TypeError as exc:
         if not env_id.startswith(SPEC_NAMESPACE):  # a registered env's own settings: a bug, with its traceback
             raise
@@ -93,6 +97,7 @@ def env_spaces(env_id: str) -> tuple[spaces.Space, spaces.Space]:
 
 
 SPEC_NAMESPACE = "dataset-"  # ids registered for specs that differ from the local registry's
+_DIGEST_CHARS = 8  # of the spec's sha256 in such an id
 TRUST_ENV_SPEC_VAR = "RLPIPE_TRUST_ENV_SPEC"
 TRUST_HINT = (
     "rlpipe builds envs from datasets and runs only by their registered entry points; if you trust "
@@ -222,9 +227,10 @@ def env_id_for_spec(spec_json: str, source: str = "the environment spec", where:
     """A registered gymnasium id whose env is exactly the one `spec_json` describes.
 
     The spec's own id when the local registry holds the same spec; otherwise the spec is
-    registered as `dataset-<sha256[:8]>/<name>-v<N>` (say `max_episode_steps` differs), the
-    same id for the same spec in every process. A spec whose code is not the registered
-    env's (an id unknown here, another entry point or wrappers) is refused by
+    registered as `dataset-<sha256[:8]>/<name>-v<N>` (say `max_episode_steps` differs;
+    `dataset-<sha256[:8]>-<namespace>/...` for a namespaced id), the same id for the same spec
+    in every process. A spec whose code is not the registered env's (an id unknown here,
+    another entry point or wrappers) is refused by
     `trusted_env_spec` unless env specs are trusted; a trusted one of an unknown id is
     registered under its own id. Kwargs that the env's constructor does not take are refused
     in one line naming `where` (the file and field the spec was read from) or `source`.
@@ -242,9 +248,10 @@ def env_id_for_spec(spec_json: str, source: str = "the environment spec", where:
     if registered is not None and _spec_json(registered) == wanted:
         return spec.id
     if registered is not None:
-        digest = hashlib.sha256(str(wanted).encode()).hexdigest()[:8]
+        digest = hashlib.sha256(str(wanted).encode()).hexdigest()[:_DIGEST_CHARS]
         version = "" if spec.version is None else f"-v{spec.version}"
-        spec = dataclasses.replace(spec, id=f"{SPEC_NAMESPACE}{digest}/{spec.name}{version}")
+        namespace = f"{SPEC_NAMESPACE}{digest}" + (f"-{spec.namespace}" if spec.namespace else "")
+        spec = dataclasses.replace(spec, id=f"{namespace}/{spec.name}{version}")
     if spec.id not in gym.registry:
         try:
             if isinstance(spec.entry_point, str):
@@ -256,9 +263,13 @@ def env_id_for_spec(spec_json: str, source: str = "the environment spec", where:
 
 
 def base_env_id(env_id: str) -> str:
-    """The id a spec was registered from: `dataset-<hash>/CartPole-v1` -> `CartPole-v1`."""
+    """The id a spec was registered from: `dataset-<hash>/CartPole-v1` -> `CartPole-v1`,
+    `dataset-<hash>-MinAtar/Breakout-v1` -> `MinAtar/Breakout-v1`."""
     namespace, _, rest = env_id.partition("/")
-    return rest if rest and namespace.startswith(SPEC_NAMESPACE) else env_id
+    if not (rest and namespace.startswith(SPEC_NAMESPACE)):
+        return env_id
+    original = namespace[len(SPEC_NAMESPACE) + _DIGEST_CHARS + 1 :]
+    return f"{original}/{rest}" if original else rest
 
 
 def env_spec_json(env_id: str) -> str | None:

@@ -23,8 +23,19 @@ from rlpipe.limits import MAX_SPACE_ELEMENTS
 
 BOX, DISCRETE = "box", "discrete"
 GOAL = "goal"  # observation kind: a goal-conditioned Dict (flattened for the networks)
+IMAGE = "image"  # observation kind: a uint8 or bool Box of rank 3 (H x W x C or C x H x W), read by a CNN
 _KIND_WORDS = {BOX: "a continuous (Box)", DISCRETE: "a discrete (Discrete)"}
-_OBS_WORDS = {BOX: "a flat Box", GOAL: "a goal-conditioned Dict (observation, achieved_goal, desired_goal)"}
+_OBS_WORDS = {
+    BOX: "a flat Box",
+    GOAL: "a goal-conditioned Dict (observation, achieved_goal, desired_goal)",
+    IMAGE: "an image (a uint8 or bool Box of H x W x C or C x H x W)",
+}
+IMAGE_DTYPES = (np.dtype(np.uint8), np.dtype(np.bool_))
+
+
+def is_image_space(space: spaces.Space) -> bool:
+    """True for a Box of rank 3 holding uint8 or bool values: frames a CNN encoder reads."""
+    return isinstance(space, spaces.Box) and len(space.shape) == 3 and np.dtype(space.dtype) in IMAGE_DTYPES
 
 
 def space_kind(space: spaces.Space) -> str:
@@ -47,13 +58,18 @@ def require_spaces(
     """Raise a one-line RlpipeError when ``algo`` cannot handle the env's spaces.
 
     ``kinds`` are the accepted action spaces (BOX, DISCRETE), ``observations`` the accepted
-    observation spaces: BOX (flat) and/or GOAL (a goal Dict, see rlpipe.envs.goals).
+    observation spaces: BOX (flat), GOAL (a goal Dict, see rlpipe.envs.goals) and/or IMAGE.
     """
     if space_kind(act_space) not in kinds:
         wanted = " or ".join(_KIND_WORDS[k] for k in kinds)
         raise RlpipeError(f"{algo} needs {wanted} action space; {env_id} has {act_space}")
     flat = isinstance(obs_space, spaces.Box) and len(obs_space.shape) == 1
-    if not ((BOX in observations and flat) or (GOAL in observations and is_goal_space(obs_space))):
+    accepted = (
+        (BOX in observations and flat)
+        or (GOAL in observations and is_goal_space(obs_space))
+        or (IMAGE in observations and is_image_space(obs_space))
+    )
+    if not accepted:
         wanted = " or ".join(_OBS_WORDS[k] for k in observations)
         raise RlpipeError(f"{algo} needs {wanted} observation space; {env_id} has {obs_space}")
     if isinstance(act_space, spaces.Box) and len(act_space.shape) != 1:

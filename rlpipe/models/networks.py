@@ -196,31 +196,47 @@ class DeterministicActor(nn.Module):
 
 @register_policy_class
 class CategoricalActor(nn.Module):
-    """PPO's discrete policy: logits over ``n_actions``."""
+    """PPO's and discrete BC's policy: logits over ``n_actions``. ``encoder`` (a spec from
+    :func:`rlpipe.training.env.encoder_spec`) reads images or stacked frames before the MLP."""
 
     kind = "categorical"
 
     def __init__(
-        self, obs_dim: int, n_actions: int, hidden: Sequence[int] = (64, 64), activation: str = "tanh", normalize_obs: bool = False
+        self,
+        obs_dim: int,
+        n_actions: int,
+        hidden: Sequence[int] = (64, 64),
+        activation: str = "tanh",
+        normalize_obs: bool = False,
+        encoder: dict[str, Any] | None = None,
     ) -> None:
+        from rlpipe.models.encoders import build_encoder
+
         super().__init__()
-        self.spec = {
+        self.spec: dict[str, Any] = {
             "obs_dim": obs_dim,
             "n_actions": n_actions,
             "hidden": list(hidden),
             "activation": activation,
             "normalize_obs": normalize_obs,
         }
+        if encoder:  # only when set: checkpoints written before encoders load unchanged
+            self.spec["encoder"] = encoder
         self.obs_norm = ObsNormalizer(obs_dim) if normalize_obs else nn.Identity()
-        self.net = mlp(obs_dim, n_actions, hidden, activation, out_gain=0.01, orthogonal=True)
+        self.encoder, features = build_encoder(encoder, obs_dim)
+        self.net = mlp(features, n_actions, hidden, activation, out_gain=0.01, orthogonal=True)
+
+    def logits(self, obs: torch.Tensor) -> torch.Tensor:
+        """Unnormalised log-probabilities of the actions, [B, n_actions]."""
+        return self.net(self.encoder(self.obs_norm(obs)))
 
     def dist(self, obs: torch.Tensor) -> Categorical:
-        return Categorical(logits=self.net(self.obs_norm(obs)), validate_args=False)
+        return Categorical(logits=self.logits(obs), validate_args=False)
 
     @torch.no_grad()
     def act(self, obs: torch.Tensor, deterministic: bool = True) -> torch.Tensor:
         if deterministic:
-            return self.net(self.obs_norm(obs)).argmax(-1)
+            return self.logits(obs).argmax(-1)
         return self.dist(obs).sample()
 
 
@@ -412,18 +428,47 @@ class ActorCritic(nn.Module):
 
 @register_policy_class
 class GreedyQPolicy(nn.Module):
-    """A Q-network over discrete actions that acts greedily (discrete CQL's policy)."""
+    """A Q-network over discrete actions that acts greedily (DQN's, QR-DQN's and discrete
+    CQL's policy).
+
+    ``encoder`` (a spec from :func:`rlpipe.models.encoders.encoder_spec`) reads images or
+    stacked frames before the MLP; ``dueling`` splits the head into a state value and
+    mean-centred advantages (Wang et al. 2016); ``quantiles`` > 0 makes each action's output
+    ``quantiles`` return quantiles (QR-DQN, Dabney et al. 2018) whose mean is the Q-value.
+    """
 
     kind = "greedy_q"
 
-    def __init__(self, obs_dim: int, n_actions: int, hidden: Sequence[int] = (256, 256)) -> None:
+    def __init__(
+        self,
+        obs_dim: int,
+        n_actions: int,
+        hidden: Sequence[int] = (256, 256),
+        encoder: dict[str, Any] | None = None,
+        dueling: bool = False,
+        quantiles: int = 0,
+    ) -> None:
+        from rlpipe.models.encoders import build_encoder
+
         super().__init__()
-        self.spec = {"obs_dim": obs_dim, "n_actions": n_actions, "hidden": list(hidden)}
-        self.net = mlp(obs_dim, n_actions, hidden)
+        self.spec: dict[str, Any] = {"obs_dim": obs_dim, "n_actions": n_actions, "hidden": list(hidden)}
+        self.spec.update({key: value for key, value in (("encoder", encoder), ("dueling", dueling), ("quantiles", quantiles)) if value})
+        self.encoder, features = build_encoder(encoder, obs_dim)
+        self.n_actions, self.atoms = n_actions, max(quantiles, 1)
+        self.net = mlp(features, n_actions * self.atoms, hidden)
+        self.value = mlp(features, self.atoms, hidden) if dueling else None
+
+    def quantile_values(self, obs: torch.Tensor) -> torch.Tensor:
+        """Per-action outputs [B, n_actions, atoms] (atoms = 1 without quantiles)."""
+        features = self.encoder(obs)
+        out = self.net(features).unflatten(-1, (self.n_actions, self.atoms))
+        if self.value is not None:
+            out = self.value(features).unsqueeze(-2) + out - out.mean(-2, keepdim=True)
+        return out
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """Q-values of every action, [B, n_actions]."""
-        return self.net(obs)
+        return self.quantile_values(obs).mean(-1)
 
     @torch.no_grad()
     def act(self, obs: torch.Tensor, deterministic: bool = True) -> torch.Tensor:

@@ -4,7 +4,9 @@ The exported graph is the whole path from an observation to an env action: obser
 normalisation (inside the actor), the network, the deterministic action (tanh mean, argmax)
 and the action scaling to the env's bounds (Box) or index offset (Discrete), so a consumer
 needs no rlpipe code. Goal envs' Dict observations enter flattened as in training:
-``concat(observation, desired_goal)``. Each file carries the observation and action spaces
+``concat(observation, desired_goal)``; a policy with an image encoder (DQN on MinAtar or
+Atari) reads the frames in the env's shape and dtype (bool, uint8), ``[batch, k, *frame]``
+when it was trained on stacks of k frames. Each file carries the observation and action spaces
 (Minari's JSON form), the algorithm, the env id and the checkpoint's sha256 as metadata.
 """
 
@@ -23,6 +25,7 @@ from gymnasium import spaces
 from minari.serialization import serialize_space
 
 from rlpipe.algos import LoadedPolicy, load_policy
+from rlpipe.envs.spaces import is_image_space
 from rlpipe.errors import RlpipeError
 from rlpipe.files import atomic_output, check_output_file
 from rlpipe.version import __version__
@@ -33,11 +36,19 @@ METADATA_FILE = "rlpipe.json"  # TorchScript's extra file with the metadata
 
 
 class DeployedPolicy(torch.nn.Module):
-    """Observation batch [B, obs_dim] (float32) -> env action batch, deterministic."""
+    """Observation batch [B, *obs_shape] (``obs_dtype``; default flat float32) -> env action batch, deterministic."""
 
-    def __init__(self, actor: torch.nn.Module, action_space: spaces.Space) -> None:
+    def __init__(
+        self,
+        actor: torch.nn.Module,
+        action_space: spaces.Space,
+        obs_shape: tuple[int, ...] | None = None,
+        obs_dtype: torch.dtype = torch.float32,
+    ) -> None:
         super().__init__()
         self.actor = actor
+        self.obs_shape = obs_shape or (int(actor.spec["obs_dim"]),)
+        self.obs_dtype = obs_dtype
         self.discrete = isinstance(action_space, spaces.Discrete)
         if self.discrete:
             self.start = int(action_space.start)
@@ -55,6 +66,21 @@ class DeployedPolicy(torch.nn.Module):
         scaled = self.low + (action.clamp(-1.0, 1.0) + 1.0) * 0.5 * self.span  # as ActionScaler.to_env
         return torch.where(self.bounded, scaled, action)
 
+    def example_input(self) -> torch.Tensor:
+        """A batch of two observations of the input's shape and dtype, to trace the graph with."""
+        return torch.zeros(2, *self.obs_shape, dtype=self.obs_dtype)
+
+
+def input_layout(actor: torch.nn.Module, observation_space: spaces.Space) -> tuple[tuple[int, ...], torch.dtype]:
+    """The shape of one observation the exported policy reads and its dtype: flat float32
+    [obs_dim], or the frames its encoder reads ([k, *frame] when stacked) in the env's dtype."""
+    encoder = actor.spec.get("encoder")
+    if encoder is None:
+        return (int(actor.spec["obs_dim"]),), torch.float32
+    frame, stack = tuple(encoder["shape"]), encoder["frame_stack"]
+    dtype = torch.from_numpy(np.empty(0, observation_space.dtype)).dtype if is_image_space(observation_space) else torch.float32
+    return ((stack, *frame) if stack > 1 else frame), dtype
+
 
 def _deployable(run_dir: str | os.PathLike) -> tuple[LoadedPolicy, DeployedPolicy, dict[str, Any]]:
     policy = load_policy(run_dir)
@@ -69,22 +95,20 @@ def _deployable(run_dir: str | os.PathLike) -> tuple[LoadedPolicy, DeployedPolic
     from rlpipe.training.env import env_spaces
 
     observation_space = env_spaces(policy.env_id)[0]
+    obs_shape, obs_dtype = input_layout(policy.actor, observation_space)
+    layout = "obs_dim" if policy.actor.spec.get("encoder") is None else ", ".join(map(str, obs_shape))
     metadata = {
         "algo": policy.algo,
         "env_id": policy.env_id,
         "checkpoint_sha256": policy.checkpoint_sha256,
         "observation_space": serialize_space(observation_space),
         "action_space": serialize_space(policy.action_space),
-        "input": "obs: float32 [batch, obs_dim]"
+        "input": f"obs: {str(obs_dtype).removeprefix('torch.')} [batch, {layout}]"
         + (" = concat(observation, desired_goal)" if isinstance(observation_space, spaces.Dict) else ""),
         "rlpipe_version": __version__,
     }
-    model = DeployedPolicy(policy.actor, policy.action_space).eval().requires_grad_(False)  # outputs need no graph
-    return policy, model, metadata
-
-
-def _example_input(policy: LoadedPolicy) -> torch.Tensor:
-    return torch.zeros(2, policy.actor.spec["obs_dim"], dtype=torch.float32)
+    model = DeployedPolicy(policy.actor, policy.action_space, obs_shape, obs_dtype)
+    return policy, model.eval().requires_grad_(False), metadata  # outputs need no graph
 
 
 def _check_output(path: Path, force: bool, option: str) -> None:
@@ -107,7 +131,7 @@ def _write_onnx(policy: LoadedPolicy, model: DeployedPolicy, metadata: dict[str,
         warnings.simplefilter("ignore")  # the exporter's deprecation chatter
         torch.onnx.export(
             model,
-            (_example_input(policy),),
+            (model.example_input(),),
             str(tmp),
             input_names=["obs"],
             output_names=["action"],
@@ -123,7 +147,7 @@ def _write_onnx(policy: LoadedPolicy, model: DeployedPolicy, metadata: dict[str,
 def _write_torchscript(policy: LoadedPolicy, model: DeployedPolicy, metadata: dict[str, Any], tmp: Path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        traced = torch.jit.trace(model, (_example_input(policy),), check_trace=False)
+        traced = torch.jit.trace(model, (model.example_input(),), check_trace=False)
         torch.jit.save(traced, str(tmp), _extra_files={METADATA_FILE: json.dumps(metadata)})
 
 

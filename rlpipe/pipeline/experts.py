@@ -28,7 +28,7 @@ from rlpipe.training.run import METRICS_FILE
 if TYPE_CHECKING:
     from rlpipe.training.families import SavedActor
 
-EXPERTS = ("ppo", "sac")
+EXPERTS = ("ppo", "sac", "dqn", "qrdqn")  # PPO for either action kind, SAC continuous, (QR-)DQN discrete
 
 
 def load_saved_actor(run_dir: str | Path, device: Any = "cpu") -> SavedActor:
@@ -120,7 +120,8 @@ def collect_training_transitions(
     check_expert(algo)
     spec = get_algo(algo)
     if not spec.records_training:
-        raise RlpipeError(f"{algo} cannot report its training transitions; use --expert sac")
+        recording = ", ".join(name for name in EXPERTS if get_algo(name).records_training)
+        raise RlpipeError(f"{algo} cannot report its training transitions; use --expert {recording}")
     config = spec.make_config(env_id, **overrides)
     assembler = EpisodeAssembler(config.num_envs, writer.write)
     result = spec.train(config, run_dir, progress=progress, step_sink=assembler.add_step)

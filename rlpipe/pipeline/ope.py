@@ -25,8 +25,9 @@ import torch
 from gymnasium import spaces
 
 from rlpipe.algos.policy import LoadedPolicy
+from rlpipe.datasets.frames import chain_starts, stack_depths, stacked, stacked_next
 from rlpipe.datasets.loader import TransitionArrays
-from rlpipe.datasets.schema import Columnar, map_columnar, num_rows
+from rlpipe.datasets.schema import Columnar, map_columnar
 from rlpipe.datasets.store import METADATA_FILE, DatasetInfo
 from rlpipe.envs.goals import flat_observation_space, flatten_obs
 from rlpipe.envs.spaces import ActionScaler
@@ -75,10 +76,26 @@ class FQEResult:
     config: dict[str, Any]
 
 
-def _policy_actions(policies: Sequence[LoadedPolicy], obs: Columnar) -> np.ndarray:
-    """Each policy's env actions for a column of observations, [K, N, ...], in chunks."""
-    chunks = [map_columnar(obs, lambda a, i=i: np.asarray(a)[i : i + _CHUNK]) for i in range(0, num_rows(obs), _CHUNK)]
-    return np.stack([np.concatenate([policy(chunk) for chunk in chunks]) for policy in policies])
+def _vectors(obs: Columnar) -> np.ndarray:
+    """Observations as the float32 vectors FQE's MLP reads (goal Dicts flattened, images' values in a row)."""
+    array = flatten_obs(obs)
+    return array.reshape(len(array), -1).astype(np.float32)
+
+
+def _policy_actions(policies: Sequence[LoadedPolicy], data: TransitionArrays, rows: np.ndarray, after: bool) -> np.ndarray:
+    """Each policy's env actions, [K, N, ...], for the observations at ``rows`` (their
+    next_obs with ``after``), in chunks. A policy reading k frames gets each row's stack of
+    the episode's last k frames (`rlpipe.datasets.frames`), as it saw them in training."""
+    chunks = [rows[i : i + _CHUNK] for i in range(0, len(rows), _CHUNK)]
+    starts = chain_starts(data.episode_id, data.step)
+
+    def observations(k: int, chunk: np.ndarray) -> Columnar:
+        if k == 1:
+            return map_columnar(data.next_obs if after else data.obs, lambda a: np.asarray(a)[chunk])
+        depths = stack_depths(starts, k)
+        return stacked_next(data.obs, data.next_obs, chunk, depths, k) if after else stacked(data.obs, chunk, depths, k)
+
+    return np.stack([np.concatenate([policy(observations(policy.frame_stack, chunk)) for chunk in chunks]) for policy in policies])
 
 
 def require_dataset_fits(policies: Sequence[LoadedPolicy], info: DatasetInfo) -> None:
@@ -138,13 +155,13 @@ def fitted_q_evaluation(policies: Sequence[LoadedPolicy], data: TransitionArrays
     rewards = np.asarray(data.reward, np.float64)
     reward_scale = float(np.abs(rewards).max()) / (1 - config.gamma) or 1.0
     columns = {
-        "obs": torch.as_tensor(flatten_obs(data.obs).astype(np.float32)),
+        "obs": torch.as_tensor(_vectors(data.obs)),
         "actions": encode(np.asarray(data.action)),
         "rewards": torch.as_tensor(rewards / reward_scale, dtype=torch.float32),
-        "next_obs": torch.as_tensor(flatten_obs(data.next_obs).astype(np.float32)),
+        "next_obs": torch.as_tensor(_vectors(data.next_obs)),
         "alive": torch.as_tensor(1.0 - np.asarray(data.terminated, np.float32)),
     }
-    next_actions = encode(_policy_actions(policies, data.next_obs))  # [K, N, ...]: pi(s') once per row
+    next_actions = encode(_policy_actions(policies, data, np.arange(len(data)), after=True))  # [K, N, ...]: pi(s') once per row
     k, obs_dim = len(policies), columns["obs"].shape[1]
     in_dim = obs_dim if discrete else obs_dim + int(np.prod(space.shape))
     q_net = EnsembleMLP(k, in_dim, int(space.n) if discrete else 1, config.hidden)
@@ -173,8 +190,9 @@ def fitted_q_evaluation(policies: Sequence[LoadedPolicy], data: TransitionArrays
             target.load_state_dict(q_net.state_dict())
 
     with torch.no_grad():
-        first = torch.as_tensor(flatten_obs(first_obs).astype(np.float32))
-        values = q_value(q_net, first, encode(_policy_actions(policies, first_obs))).numpy().astype(np.float64) * reward_scale
+        first = torch.as_tensor(_vectors(first_obs))
+        first_actions = encode(_policy_actions(policies, data, initial, after=False))
+        values = q_value(q_net, first, first_actions).numpy().astype(np.float64) * reward_scale
     n = values.shape[1]
     return [FQEResult(float(v.mean()), float(v.std(ddof=1) / math.sqrt(n)) if n > 1 else float("nan"), n, asdict(config)) for v in values]
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from rlpipe.errors import RlpipeError
 from rlpipe.files import atomic_output, check_output_file
-from rlpipe.training.evaluation import PolicyFn
+from rlpipe.training.evaluation import EpisodicPolicy, PolicyFn
 
 # Gymnasium's renderers draw with pygame off-screen: no import banner on stdout, no display
 # or sound device to look for (headless machines print errors otherwise).
@@ -67,6 +67,8 @@ def rendered_episodes(policy: PolicyFn, env: gym.Env, episodes: int, seed: int, 
     each finished episode's return is appended to ``returns``."""
     for episode in range(episodes):
         obs, _ = env.reset(seed=seed + episode)
+        if isinstance(policy, EpisodicPolicy):  # no frame stack or planner state carries over
+            policy.start_episodes(np.ones(1, bool))
         frame = env.render()
         if frame is None:
             raise RlpipeError(f"{env.spec.id if env.spec else env} cannot render rgb_array frames")

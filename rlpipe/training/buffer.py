@@ -40,16 +40,29 @@ Update = Callable[[Batch, int], None]
 class ReplayBuffer:
     """Ring buffer of transitions stored as device tensors.
 
-    Actions are stored in the policy's space ([-1, 1] for continuous control). Truncated
-    transitions keep ``terminated = 0`` so the target still bootstraps from ``next_obs``
-    (which must be the real final observation, not the reset one).
+    Actions are stored in the policy's space ([-1, 1] for continuous control; a Discrete
+    action as one int64 index column: ``act_dim=1, action_dtype=torch.int64``).
+    Observations are stored flat, in ``obs_dtype``: an image's own bool or uint8, so a
+    MinAtar or Atari replay takes 1/4 of the memory float32 would (the encoder scales them).
+    Truncated transitions keep ``terminated = 0`` so the target still bootstraps from
+    ``next_obs`` (which must be the real final observation, not the reset one).
     """
 
-    def __init__(self, capacity: int, obs_dim: int, act_dim: int, device: torch.device | str = "cpu", seed: int = 0) -> None:
+    def __init__(
+        self,
+        capacity: int,
+        obs_dim: int,
+        act_dim: int,
+        device: torch.device | str = "cpu",
+        seed: int = 0,
+        *,
+        obs_dtype: torch.dtype = torch.float32,
+        action_dtype: torch.dtype = torch.float32,
+    ) -> None:
         self.capacity, self.device = int(capacity), torch.device(device)
-        self.obs = torch.zeros(self.capacity, obs_dim, device=self.device)
-        self.next_obs = torch.zeros(self.capacity, obs_dim, device=self.device)
-        self.actions = torch.zeros(self.capacity, act_dim, device=self.device)
+        self.obs = torch.zeros(self.capacity, obs_dim, dtype=obs_dtype, device=self.device)
+        self.next_obs = torch.zeros(self.capacity, obs_dim, dtype=obs_dtype, device=self.device)
+        self.actions = torch.zeros(self.capacity, act_dim, dtype=action_dtype, device=self.device)
         self.rewards = torch.zeros(self.capacity, device=self.device)
         self.terminated = torch.zeros(self.capacity, device=self.device)
         self.pos, self.size = 0, 0
@@ -65,12 +78,10 @@ class ReplayBuffer:
             return
         idx = (self.pos + torch.arange(n)) % self.capacity
         idx = idx.to(self.device)
-        as_t = lambda x: torch.as_tensor(np.asarray(x, np.float32), device=self.device)  # noqa: E731
-        self.obs[idx] = as_t(obs).reshape(n, -1)
-        self.next_obs[idx] = as_t(next_obs).reshape(n, -1)
-        self.actions[idx] = as_t(actions).reshape(n, -1)
-        self.rewards[idx] = as_t(rewards)
-        self.terminated[idx] = as_t(terminated)
+        columns = {"obs": obs, "next_obs": next_obs, "actions": actions, "rewards": rewards, "terminated": terminated}
+        for name, values in columns.items():
+            column = getattr(self, name)  # each kept in its own dtype (an image's bool/uint8, an index's int64)
+            column[idx] = torch.as_tensor(np.asarray(values), device=self.device).to(column.dtype).reshape(n, *column.shape[1:])
         self.pos = (self.pos + n) % self.capacity
         self.size = min(self.size + n, self.capacity)
 

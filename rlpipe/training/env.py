@@ -1,4 +1,4 @@
-"""The torch side of meeting an env: which device a run uses.
+"""The torch side of meeting an env: which device a run uses, which encoder reads its observations.
 
 Env construction, space checks, action rescaling and the space JSON live in
 ``rlpipe.envs`` (torch-free). The names below are re-exported only for the modules that
@@ -9,18 +9,36 @@ them from ``rlpipe.envs``.
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
 import torch
+from gymnasium import spaces
 
 from rlpipe.envs import env_spaces, make_vec_env
-from rlpipe.envs.spaces import BOX, DISCRETE, GOAL, ActionScaler, action_dim, require_spaces, space_from_json, space_to_json
+from rlpipe.envs.spaces import (
+    BOX,
+    DISCRETE,
+    GOAL,
+    IMAGE,
+    ActionScaler,
+    action_dim,
+    is_image_space,
+    require_spaces,
+    space_from_json,
+    space_to_json,
+)
 from rlpipe.errors import RlpipeError
+from rlpipe.models.encoders import ARCHITECTURES, FLAT, MINATAR, NATURE, NATURE_MIN_SIZE, channels_last
 
 __all__ = [
     "BOX",
     "DISCRETE",
     "GOAL",
+    "IMAGE",
     "ActionScaler",
     "action_dim",
+    "encoder_spec",
     "env_spaces",
     "make_vec_env",
     "require_spaces",
@@ -39,3 +57,26 @@ def resolve_device(device: str) -> torch.device:
     if device != "cpu" and not device.startswith("cuda"):
         raise RlpipeError(f"unknown device {device!r}; use auto, cpu or cuda")
     return torch.device(device)
+
+
+def encoder_spec(obs_space: spaces.Space, frame_stack: int = 1, arch: str = "auto") -> dict[str, Any] | None:
+    """The JSON description of the encoder for observations of ``obs_space`` stacked
+    ``frame_stack`` deep, or None where the observation goes to the MLP as it is (a flat
+    vector, unstacked). ``arch``: "auto" (Nature CNN for frames of 36 x 36 or more, else
+    MinAtar's CNN), or one of :data:`ARCHITECTURES` (images only)."""
+    if frame_stack < 1:
+        raise RlpipeError(f"frame_stack must be 1 or more, got {frame_stack}")
+    shape = [int(d) for d in obs_space.shape] if isinstance(obs_space, spaces.Box) else []
+    if not is_image_space(obs_space):
+        if len(shape) != 1:
+            raise RlpipeError(f"no encoder reads observations of {obs_space}: a flat Box or an image is needed")
+        return None if frame_stack == 1 else {"arch": FLAT, "shape": shape, "frame_stack": frame_stack, "scale": 1.0}
+    if arch not in ("auto", *ARCHITECTURES):
+        raise RlpipeError(f"unknown encoder {arch!r}; choose from auto, {', '.join(ARCHITECTURES)}")
+    height, width = (shape[0], shape[1]) if channels_last(shape) else (shape[1], shape[2])
+    if arch == "auto":
+        arch = NATURE if min(height, width) >= NATURE_MIN_SIZE else MINATAR
+    if arch == NATURE and min(height, width) < NATURE_MIN_SIZE:
+        raise RlpipeError(f"the Nature CNN needs frames of at least {NATURE_MIN_SIZE} x {NATURE_MIN_SIZE}; these are {height} x {width}")
+    scale = 255.0 if np.dtype(obs_space.dtype) == np.uint8 else 1.0
+    return {"arch": arch, "shape": shape, "frame_stack": frame_stack, "scale": scale}

@@ -39,22 +39,80 @@ class EvalResult:
     success_rate: float | None = None  # goal envs only: share of episodes that reached the goal
 
 
-def policy_fn(actor: nn.Module, scaler: ActionScaler, device: torch.device | str = "cpu", deterministic: bool = True) -> PolicyFn:
-    """Wrap an actor (``act(obs, deterministic)``) as a numpy batch -> env-action function.
+def policy_frame_stack(actor: nn.Module) -> int:
+    """How many frames ``actor`` reads per decision: its encoder spec's ``frame_stack``
+    (`rlpipe.training.env.encoder_spec`), 1 without one."""
+    spec = getattr(actor, "spec", None)
+    encoder = spec.get("encoder") if isinstance(spec, dict) else None
+    return int(encoder.get("frame_stack", 1)) if isinstance(encoder, dict) else 1
 
-    Goal envs' Dict observations are flattened as the networks were trained on them.
+
+class FrameStacks:
+    """Each env's last k observations, as gymnasium's ``FrameStackObservation(env, k,
+    padding_type="reset")`` stacks them: an episode's first observation fills its env's stack.
+    ``start(rows)`` marks the envs whose next observation starts an episode; every env starts
+    one at the first push, and again when the number of envs changes."""
+
+    def __init__(self, frame_stack: int) -> None:
+        self.frame_stack = frame_stack
+        self._stacks: np.ndarray | None = None
+        self._fresh: np.ndarray | None = None
+
+    def start(self, rows: np.ndarray) -> None:
+        rows = np.asarray(rows, bool)
+        self._fresh = rows.copy() if self._fresh is None or len(self._fresh) != len(rows) else self._fresh | rows
+
+    def push(self, obs: np.ndarray) -> np.ndarray:
+        """The stacks ``[B, k, *frame]`` after this step's observations ``[B, *frame]``."""
+        if self._stacks is None or self._stacks.shape[0] != len(obs) or self._stacks.shape[2:] != obs.shape[1:]:
+            self._stacks = np.empty((len(obs), self.frame_stack) + obs.shape[1:], obs.dtype)
+            self._fresh = np.ones(len(obs), bool)
+        self._stacks[:, :-1] = self._stacks[:, 1:]
+        self._stacks[:, -1] = obs
+        if self._fresh is not None and self._fresh.any():
+            self._stacks[self._fresh] = obs[self._fresh][:, None]
+        self._fresh = None
+        return self._stacks.copy()
+
+
+class ActorPolicy:
+    """An actor (``act(obs, deterministic)``) as a numpy batch -> env-action function
+    (:data:`PolicyFn`, and an :class:`EpisodicPolicy`).
+
+    Goal envs' Dict observations are flattened as the networks were trained on them. An
+    actor that reads k stacked frames (`policy_frame_stack`) is given one observation per env
+    and stacks the last k itself (:class:`FrameStacks`; the loop that steps the envs reports
+    episode starts through ``start_episodes``), so envs, and the datasets collected in them,
+    keep one frame per step; observations that are already stacks ``[B, k, *frame]`` (a
+    sampler's, a dataset's rows stacked) go to the actor as they are.
     """
-    device = torch.device(device)
 
-    def act(obs: np.ndarray) -> np.ndarray:
-        array = flatten_obs(obs).astype(np.float32, copy=False)
+    def __init__(self, actor: nn.Module, scaler: ActionScaler, device: torch.device | str = "cpu", deterministic: bool = True) -> None:
+        self.actor, self.scaler, self.device, self.deterministic = actor, scaler, torch.device(device), deterministic
+        self.frame_stack = policy_frame_stack(actor)
+        encoder = actor.spec.get("encoder") if self.frame_stack > 1 else None
+        self._frame_rank = len(encoder["shape"]) if encoder else 0
+        self._frames = FrameStacks(self.frame_stack) if self.frame_stack > 1 else None
+
+    def start_episodes(self, rows: np.ndarray) -> None:
+        if self._frames is not None:
+            self._frames.start(rows)
+
+    def __call__(self, obs: np.ndarray) -> np.ndarray:
+        array = flatten_obs(obs)
+        if self._frames is not None and array.ndim == self._frame_rank + 1:  # one frame per env
+            array = self._frames.push(array)
+        array = array.astype(np.float32, copy=False)
         if not array.flags.writeable:  # a memory-mapped dataset column (FQE acts on one): torch warns on read-only arrays
             array = array.copy()  # one batch of observations, cheap beside the forward pass
         with torch.no_grad():
-            obs_t = torch.as_tensor(array, device=device)
-            return scaler.to_env(actor.act(obs_t, deterministic).cpu().numpy())
+            obs_t = torch.as_tensor(array, device=self.device)
+            return self.scaler.to_env(self.actor.act(obs_t, self.deterministic).cpu().numpy())
 
-    return act
+
+def policy_fn(actor: nn.Module, scaler: ActionScaler, device: torch.device | str = "cpu", deterministic: bool = True) -> ActorPolicy:
+    """``actor`` as a numpy batch -> env-action function: see :class:`ActorPolicy`."""
+    return ActorPolicy(actor, scaler, device, deterministic)
 
 
 def evaluate(policy: PolicyFn, env_id: str, episodes: int = 10, seed: int = 0, max_envs: int = 32) -> EvalResult:

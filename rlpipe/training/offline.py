@@ -6,6 +6,7 @@ dataset's metadata.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -25,11 +26,12 @@ from rlpipe.datasets.store import METADATA_FILE, STEPS_DIR, DatasetInfo, open_da
 from rlpipe.envs import env_id_for_spec, trusted_env_id
 from rlpipe.envs.extras import register_optional
 from rlpipe.envs.goals import flat_observation_space, flatten_obs, is_goal_space
+from rlpipe.envs.spaces import is_image_space
 from rlpipe.envs.stepper import VecStepper
 from rlpipe.errors import RlpipeError
 from rlpipe.models.networks import ObsNormalizer
 from rlpipe.training.buffer import Batch, ReplayBuffer, Update, join_batches
-from rlpipe.training.env import BOX, GOAL, ActionScaler, action_dim, env_spaces, make_vec_env, require_spaces, resolve_device
+from rlpipe.training.env import BOX, GOAL, IMAGE, ActionScaler, action_dim, env_spaces, make_vec_env, require_spaces, resolve_device
 from rlpipe.training.evaluation import policy_fn
 from rlpipe.training.families import dataset_evaluator
 from rlpipe.training.graphs import UpdateStepper, graphs_enabled
@@ -38,8 +40,10 @@ from rlpipe.training.run import Run, TrainResult
 from rlpipe.training.sampler import MappedSampler, TransitionSampler
 from rlpipe.training.seeding import seed_everything
 
-# Offline algorithms train on flat Box observations or goal Dicts (flattened when loaded).
+# Offline algorithms train on flat Box observations or goal Dicts (flattened when loaded);
+# those whose networks take an encoder (the discrete-action ones) also on images.
 OBSERVATION_KINDS = (BOX, GOAL)
+IMAGE_OBSERVATION_KINDS = (BOX, GOAL, IMAGE)
 FINETUNE_SEED_OFFSET = 30_000  # the fine-tuning env's seeds: disjoint from every evaluation's
 
 
@@ -121,6 +125,7 @@ class OfflineData:
     obs_dim: int
     act_dim: int
     device: torch.device
+    frame_stack: int = 1  # batches' obs and next_obs are [B, frame_stack, *frame] stacks when > 1
 
     @property
     def discrete(self) -> bool:
@@ -143,7 +148,13 @@ def _sample_from_maps(info: DatasetInfo, config: Any) -> bool:
     return sample_from_maps(info) and not in_ram_only
 
 
-def load_offline(algo: str, config: Any, action_kinds: tuple[str, ...], next_actions: bool = False) -> OfflineData:
+def load_offline(
+    algo: str,
+    config: Any,
+    action_kinds: tuple[str, ...],
+    next_actions: bool = False,
+    observation_kinds: tuple[str, ...] = OBSERVATION_KINDS,
+) -> OfflineData:
     """Open `config.dataset`, check the spaces suit `algo`, seed, and build the sampler.
 
     `config` needs dataset, store, seed, device, torch_threads and may have max_samples.
@@ -152,21 +163,26 @@ def load_offline(algo: str, config: Any, action_kinds: tuple[str, ...], next_act
     `MAPPED_SAMPLING_BYTES` stay in their memory-mapped shards (`MappedSampler`; actions are
     then mapped per batch) and ``arrays`` is their `MappedTransitions`. With `next_actions`
     batches carry the dataset's next actions (`TransitionSampler`; not from the maps).
+    ``obs_dim`` is the size of one observation (an image's H * W * C). A config's
+    ``frame_stack`` k > 1 makes batches' obs and next_obs stacks of the last k frames.
     """
     seed_everything(config.seed, config.torch_threads)
     info = open_dataset(config.dataset, config.store)
     obs_space, act_space = info.observation_space, info.action_space
-    require_spaces(algo, f"dataset {info.name!r}", obs_space, act_space, action_kinds, OBSERVATION_KINDS)
+    require_spaces(algo, f"dataset {info.name!r}", obs_space, act_space, action_kinds, observation_kinds)
     if info.env_id:
         require_dataset_fits_env(info)
     device = resolve_device(config.device)
     scaler = ActionScaler(act_space)
+    frame_stack = getattr(config, "frame_stack", 1)  # only algorithms whose config declares it get stacks
     if _sample_from_maps(info, config):
         if next_actions:
             raise RlpipeError(f"{algo} needs the dataset's next actions: not gathered from the memory maps of {info.name!r}")
         mapped = MappedTransitions(info)
-        sampler = MappedSampler(mapped, device, seed=config.seed, action_map=scaler.from_env)
-        return OfflineData(info, mapped, sampler, obs_space, act_space, int(obs_space.shape[0]), action_dim(act_space), device)
+        sampler = MappedSampler(mapped, device, seed=config.seed, action_map=scaler.from_env, frame_stack=frame_stack)
+        return OfflineData(
+            info, mapped, sampler, obs_space, act_space, math.prod(obs_space.shape), action_dim(act_space), device, frame_stack
+        )
     data = load_shards(info)
     if len(data) == 0:
         raise RlpipeError(f"dataset {info.name!r} is empty")
@@ -175,8 +191,19 @@ def load_offline(algo: str, config: Any, action_kinds: tuple[str, ...], next_act
     if is_goal_space(obs_space):
         data = replace(data, obs=flatten_obs(data.obs), next_obs=flatten_obs(data.next_obs))
         obs_space = flat_observation_space(obs_space)
-    sampler = TransitionSampler(data, device, seed=config.seed, action_map=scaler.from_env, next_actions=next_actions)
-    return OfflineData(info, data, sampler, obs_space, act_space, int(obs_space.shape[0]), action_dim(act_space), device)
+    sampler = TransitionSampler(
+        data, device, seed=config.seed, action_map=scaler.from_env, next_actions=next_actions, frame_stack=frame_stack
+    )
+    return OfflineData(info, data, sampler, obs_space, act_space, math.prod(obs_space.shape), action_dim(act_space), device, frame_stack)
+
+
+def require_flat_observations(algo: str, config: Any, data: OfflineData) -> None:
+    """Refuse images and frame stacks where the networks read one flat observation (the
+    continuous-action variants, whose actors and critics take no encoder)."""
+    if is_image_space(data.observation_space) or getattr(config, "frame_stack", 1) > 1:
+        raise RlpipeError(
+            f"{algo} reads images and frame stacks with discrete actions only; dataset {data.info.name!r} has {data.action_space} actions"
+        )
 
 
 def returns_range_scale(data: OfflineData, span: float = 1000.0) -> float:

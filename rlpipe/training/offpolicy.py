@@ -1,6 +1,9 @@
-"""What the off-policy actor-critics (SAC, DDPG, TD3, and HER on top of them) share:
+"""What the off-policy learners (SAC, DDPG, TD3, HER on top of them, DQN and QR-DQN) share:
 env/device/seed setup and the collect-store-update-evaluate loop. Each algorithm supplies
 only an :class:`Agent`: its networks, how it explores and how it updates.
+
+Continuous actions are stored in [-1, 1]; Discrete actions (DQN) as int64 indices.
+Image observations are stored in their own dtype (bool, uint8), flat.
 """
 
 from __future__ import annotations
@@ -17,17 +20,19 @@ from gymnasium import spaces
 from torch import nn
 
 from rlpipe.envs.goals import flat_observation_space, flatten_obs
+from rlpipe.envs.spaces import is_image_space
 from rlpipe.envs.stepper import StepBatch, StepSink, VecStepper
 from rlpipe.errors import RlpipeError
 from rlpipe.training.buffer import Batch, ReplayBuffer, Update
-from rlpipe.training.env import BOX, ActionScaler, make_vec_env, require_spaces, resolve_device
+from rlpipe.training.env import BOX, ActionScaler, action_dim, make_vec_env, require_spaces, resolve_device
 from rlpipe.training.evaluation import policy_fn
 from rlpipe.training.resume import Checkpointer
 from rlpipe.training.run import Run, TrainResult
 from rlpipe.training.seeding import seed_everything
 
-Explore = Callable[[np.ndarray, np.ndarray], np.ndarray]
-"""``explore(obs, episode_reset_mask) -> actions in [-1, 1]``."""
+Explore = Callable[[np.ndarray, np.ndarray, int], np.ndarray]
+"""``explore(obs, episode_reset_mask, env_steps) -> actions`` in [-1, 1] (Discrete: indices);
+``env_steps`` (collected so far) drives schedules such as DQN's epsilon."""
 
 
 class Replay(Protocol):
@@ -56,23 +61,31 @@ class Agent:
 
 @dataclass
 class OffPolicySetup:
-    """Vector envs checked for a continuous action space, device, seeded RNG, sizes.
+    """Vector envs checked for the algorithm's action and observation spaces, device, seeded RNG, sizes.
 
-    ``obs_dim`` is what the networks see (goal Dicts flattened, see rlpipe.envs.goals).
+    ``obs_dim`` is the number of values the networks see (goal Dicts flattened, see
+    rlpipe.envs.goals; an image's pixels), ``obs_dtype`` the dtype they are stored in
+    (float32; an image's own bool or uint8). ``act_dim``: action dimensions (Box) or the
+    number of actions (Discrete).
     """
 
     envs: gym.vector.VectorEnv
-    action_space: spaces.Box
+    action_space: spaces.Space
     obs_dim: int
     act_dim: int
     device: torch.device
     rng: np.random.Generator
+    obs_dtype: torch.dtype = torch.float32
+
+    @property
+    def discrete(self) -> bool:
+        return isinstance(self.action_space, spaces.Discrete)
 
 
 def noisy_explore(actor: nn.Module, noise: Callable[[np.ndarray], np.ndarray], device: torch.device) -> Explore:
     """Exploration for deterministic actors (DDPG, TD3): clip(actor(obs) + noise, -1, 1)."""
 
-    def explore(obs: np.ndarray, episode_reset: np.ndarray) -> np.ndarray:
+    def explore(obs: np.ndarray, episode_reset: np.ndarray, _: int) -> np.ndarray:
         with torch.no_grad():
             action = actor(torch.as_tensor(obs, dtype=torch.float32, device=device)).cpu().numpy()
         return np.clip(action + noise(episode_reset), -1.0, 1.0)
@@ -80,29 +93,34 @@ def noisy_explore(actor: nn.Module, noise: Callable[[np.ndarray], np.ndarray], d
     return explore
 
 
-def setup(algo: str, config: Any, observations: tuple[str, ...] = (BOX,)) -> OffPolicySetup:
-    """Make ``config.num_envs`` envs, check spaces (``observations``: accepted observation
+def setup(algo: str, config: Any, observations: tuple[str, ...] = (BOX,), actions: tuple[str, ...] = (BOX,)) -> OffPolicySetup:
+    """Make ``config.num_envs`` envs, check spaces (``observations`` and ``actions``: accepted
     kinds, see :func:`require_spaces`), resolve the device, seed everything."""
     envs = make_vec_env(config.env_id, config.num_envs)
     obs_space, act_space = envs.single_observation_space, envs.single_action_space
     try:
-        require_spaces(algo, config.env_id, obs_space, act_space, (BOX,), observations)
+        require_spaces(algo, config.env_id, obs_space, act_space, actions, observations)
         device = resolve_device(config.device)
     except Exception:
         envs.close()
         raise
     rng = seed_everything(config.seed, config.torch_threads)
-    return OffPolicySetup(envs, act_space, flat_observation_space(obs_space).shape[0], act_space.shape[0], device, rng)
+    flat = flat_observation_space(obs_space)
+    obs_dtype = torch.from_numpy(np.empty(0, flat.dtype)).dtype if is_image_space(flat) else torch.float32
+    return OffPolicySetup(envs, act_space, int(np.prod(flat.shape)), action_dim(act_space), device, rng, obs_dtype)
 
 
 def run_replay_buffer(config: Any, env: OffPolicySetup) -> ReplayBuffer:
     """A run's plain replay buffer: ``config.buffer_size`` rows, capped at what the run can fill."""
     capacity = min(config.buffer_size, config.env_steps + config.num_envs)
-    return ReplayBuffer(capacity, env.obs_dim, env.act_dim, env.device, seed=config.seed)
+    act_dim, action_dtype = (1, torch.int64) if env.discrete else (env.act_dim, torch.float32)
+    return ReplayBuffer(capacity, env.obs_dim, act_dim, env.device, config.seed, obs_dtype=env.obs_dtype, action_dtype=action_dtype)
 
 
 def warmup_actions(env: OffPolicySetup, num_envs: int) -> np.ndarray:
-    """Uniform random actions in [-1, 1] from the run's generator (before ``learning_starts``)."""
+    """Uniform random actions, in [-1, 1] or Discrete indices, from the run's generator (before ``learning_starts``)."""
+    if env.discrete:
+        return env.rng.integers(0, env.act_dim, num_envs)
     return env.rng.uniform(-1.0, 1.0, (num_envs, env.act_dim))
 
 
@@ -151,7 +169,7 @@ def train_off_policy(
             if stepper.env_steps < config.learning_starts:
                 actions = warmup_actions(env, stepper.num_envs)
             else:
-                actions = agent.explore(flatten_obs(stepper.obs), ~stepper.valid)
+                actions = agent.explore(flatten_obs(stepper.obs), ~stepper.valid, stepper.env_steps)
             b = stepper.step(actions)
             buffer.store(b)
             # Credit only post-warm-up transitions, and only once the buffer can be sampled

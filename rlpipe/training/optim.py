@@ -5,9 +5,12 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import TypeVar
 
 import torch
 from torch import nn
+
+ModuleT = TypeVar("ModuleT", bound=nn.Module)
 
 
 def adam(params: Iterable[torch.nn.Parameter], lr: float, eps: float = 1e-8) -> torch.optim.Adam:
@@ -17,7 +20,7 @@ def adam(params: Iterable[torch.nn.Parameter], lr: float, eps: float = 1e-8) -> 
     return torch.optim.Adam(params, lr=lr, eps=eps, fused=True, capturable=params[0].is_cuda)
 
 
-def target_copy(module: nn.Module) -> nn.Module:
+def target_copy(module: ModuleT) -> ModuleT:
     """A frozen copy of ``module`` to be tracked with :func:`polyak_update`."""
     target = copy.deepcopy(module)
     target.requires_grad_(False)

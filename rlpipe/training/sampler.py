@@ -8,6 +8,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from rlpipe.datasets.frames import chain_starts, check_frame_stack, stack_depths, stack_offsets, stack_rows
 from rlpipe.datasets.loader import TransitionArrays
 from rlpipe.datasets.mapped import MappedTransitions
 from rlpipe.datasets.schema import map_columnar
@@ -22,6 +23,34 @@ def _to_tensor(array: np.ndarray, device: torch.device) -> torch.Tensor:
         # Memory-mapped views are read-only; tensors built on them are never written to.
         warnings.simplefilter("ignore", UserWarning)
         return torch.from_numpy(array).to(device)
+
+
+def frame_depths(data: TransitionArrays, frame_stack: int) -> np.ndarray | None:
+    """Each row's stack depth (`rlpipe.datasets.frames.stack_depths`), or None for ``frame_stack`` 1."""
+    check_frame_stack(frame_stack)
+    if frame_stack == 1:
+        return None
+    if data.agent is not None or isinstance(data.obs, dict):
+        raise RlpipeError("frame stacks are defined for single-agent datasets of array observations only")
+    return stack_depths(chain_starts(data.episode_id, data.step), frame_stack)
+
+
+class _StackRows:
+    """Stacks gathered by index arithmetic: the rows of the stack ending at row t are
+    ``t - min(offset, depth[t])`` for offsets k-1..0 (`rlpipe.datasets.frames`)."""
+
+    def __init__(self, depths: np.ndarray, frame_stack: int, device: torch.device) -> None:
+        self.depths = torch.from_numpy(depths).to(device)
+        self.offsets = torch.from_numpy(stack_offsets(frame_stack)).to(device)
+
+    def rows(self, index: torch.Tensor) -> torch.Tensor:
+        """``[*index.shape, k]`` rows, oldest first."""
+        return index.unsqueeze(-1) - torch.minimum(self.offsets, self.depths[index].unsqueeze(-1).long())
+
+    @staticmethod
+    def following(frames: torch.Tensor, next_obs: torch.Tensor, axis: int) -> torch.Tensor:
+        """The stack after a transition: its obs stack (stacked on ``axis``) less the oldest frame, then next_obs."""
+        return torch.cat([frames.narrow(axis, 1, frames.shape[axis] - 1), next_obs.unsqueeze(axis)], dim=axis)
 
 
 class _GeneratorState:
@@ -55,7 +84,8 @@ class TransitionSampler(_GeneratorState):
     The data is moved to the device once; each `sample` is one random index draw and one
     gather per column, no Python loop over rows. `action_map` converts stored env actions
     once (e.g. to the policy's [-1, 1] range). With `next_actions` batches also carry the
-    dataset's action at `next_obs` (`next_action_rows`).
+    dataset's action at `next_obs` (`next_action_rows`). With `frame_stack` k > 1, obs and
+    next_obs are `[B, k, *frame]` stacks of the episode's last k frames (`rlpipe.datasets.frames`).
     """
 
     def __init__(
@@ -65,11 +95,15 @@ class TransitionSampler(_GeneratorState):
         seed: int = 0,
         action_map: Callable[[np.ndarray], np.ndarray] | None = None,
         next_actions: bool = False,
+        frame_stack: int = 1,
     ) -> None:
         self.device = torch.device(device)
         self.size = len(data)
         if self.size == 0:
             raise RlpipeError("cannot sample from an empty dataset")
+        depths = frame_depths(data, frame_stack)
+        self.frame_stack = frame_stack
+        self._stacks = None if depths is None else _StackRows(depths, frame_stack, self.device)
         actions = np.asarray(data.action) if action_map is None else action_map(np.asarray(data.action))
         self._columns = {
             "obs": map_columnar(data.obs, lambda a: _to_tensor(np.asarray(a), self.device)),
@@ -92,7 +126,12 @@ class TransitionSampler(_GeneratorState):
 
     def take(self, index: torch.Tensor) -> Batch:
         """The rows at `index` (on the device) as a Batch: one gather per column."""
-        return Batch(**{name: map_columnar(column, lambda t: t[index]) for name, column in self._columns.items()})
+        if self._stacks is None:
+            return Batch(**{name: map_columnar(column, lambda t: t[index]) for name, column in self._columns.items()})
+        columns = {name: column[index] for name, column in self._columns.items() if name != "obs"}
+        columns["obs"] = self._columns["obs"][self._stacks.rows(index)]
+        columns["next_obs"] = self._stacks.following(columns["obs"], columns["next_obs"], index.dim())
+        return Batch(**columns)
 
 
 class SeedSampler:
@@ -125,7 +164,7 @@ class MappedSampler(_GeneratorState):
     through `action_map`, float64 as float32) and moved to `device`.
 
     The same seed draws the same indices as `TransitionSampler` (one torch generator on
-    `device`), so both give the same batches.
+    `device`), so both give the same batches, frame stacks included (`frame_stack`).
     """
 
     def __init__(
@@ -134,12 +173,16 @@ class MappedSampler(_GeneratorState):
         device: str | torch.device = "cpu",
         seed: int = 0,
         action_map: Callable[[np.ndarray], np.ndarray] | None = None,
+        frame_stack: int = 1,
     ) -> None:
         self.device = torch.device(device)
         self.data = data
         self.size = len(data)
         if self.size == 0:
             raise RlpipeError("cannot sample from an empty dataset")
+        check_frame_stack(frame_stack)
+        self.frame_stack = frame_stack
+        self._depths = None if frame_stack == 1 else data.stack_depths(frame_stack)
         self.action_map = action_map
         self._generator = torch.Generator(device=self.device).manual_seed(seed)
 
@@ -153,12 +196,20 @@ class MappedSampler(_GeneratorState):
 
     def take(self, index: torch.Tensor) -> Batch:
         """The rows at `index` as a Batch on the device."""
-        rows = self.data.take(index.cpu().numpy())
+        at = index.cpu().numpy()
+        if self._depths is None:
+            rows = self.data.take(at)
+        else:  # the stacks' frames in one gather; next_obs stacks reuse them
+            rows = self.data.take(at, ("action", "reward", "next_obs", "terminated"))
+            frames = stack_rows(at, self._depths, self.frame_stack)
+            rows["obs"] = self.data.take(frames.reshape(-1), ("obs",))["obs"].reshape(frames.shape + rows["next_obs"].shape[1:])
         actions = rows["action"] if self.action_map is None else self.action_map(rows["action"])
+        obs = map_columnar(rows["obs"], lambda a: _to_tensor(a, self.device))
+        next_obs = map_columnar(rows["next_obs"], lambda a: _to_tensor(a, self.device))
         return Batch(
-            obs=map_columnar(rows["obs"], lambda a: _to_tensor(a, self.device)),
+            obs=obs,
             actions=_to_tensor(actions, self.device),
             rewards=_to_tensor(rows["reward"], self.device),
-            next_obs=map_columnar(rows["next_obs"], lambda a: _to_tensor(a, self.device)),
+            next_obs=next_obs if self._depths is None else _StackRows.following(obs, next_obs, at.ndim),
             terminated=_to_tensor(rows["terminated"], self.device).float(),
         )
