@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from rlpipe.datasets.writer import write_rows
-from rlpipe.envs import env_id_for_spec, env_spaces, env_spec_json, make_env, make_vec_env, recorded_env_id
+from rlpipe.envs import env_id_for_spec, env_slug, env_spaces, env_spec_json, make_env, make_vec_env, recorded_env_id
 from rlpipe.envs.extras import extra_for
 from rlpipe.errors import RlpipeError
 from rlpipe.training.offline import dataset_env_id
@@ -52,6 +52,13 @@ def test_extras_are_named_by_id() -> None:
     assert extra_for("MinAtar/Breakout-v1") == "minatar"
     assert extra_for("ALE/Pong-v5") == extra_for("rlpipe/Pong-atari-v5") == "atari"
     assert extra_for("rlpipe/CartPoleNoVel-v1") is None
+
+
+def test_default_names_tell_minatar_from_atari() -> None:
+    """Run and dataset names default to the env's slug: MinAtar's Breakout and Atari's differ."""
+    assert env_slug("MinAtar/Breakout-v1") == "minatar-breakout"
+    assert env_slug("rlpipe/Breakout-atari-v5") == "breakout-atari"
+    assert env_slug("CartPole-v1") == "cartpole"
 
 
 @pytest.mark.parametrize(("game", "channels"), MINATAR_CHANNELS.items())

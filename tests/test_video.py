@@ -15,7 +15,7 @@ from PIL import Image, ImageSequence
 import rlpipe.envs  # noqa: F401  (registers GoalWorld-v0)
 from rlpipe.envs.goalworld import COLOURS, GoalWorldEnv
 from rlpipe.errors import RlpipeError
-from rlpipe.pipeline.video import ffmpeg_binary
+from rlpipe.pipeline.video import ffmpeg_binary, video_frame
 from tests.test_report import assert_not_blank
 
 
@@ -87,3 +87,14 @@ def test_eval_records_an_mp4_or_names_the_fix(cli, runs: dict[str, Path], tmp_pa
 def test_eval_refuses_an_unknown_video_format(cli, runs: dict[str, Path], tmp_path: Path) -> None:
     res = cli("eval", runs["CartPole-v1"], "--video", tmp_path / "out.avi")
     assert res.code == 2 and "use a .gif or .mp4" in res.err
+
+
+def test_small_float_renders_become_enlarged_rgb_bytes() -> None:
+    """MinAtar renders 10 x 10 float boards in [0, 1]: videos get 8-bit pixels, 16 x 16 per cell."""
+    board = np.zeros((10, 10, 3))
+    board[2, 3] = (1.0, 0.5, 0.0)
+    frame = video_frame(board)
+    assert frame.dtype == np.uint8 and frame.shape == (160, 160, 3)
+    assert (frame[32:48, 48:64] == (255, 128, 0)).all() and frame[:32].max() == 0
+    atari = np.full((210, 160, 3), 7, np.uint8)
+    assert video_frame(atari) is atari  # big enough, bytes already: untouched

@@ -72,14 +72,26 @@ def rendered_episodes(policy: PolicyFn, env: gym.Env, episodes: int, seed: int, 
         frame = env.render()
         if frame is None:
             raise RlpipeError(f"{env.spec.id if env.spec else env} cannot render rgb_array frames")
-        yield frame
+        yield video_frame(frame)
         total, done = 0.0, False
         while not done:
             obs, reward, terminated, truncated, _ = env.step(policy(_batch_of_one(obs))[0])
             total += float(reward)
             done = terminated or truncated
-            yield env.render()
+            yield video_frame(env.render())
         returns.append(total)
+
+
+MIN_VIDEO_SIZE = 160  # pixels: smaller renders (MinAtar's 10 x 10 boards) are enlarged to at least this
+
+
+def video_frame(frame: np.ndarray) -> np.ndarray:
+    """An rgb_array render as 8-bit RGB of at least MIN_VIDEO_SIZE pixels a side: float renders
+    in [0, 1] (MinAtar's) become bytes, small ones are enlarged by whole pixels (no blur)."""
+    if frame.dtype != np.uint8:
+        frame = (np.clip(frame, 0.0, 1.0) * 255).round().astype(np.uint8)
+    scale = -(-MIN_VIDEO_SIZE // min(frame.shape[:2]))
+    return frame.repeat(scale, 0).repeat(scale, 1) if scale > 1 else frame
 
 
 def _write_gif(frames: Iterator[np.ndarray], path: Path, fps: float) -> None:

@@ -35,6 +35,12 @@ def frame_depths(data: TransitionArrays, frame_stack: int) -> np.ndarray | None:
     return stack_depths(chain_starts(data.episode_id, data.step), frame_stack)
 
 
+def gather_rows(column: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``column[index]`` for an index of any shape, by ``index_select``: 2.6x faster than
+    advanced indexing on vector rows, 20x on 84 x 84 frames (one thread, CPU)."""
+    return column.index_select(0, index.reshape(-1)).reshape(*index.shape, *column.shape[1:])
+
+
 class _StackRows:
     """Stacks gathered by index arithmetic: the rows of the stack ending at row t are
     ``t - min(offset, depth[t])`` for offsets k-1..0 (`rlpipe.datasets.frames`)."""
@@ -45,7 +51,7 @@ class _StackRows:
 
     def rows(self, index: torch.Tensor) -> torch.Tensor:
         """``[*index.shape, k]`` rows, oldest first."""
-        return index.unsqueeze(-1) - torch.minimum(self.offsets, self.depths[index].unsqueeze(-1).long())
+        return index.unsqueeze(-1) - torch.minimum(self.offsets, gather_rows(self.depths, index).unsqueeze(-1).long())
 
     @staticmethod
     def following(frames: torch.Tensor, next_obs: torch.Tensor, axis: int) -> torch.Tensor:
@@ -127,9 +133,9 @@ class TransitionSampler(_GeneratorState):
     def take(self, index: torch.Tensor) -> Batch:
         """The rows at `index` (on the device) as a Batch: one gather per column."""
         if self._stacks is None:
-            return Batch(**{name: map_columnar(column, lambda t: t[index]) for name, column in self._columns.items()})
-        columns = {name: column[index] for name, column in self._columns.items() if name != "obs"}
-        columns["obs"] = self._columns["obs"][self._stacks.rows(index)]
+            return Batch(**{name: map_columnar(column, lambda t: gather_rows(t, index)) for name, column in self._columns.items()})
+        columns = {name: gather_rows(column, index) for name, column in self._columns.items() if name != "obs"}
+        columns["obs"] = gather_rows(self._columns["obs"], self._stacks.rows(index))
         columns["next_obs"] = self._stacks.following(columns["obs"], columns["next_obs"], index.dim())
         return Batch(**columns)
 
