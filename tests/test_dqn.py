@@ -139,9 +139,9 @@ def _cartpole(algo: str, seed: int, **overrides: object) -> float:
 
 @pytest.mark.heavy
 @pytest.mark.parametrize("algo", ["dqn", "qrdqn"])
-@pytest.mark.parametrize("seed", range(5))
-def test_cartpole_is_learnt(algo: str, seed: int) -> None:
-    assert _cartpole(algo, seed) >= LEARNT
+def test_cartpole_is_learnt(algo: str, learning_seed: int) -> None:
+    """Seeds 0-4 reach 475 for both (35-80 CPU-seconds each; RLPIPE_TEST_SEED=0,1,2,3,4 runs them all)."""
+    assert _cartpole(algo, learning_seed) >= LEARNT
 
 
 def test_cartpole_without_updates_falls_short() -> None:
