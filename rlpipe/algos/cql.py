@@ -42,7 +42,7 @@ from rlpipe.models.networks import EnsembleQ, GreedyQPolicy, TanhGaussianActor
 from rlpipe.training import Batch, OfflineConfig, TrainResult, Update
 from rlpipe.training.config import FinetuneFields, layer_sizes, positive
 from rlpipe.training.env import BOX, DISCRETE, encoder_spec
-from rlpipe.training.losses import quantile_huber_loss
+from rlpipe.training.losses import of_actions, quantile_huber_loss
 from rlpipe.training.offline import IMAGE_OBSERVATION_KINDS, OfflineData, load_offline, require_flat_observations, train_offline
 from rlpipe.training.optim import adam, optimizer_step, polyak_update, target_copy
 from rlpipe.training.seeding import seed_everything
@@ -193,12 +193,6 @@ def continuous_cql(config: Config, data: OfflineData) -> tuple[nn.Module, dict[s
 def dqn_target(q_target: nn.Module, b: Batch, rewards: torch.Tensor, gamma: float) -> torch.Tensor:
     """DQN's target rewards + gamma * (1 - terminated) * max_a Q'(s', a)."""
     return rewards + gamma * (1.0 - b.terminated) * q_target(b.next_obs).max(-1).values
-
-
-def of_actions(values: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-    """Each row's entry for its action: [B, A] -> [B], or [B, A, N] -> [B, N]."""
-    index = actions.long().view(-1, 1, *([1] * (values.dim() - 2)))
-    return values.gather(1, index.expand(-1, 1, *values.shape[2:])).squeeze(1)
 
 
 @torch.no_grad()

@@ -31,6 +31,7 @@ from rlpipe.models.networks import GreedyQPolicy
 from rlpipe.training import Batch, OnlineConfig, StepSink, TrainResult
 from rlpipe.training.config import buffer_capacity, layer_sizes, positive
 from rlpipe.training.env import BOX, DISCRETE, IMAGE, encoder_spec
+from rlpipe.training.losses import of_actions
 from rlpipe.training.offpolicy import Agent, OffPolicySetup, setup, train_off_policy
 from rlpipe.training.optim import adam, optimizer_step, polyak_update, target_copy
 
@@ -123,12 +124,6 @@ def epsilon(config: Config, env_steps: int) -> float:
     return config.exploration_start + progress * (config.exploration_end - config.exploration_start)
 
 
-def taken_values(q: GreedyQPolicy, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-    """The outputs [B, atoms] of the actions taken (``actions``: [B, 1] indices)."""
-    out = q.quantile_values(obs)
-    return out.gather(1, actions.unsqueeze(-1).expand(-1, -1, out.shape[-1])).squeeze(1)
-
-
 @torch.no_grad()
 def greedy_next(q: GreedyQPolicy, q_target: GreedyQPolicy, next_obs: torch.Tensor, double_q: bool) -> torch.Tensor:
     """The target network's outputs [B, atoms] at ``next_obs`` for the greedy next action:
@@ -136,7 +131,7 @@ def greedy_next(q: GreedyQPolicy, q_target: GreedyQPolicy, next_obs: torch.Tenso
     the action) or by the target network itself (DQN's max)."""
     target_out = q_target.quantile_values(next_obs)
     chooser = q(next_obs) if double_q else target_out.mean(-1)
-    return target_out[torch.arange(len(next_obs), device=next_obs.device), chooser.argmax(-1)]
+    return of_actions(target_out, chooser.argmax(-1))
 
 
 def td_target(q: GreedyQPolicy, q_target: GreedyQPolicy, b: Batch, gamma: float, double_q: bool) -> torch.Tensor:
@@ -161,7 +156,7 @@ def make_agent(config: Config, env: OffPolicySetup, loss: Loss = huber_loss, qua
 
     def update(b: Batch, i: int) -> None:
         target = td_target(q, q_target, b, config.gamma, config.double_q)
-        optimizer_step(optimizer, loss(taken_values(q, b.obs, b.actions), target), config.max_grad_norm)
+        optimizer_step(optimizer, loss(of_actions(q.quantile_values(b.obs), b.actions), target), config.max_grad_norm)
         if (i + 1) % config.target_update_every == 0:
             polyak_update(q_target, q, config.tau)
 

@@ -1,9 +1,17 @@
-"""Losses shared by several algorithms: QR-DQN's quantile Huber loss (online QR-DQN and
-discrete CQL on a QR-DQN base)."""
+"""Loss pieces shared by several algorithms: the taken actions' outputs of a Q-network over
+discrete actions (DQN, QR-DQN, discrete CQL) and QR-DQN's quantile Huber loss (online QR-DQN
+and discrete CQL on a QR-DQN base)."""
 
 from __future__ import annotations
 
 import torch
+
+
+def of_actions(values: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    """Each row's entry for its action: [B, A] -> [B], or [B, A, N] -> [B, N] (``actions``:
+    B indices, as [B] or [B, 1])."""
+    index = actions.long().view(-1, 1, *([1] * (values.dim() - 2)))
+    return values.gather(1, index.expand(-1, 1, *values.shape[2:])).squeeze(1)
 
 
 def quantile_huber_loss(quantiles: torch.Tensor, target: torch.Tensor, kappa: float = 1.0) -> torch.Tensor:
