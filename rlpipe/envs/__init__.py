@@ -273,5 +273,7 @@ def base_env_id(env_id: str) -> str:
 
 
 def env_spec_json(env_id: str) -> str | None:
-    """The registered spec of `env_id` as JSON (None when it is unknown or not serialisable)."""
+    """The registered spec of `env_id` as JSON (None when it is unknown or not serialisable).
+    An id of an optional family that registers on first use is registered here."""
+    register_optional(base_env_id(env_id))
     return _spec_json(gym.spec(env_id)) if env_id in gym.registry else None
