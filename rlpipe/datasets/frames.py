@@ -5,8 +5,9 @@ A row's stack is the rows t-k+1..t of its chain (consecutive steps of one episod
 before the chain's first are that first row again, as gymnasium's
 ``FrameStackObservation(env, k, padding_type="reset")`` pads after a reset. Each row's depth
 (how many earlier rows of its chain a stack may reach, at most k-1) is one uint8, so the
-offsets cost a byte per row whatever k. Torch-free; the samplers of
-`rlpipe.training.sampler` use it.
+offsets cost a byte per row whatever k. Windows of consecutive steps (`rlpipe.training.windows`)
+are stacks of every column, with the returns-to-go of `returns_to_go`. Torch-free; the samplers
+of `rlpipe.training.sampler` use it.
 """
 
 from __future__ import annotations
@@ -64,3 +65,16 @@ def stacked_next(column: np.ndarray, next_column: np.ndarray, rows: np.ndarray, 
     """The stacks after the transitions at ``rows``: the obs stack's last k-1 frames, then next_obs."""
     frames = stacked(column, rows, depths, frame_stack)
     return np.concatenate([frames[:, 1:], np.asarray(next_column)[rows][:, None]], axis=1)
+
+
+def returns_to_go(reward: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Per row, the undiscounted sum of its chain's rewards from that row on (float32; summed
+    in float64). A chain is an episode's consecutive rows, so a subset's gap ends one."""
+    reward = np.asarray(reward, np.float64).reshape(len(starts))
+    if not len(reward):
+        return np.zeros(0, np.float32)
+    first = np.flatnonzero(starts)
+    totals = np.add.reduceat(reward, first)  # each chain's sum
+    before = np.cumsum(reward) - reward  # the rows before each row, of every chain
+    chain = np.cumsum(starts) - 1
+    return (totals[chain] - (before - before[first][chain])).astype(np.float32)

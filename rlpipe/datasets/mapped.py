@@ -161,18 +161,24 @@ class MappedTransitions:
         return PreadColumn(self._files[index], leaf.ctypes.data - base, leaf)
 
     def stack_depths(self, frame_stack: int) -> np.ndarray:
-        """Each row's frame-stack depth (`rlpipe.datasets.frames.stack_depths`), from the
-        shards' episode_id and step columns (read once, not kept)."""
+        """Each row's frame-stack depth (`rlpipe.datasets.frames.stack_depths`)."""
         if "obs" in self.columns and isinstance(self._shards[0]["obs"], dict):
             raise RlpipeError("frame stacks are defined for array observations, not Dict ones")
-        starts, previous = [], None
+        return stack_depths(self.chains()[0], frame_stack)
+
+    def chains(self) -> tuple[np.ndarray, np.ndarray]:
+        """Whether each row starts a chain (`rlpipe.datasets.frames.chain_starts`) and each
+        row's episode step (int32), from the shards' episode_id and step columns (read once,
+        not kept)."""
+        starts, steps, previous = [], [], None
         for index, mapping in enumerate(self._maps):
             batch = pa.ipc.open_file(pa.BufferReader(pa.py_buffer(mapping))).get_batch(0)
             episode_id, step = (self._reader(index, scalar_from_arrow(batch.column(name))).read_all() for name in ("episode_id", "step"))
             starts.append(chain_starts(episode_id, step, previous))
+            steps.append(step.astype(np.int32))
             if len(step):
                 previous = (int(episode_id[-1]), int(step[-1]))
-        return stack_depths(np.concatenate(starts), frame_stack)
+        return np.concatenate(starts), np.concatenate(steps)
 
     def _chain_next_obs(self, chunk: int = 1 << 20) -> FollowingRows | None:
         """`FollowingRows` when next_obs follows obs in every shard (bytes compared exactly,
