@@ -10,6 +10,8 @@ BROWSER_STAMP := $(VENV)/.browser
 # d3rlpy pins gymnasium 1.0.0, so the offline peer gets a virtualenv of its own, pinned
 # by constraints.txt's torch line only (the full pins hold gymnasium 1.4).
 D3RLPY_VENV := .bench-venvs/d3rlpy
+# TorchRL 0.14.1 (bench/windows.py's peer) takes tensordict below 0.15: a virtualenv of its own, our torch.
+TORCHRL_VENV := .bench-venvs/torchrl
 TORCH_PIN = $(shell grep '^torch==' constraints.txt)
 MUJOCO_PIN = $(shell grep '^mujoco==' constraints.txt)
 LOCK_VENV := .lock-venv
@@ -103,6 +105,8 @@ $(BENCH_STAMP): $(STAMP)
 	$(PY) -m pip install -q $(PIP_FLAGS) -e '.[dev,bench]'
 	test -x $(D3RLPY_VENV)/bin/python || python3 -m venv $(D3RLPY_VENV)
 	$(D3RLPY_VENV)/bin/pip install -q $(FIND_LINKS) d3rlpy==2.8.1 '$(TORCH_PIN)' '$(MUJOCO_PIN)' imageio==2.38.2  # MuJoCo: bench/d4rl_peer.py's Hopper
+	test -x $(TORCHRL_VENV)/bin/python || python3 -m venv $(TORCHRL_VENV)
+	$(TORCHRL_VENV)/bin/pip install -q $(FIND_LINKS) torchrl==0.14.1 tensordict==0.14.3 '$(TORCH_PIN)'
 	touch $(BENCH_STAMP)
 
 # Every benchmark in bench/; figures go to docs/benchmarks.md by hand, with the command.

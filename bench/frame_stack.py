@@ -2,13 +2,16 @@
 memory-mapped shards (`MappedSampler`, columns held in RAM or read with pread).
 
     python bench/frame_stack.py --store DIR [--steps 100000] [--batch 32] [--calls 2000]
+    python bench/frame_stack.py --store DIR --dataset NAME   # an existing image dataset, mapped only
 
 Collects `--steps` random MinAtar/Breakout-v1 steps (bool 10 x 10 x 4 frames, bit-packed in
 the shards) into DIR once (dataset `bool`, and `uint8`: the same frames as uint8), then
 times `sample(batch)` at frame_stack 1 and 4. Run it again with PYTHONPATH pointing at an
 older checkout (`git archive REV | tar -x -C OLD`) and the same DIR to time that version's
 samplers (frame_stack 1 only where it has none; a sampler it cannot build is reported).
-Prints calls per CPU second (one thread), the best of `--repeats` rounds.
+Prints calls per CPU second (one thread), the best of `--repeats` rounds. With `--dataset`
+it times that dataset of the store instead (e.g. a million Atari frames, whose decoded frames
+exceed the resident budget), from the maps only, and prints its shard bytes per frame.
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--dataset", help="time this dataset of --store (mapped samplers only)")
     args = parser.parse_args()
     _common.limit_threads()
     import minatar.gym
@@ -72,13 +76,17 @@ def main() -> None:
 
     if "MinAtar/Breakout-v1" not in gym.registry:
         minatar.gym.register_envs()
-    build_store(args.store, args.steps)
+    if args.dataset is None:
+        build_store(args.store, args.steps)
     stacks = (1, 4) if "frame_stack" in inspect.signature(TransitionSampler).parameters else (1,)
     print(
         f"rlpipe from {Path(rlpipe.__file__).parent}; batch {args.batch}; sample() calls per CPU second, best of {args.repeats} x {args.calls}"
     )
-    for name in ("uint8", "bool"):
+    for name in (args.dataset,) if args.dataset else ("uint8", "bool"):
         info = open_dataset(name, args.store)
+        if args.dataset:
+            shard_bytes = sum(path.stat().st_size for path in info.shard_paths)
+            print(f"{name}: {shard_bytes / info.metadata['total_steps']:.0f} shard bytes per frame")
         for k in stacks:
             option = {} if k == 1 else {"frame_stack": k}
             builders = {
@@ -86,6 +94,8 @@ def main() -> None:
                 "mapped, resident": lambda: MappedSampler(MappedTransitions(info), **option),
                 "mapped, pread": lambda: MappedSampler(MappedTransitions(info, resident_bytes=0), **option),
             }
+            if args.dataset:  # decoding the whole dataset into RAM is what the maps avoid
+                del builders["in RAM"]
             for label, build in builders.items():
                 try:
                     result = f"{rate(build(), args.batch, args.calls, args.repeats):9.0f}/s"

@@ -5,7 +5,8 @@
 
 Both sides sample the same data: `--frames` random uint8 frames of 1 x 84 x 84 in terminated
 episodes of 1000-3000 steps (seed 0; the last one shorter), discrete actions. rlpipe reads them
-as a dataset (Arrow shards, one obs and one next_obs frame per row); d3rlpy as one
+as a dataset (Arrow shards, one compressed obs frame per row and next_obs at episode ends;
+random pixels do not compress, so a block holds the frame's 7,056 bytes and a few more); d3rlpy as one
 N x 1 x 84 x 84 observation array (`observations.npy`). Each contender runs in its own process
 (d3rlpy in its virtualenv: bench/peers/d3rlpy_frame_stack.py), one thread, building its sampler
 and timing `--calls` batches of `--batch`, best of `--repeats` rounds; this process polls its

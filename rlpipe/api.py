@@ -158,8 +158,9 @@ def sampler(
     """Uniform minibatches of ``dataset``'s transitions as torch tensors on ``device``
     (``.sample(batch_size)`` gives a `rlpipe.training.buffer.Batch`: obs, actions,
     rewards, next_obs, terminated), drawn as offline training draws them: loaded into RAM
-    once, or gathered from the memory-mapped shards when these are over 1 GiB. Actions are
-    in the env's units. The same seed draws the same batches either way. With
+    once, or gathered from the memory-mapped shards when these are over 1 GiB (compressed
+    image frames counted decoded). Actions are in the env's units. The same seed draws the
+    same batches either way. With
     ``frame_stack`` k > 1, obs and next_obs are ``[B, k, *frame]``: each row's episode's last
     k frames, the first frame repeated before the episode's start."""
     from rlpipe.datasets.mapped import MappedTransitions

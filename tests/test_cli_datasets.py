@@ -91,10 +91,10 @@ def test_corrupted_and_newer_datasets_are_reported(store: Path, cli) -> None:
 
     meta_path = store / "cartpole-random" / "metadata.json"
     meta = json.loads(meta_path.read_text())
-    meta["format_version"] = 2
+    meta["format_version"] = 3
     meta_path.write_text(json.dumps(meta))
     newer = cli("datasets", "show", "cartpole-random", "--store", store)
-    assert newer.code == 2 and "format version 2" in newer.err
+    assert newer.code == 2 and "format version 3" in newer.err
 
 
 def test_help_texts(cli) -> None:

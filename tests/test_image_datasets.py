@@ -1,26 +1,42 @@
 """Image observations through the data layer: collection, inspection, validation, Minari
-round trips, polars and the memory-mapped sampler, for uint8 frames (TinyFrames-v0) and
-MinAtar's bool frames (bit-packed in the Arrow shards)."""
+round trips, polars and the memory-mapped sampler, for uint8 frames (TinyFrames-v0, and
+Atari-like frames that compress; stored compressed, next_obs only at episode ends) and
+MinAtar's bool frames (bit-packed in the Arrow shards); datasets of the uncompressed layout
+still load."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 import polars as pl
+import pyarrow as pa
 import pytest
 import torch
 
 import tests.image_env  # noqa: F401  (registers TinyFrames-v0)
+from rlpipe.datasets.codec import FRAME_CODEC
 from rlpipe.datasets.loader import load_dataset
 from rlpipe.datasets.mapped import MappedTransitions
-from rlpipe.datasets.store import open_dataset
+from rlpipe.datasets.ops import merge_datasets
+from rlpipe.datasets.store import DatasetInfo, open_dataset
 from rlpipe.datasets.validate import validate_dataset
 from rlpipe.datasets.writer import write_rows
+from rlpipe.errors import RlpipeError
 from rlpipe.training.sampler import MappedSampler, TransitionSampler
 
 COLUMNS = ("obs", "action", "reward", "next_obs", "terminated", "truncated", "episode_id", "step")
+ATARI_FRAME = gym.spaces.Box(0, 255, (84, 84, 1), np.uint8)
+PRODUCER = {"algorithm": "random", "seed": 0, "params": {}, "num_envs": 1, "checkpoint_sha256": None}
+
+
+def decoded(values: pl.Series | pa.Array, shape: tuple[int, ...]) -> np.ndarray:
+    """Compressed frames as a reader without rlpipe decodes them: pyarrow alone."""
+    size = int(np.prod(shape))
+    blocks = values.to_list() if isinstance(values, pl.Series) else values.to_pylist()
+    return np.stack([np.frombuffer(pa.decompress(b, decompressed_size=size, codec=FRAME_CODEC), np.uint8).reshape(shape) for b in blocks])
 
 
 def image_env(env_id: str) -> str:
@@ -30,9 +46,7 @@ def image_env(env_id: str) -> str:
     return env_id
 
 
-@pytest.mark.parametrize(
-    "env_id,arrow_type", [("TinyFrames-v0", "Array(UInt8, shape=(192,))"), ("MinAtar/Breakout-v1", "Array(Boolean, shape=(400,))")]
-)
+@pytest.mark.parametrize("env_id,arrow_type", [("TinyFrames-v0", "Binary"), ("MinAtar/Breakout-v1", "Array(Boolean, shape=(400,))")])
 def test_an_image_dataset_goes_through_every_command(
     store: Path, tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch, env_id: str, arrow_type: str
 ) -> None:
@@ -63,7 +77,8 @@ def test_an_image_dataset_goes_through_every_command(
         np.testing.assert_array_equal(getattr(back, column), getattr(data, column), err_msg=column)
     steps = pl.scan_ipc(info.shard_paths).collect()
     assert str(steps.schema["obs"]) == arrow_type and len(steps) == len(data)
-    np.testing.assert_array_equal(steps["obs"].to_numpy().reshape(data.obs.shape), data.obs)
+    frames = decoded(steps["obs"], space.shape) if arrow_type == "Binary" else steps["obs"].to_numpy().reshape(data.obs.shape)
+    np.testing.assert_array_equal(frames, data.obs)
     every_row = torch.arange(len(data))
     for k in (1, 4):
         in_ram = TransitionSampler(data, frame_stack=k).take(every_row)
@@ -94,3 +109,137 @@ def test_validate_finds_a_frame_that_breaks_the_chain(store: Path) -> None:
     )
     problems = validate_dataset(open_dataset("broken", store))
     assert any("next_obs at row 2 differs from obs at row 3" in problem for problem in problems), problems
+
+
+def atari_like_rows(episodes: int, length: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """Episodes of 84 x 84 frames drawn like Atari's: a fixed background with a few moving
+    2 x 2 blocks; terminated and truncated episodes alternate."""
+    rng = np.random.default_rng(seed)
+    background = np.zeros(ATARI_FRAME.shape, np.uint8)
+    background[:8], background[-4:] = 142, 200
+    parts: dict[str, list[np.ndarray]] = {name: [] for name in COLUMNS}
+    for episode in range(episodes):
+        frames = np.repeat(background[None], length + 1, axis=0)
+        for frame, corners in zip(frames, rng.integers(10, 78, (length + 1, 3, 2))):
+            for row, column in corners:
+                frame[row : row + 2, column : column + 2] = 236
+        done = np.zeros(length, bool)
+        done[-1] = True
+        parts["obs"].append(frames[:-1])
+        parts["next_obs"].append(frames[1:])
+        parts["action"].append(rng.integers(0, 4, length))
+        parts["reward"].append(rng.random(length).astype(np.float32))
+        parts["terminated"].append(done & (episode % 2 == 0))
+        parts["truncated"].append(done & (episode % 2 == 1))
+        parts["episode_id"].append(np.full(length, episode))
+        parts["step"].append(np.arange(length))
+    return {name: np.concatenate(values) for name, values in parts.items()}
+
+
+def write_frames(store: Path, name: str, rows: dict[str, np.ndarray], **options) -> DatasetInfo:
+    write_rows(name, [rows], ATARI_FRAME, gym.spaces.Discrete(4), env_id=None, producer=PRODUCER, store=store, **options)
+    return open_dataset(name, store)
+
+
+def shard_bytes(info: DatasetInfo) -> int:
+    return sum(path.stat().st_size for path in info.shard_paths)
+
+
+def test_uint8_frames_are_stored_compressed_and_read_back_identical(store: Path, cli) -> None:
+    """Atari-like frames take a fraction of their raw bytes (one compressed block per frame,
+    next_obs stored only at episode ends) and every reader gets the frames back bit for bit:
+    loading, the memory maps (held in RAM or read per row, frame stacks included), the HDF5
+    copy, polars with pyarrow's decompress, and the dataset verbs."""
+    rows = atari_like_rows(episodes=6, length=40)
+    info = write_frames(store, "atari", rows, fmt="both")
+    assert info.metadata["frame_codec"] == FRAME_CODEC and info.metadata["format_version"] == 2
+    raw = 2 * rows["obs"].nbytes
+    assert shard_bytes(info) < raw / 20, (shard_bytes(info), raw)
+    table = pa.ipc.open_file(str(info.shard_paths[0])).read_all()
+    assert table.schema.field("obs").type == pa.large_binary() and table.schema.field("obs").metadata == {b"rlpipe.frame_codec": b"lz4_raw"}
+    assert table.column("next_obs").null_count == len(table) - 6  # stored at the 6 episode ends only
+    data = load_dataset("atari", store)
+    for column in COLUMNS:
+        np.testing.assert_array_equal(getattr(data, column), rows[column], err_msg=column)
+    assert validate_dataset(info) == []  # the HDF5 copy equals the decoded Arrow data
+    np.testing.assert_array_equal(decoded(pl.scan_ipc(info.shard_paths).collect()["obs"], ATARI_FRAME.shape), rows["obs"])
+    shuffled = np.random.default_rng(1).permutation(len(data))
+    every_row = torch.arange(len(data))
+    for resident_bytes in (0, 100_000, 1 << 30):  # frames read per row, their blocks held in RAM, held decoded
+        mapped = MappedTransitions(info, resident_bytes=resident_bytes)
+        assert ("obs" in mapped.resident) == (resident_bytes > 2 * raw) and "next_obs" not in mapped.resident + mapped.read_columns
+        assert (mapped._shards[0]["obs"].blocks is not None) == (resident_bytes == 100_000)
+        taken = mapped.take(shuffled)
+        for column in ("obs", "next_obs", "action", "reward", "terminated"):
+            np.testing.assert_array_equal(taken[column], rows[column][shuffled], err_msg=column)
+        np.testing.assert_array_equal(mapped.column("next_obs"), rows["next_obs"])
+        for k in (1, 4):
+            ours, theirs = MappedSampler(mapped, frame_stack=k).take(every_row), TransitionSampler(data, frame_stack=k).take(every_row)
+            assert torch.equal(ours.obs, theirs.obs) and torch.equal(ours.next_obs, theirs.next_obs)
+        mapped.close()
+    with pytest.raises(RlpipeError, match="read obs with them"):
+        MappedTransitions(info, columns=("next_obs",))
+    assert cli("datasets", "filter", "atari", "--name", "some", "--episodes", "1,4", "--store", store).code == 0
+    some = load_dataset("some", store)
+    kept = np.isin(rows["episode_id"], [1, 4])
+    assert open_dataset("some", store).metadata["frame_codec"] == FRAME_CODEC
+    np.testing.assert_array_equal(some.obs, rows["obs"][kept])
+    np.testing.assert_array_equal(some.next_obs, rows["next_obs"][kept])
+
+
+def test_datasets_of_the_uncompressed_layout_still_load_and_merge(store: Path) -> None:
+    """A dataset written before compression (fixed-size lists, next_obs in full, format
+    version 1) loads, maps and validates unchanged; merged with a compressed one, the result
+    is compressed and holds both's frames."""
+    rows = atari_like_rows(episodes=3, length=20)
+    old = write_frames(store, "old", rows, fmt="arrow", compress_frames=False)
+    assert old.metadata["format_version"] == 1 and "frame_codec" not in old.metadata
+    assert pa.ipc.open_file(str(old.shard_paths[0])).schema.field("obs").type == pa.list_(pa.uint8(), 84 * 84)
+    assert shard_bytes(old) > 2 * rows["obs"].nbytes
+    assert validate_dataset(old) == []
+    np.testing.assert_array_equal(load_dataset("old", store).next_obs, rows["next_obs"])
+    mapped = MappedTransitions(old, resident_bytes=0)
+    np.testing.assert_array_equal(mapped.take(np.arange(len(rows["obs"])))["next_obs"], rows["next_obs"])
+    write_frames(store, "new", atari_like_rows(episodes=2, length=20, seed=1), fmt="arrow")
+    merge_datasets(["old", "new"], "both", store=store, weights=None)
+    both = load_dataset("both", store)
+    assert open_dataset("both", store).metadata["frame_codec"] == FRAME_CODEC
+    expected = np.concatenate([rows["obs"], atari_like_rows(episodes=2, length=20, seed=1)["obs"]])
+    np.testing.assert_array_equal(np.sort(both.obs.reshape(len(both), -1), axis=0), np.sort(expected.reshape(len(expected), -1), axis=0))
+
+
+def test_a_corrupt_frame_is_reported_in_one_line(store: Path, cli) -> None:
+    """A damaged compressed block is reported by validate with its column and row (beside the
+    shard's sha256), and `datasets validate` prints one line; a null next_obs at an episode's
+    end (it would stand for the next episode's first frame) is reported too."""
+    info = write_frames(store, "atari", atari_like_rows(episodes=2, length=10), fmt="arrow")
+    shard = info.shard_paths[0]
+    block = pa.ipc.open_file(str(shard)).read_all().column("obs")[5].as_py()
+    content = bytearray(shard.read_bytes())
+    at = content.find(block)
+    content[at] = 0xFF  # the block's first token now claims literals it does not hold
+    shard.write_bytes(bytes(content))
+    problems = validate_dataset(info)
+    assert any("does not match its recorded size/sha256" in problem for problem in problems)
+    assert any(problem.startswith("steps/shard-00000.arrow obs frame at row 5 does not decode") for problem in problems), problems
+    result = cli("datasets", "validate", "atari", "--store", store)
+    assert result.code == 2 and len(result.err.strip().splitlines()) == 1
+    with pytest.raises(RlpipeError, match="corrupted"):
+        load_dataset("atari", store)
+
+    info = write_frames(store, "ends", atari_like_rows(episodes=2, length=10), fmt="arrow")
+    table = pa.ipc.open_file(str(info.shard_paths[0])).read_all()
+    next_obs = table.column("next_obs").combine_chunks()
+    nulled = pa.array([None if row == 9 else value for row, value in enumerate(next_obs.to_pylist())], pa.large_binary())
+    table = table.set_column(table.schema.get_field_index("next_obs"), table.schema.field("next_obs"), nulled)
+    with pa.OSFile(str(info.shard_paths[0]), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    assert any("null next_obs at row 9, the last row of its episode" in problem for problem in validate_dataset(info))
+
+
+def test_an_unknown_frame_codec_makes_the_dataset_broken(store: Path) -> None:
+    info = write_frames(store, "atari", atari_like_rows(episodes=1, length=5), fmt="arrow")
+    metadata = dict(info.metadata, frame_codec="zstd")
+    (info.path / "metadata.json").write_text(json.dumps(metadata))
+    with pytest.raises(RlpipeError, match="'frame_codec' is 'zstd'"):
+        open_dataset("atari", store)

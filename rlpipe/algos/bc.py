@@ -4,7 +4,10 @@ Read top to bottom: config and tuned defaults, then ``train``: the policy for th
 dataset's action space (categorical for discrete actions with cross-entropy, reading
 flat vectors, images or frame stacks through an encoder; for continuous actions, flat
 vectors only, a deterministic tanh policy with MSE, or a tanh-Gaussian with negative
-log-likelihood) and the shared offline loop.
+log-likelihood) and the shared offline loop. With ``recurrent`` (discrete actions, flat
+observations) an LSTM or GRU policy learns from windows of ``window`` consecutive steps
+(`rlpipe.training.windows`), its state zeroed at each window's first step, the loss on the
+windows' real steps; it acts with a hidden state per env from each episode's start.
 """
 
 from __future__ import annotations
@@ -14,15 +17,19 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
+import torch.nn.functional as F
 
 from rlpipe.algos.registry import OFFLINE_IMAGE_OBSERVATION_KINDS, AlgoSpec, Family
+from rlpipe.errors import RlpipeError
 from rlpipe.models.encoders import EncoderChoice
 from rlpipe.models.networks import CategoricalActor, DeterministicActor, TanhGaussianActor
+from rlpipe.models.recurrent import RecurrentCategoricalActor
 from rlpipe.training import Batch, OfflineConfig, TrainResult
 from rlpipe.training.config import layer_sizes, positive
 from rlpipe.training.env import BOX, DISCRETE, encoder_spec
-from rlpipe.training.offline import IMAGE_OBSERVATION_KINDS, load_offline, require_flat_observations, train_offline
+from rlpipe.training.offline import IMAGE_OBSERVATION_KINDS, OfflineData, load_offline, require_flat_observations, train_offline
 from rlpipe.training.optim import adam, optimizer_step
+from rlpipe.training.windows import MAX_WINDOW, WindowBatch, window_sampler
 
 ACTION_SPACES = (DISCRETE, BOX)
 SPEC = AlgoSpec(
@@ -48,6 +55,11 @@ class Config(OfflineConfig):
     eval_deterministic: bool = True
     frame_stack: int = positive(1)  # observations seen as the last k stacked (discrete actions)
     encoder: EncoderChoice = "auto"  # the CNN that reads images; auto: by frame size
+    # "lstm" or "gru" (discrete actions, flat observations): a recurrent core of `recurrent_hidden` units
+    # before the `hidden` MLP, trained on windows of `window` steps, for partially observed envs.
+    recurrent: Literal["none", "lstm", "gru"] = "none"
+    recurrent_hidden: int = positive(64)
+    window: int = positive(16, at_most=MAX_WINDOW)
 
 
 TUNED: dict[str, dict[str, Any]] = {
@@ -61,6 +73,8 @@ TUNED: dict[str, dict[str, Any]] = {
 def train(config: Config, out_dir: str | Path | None = None, *, progress: bool = True) -> TrainResult:
     """Train BC on ``config.dataset``; with ``out_dir`` also write checkpoint, metrics and curve."""
     data = load_offline(SPEC.name, config, ACTION_SPACES, observation_kinds=IMAGE_OBSERVATION_KINDS)
+    if config.recurrent != "none":
+        return _train_recurrent(config, data, out_dir, progress)
     obs_dim, act_dim, device = data.obs_dim, data.act_dim, data.device
     actor: CategoricalActor | TanhGaussianActor | DeterministicActor
     if data.discrete:
@@ -94,4 +108,33 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
         progress,
         optimizers={"optimizer": optimizer},
         deterministic_eval=config.eval_deterministic or not data.discrete,
+    )
+
+
+def _train_recurrent(config: Config, data: OfflineData, out_dir: str | Path | None, progress: bool) -> TrainResult:
+    """Recurrent BC: cross-entropy of the dataset's actions at the real steps of windows."""
+    if not data.discrete or len(data.observation_space.shape) != 1 or config.frame_stack > 1:
+        raise RlpipeError(
+            f"bc with recurrent={config.recurrent} reads flat observations one at a time (frame_stack=1) and needs "
+            f"discrete actions; dataset {data.info.name!r} has {data.observation_space} observations, {data.action_space} actions"
+        )
+    actor = RecurrentCategoricalActor(data.obs_dim, data.act_dim, config.recurrent, config.recurrent_hidden, config.hidden).to(data.device)
+    optimizer = adam(actor.parameters(), config.learning_rate)
+
+    def update(b: WindowBatch, i: int) -> None:
+        logits, _ = actor(b.obs, actor.initial_state(len(b.obs)), b.starts)
+        optimizer_step(optimizer, F.cross_entropy(logits[b.mask], b.actions[b.mask].long()))
+
+    return train_offline(
+        SPEC.name,
+        config,
+        data,
+        actor,
+        {"policy": actor},
+        update,  # type: ignore[arg-type]
+        out_dir,
+        progress,
+        optimizers={"optimizer": optimizer},
+        deterministic_eval=config.eval_deterministic,
+        sampler=window_sampler(data, config.window, config.seed),
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,7 +23,8 @@ class LoadedPolicy:
 
     A policy that reads stacks of ``frame_stack`` frames stacks one observation per env
     itself; a loop stepping envs reports which envs start an episode with
-    ``start_episodes(rows)`` (`rlpipe.training.evaluation.ActorPolicy`)."""
+    ``start_episodes(rows)`` (`rlpipe.training.evaluation.ActorPolicy`), and each step's
+    rewards with ``record_rewards(rewards)`` (a return-conditioned policy's, `rlpipe.algos.dt`)."""
 
     algo: str
     env_id: str
@@ -46,8 +48,16 @@ class LoadedPolicy:
         if start is not None:
             start(rows)
 
+    def record_rewards(self, rewards: np.ndarray) -> None:
+        """Report each env's reward for the last action (a policy that does not condition on them ignores it)."""
+        record = getattr(self._fn, "record_rewards", None)
+        if record is not None:
+            record(rewards)
 
-def load_checkpoint_policy(run_dir: str | Path, device: str = "cpu", deterministic: bool = True) -> LoadedPolicy:
+
+def load_checkpoint_policy(
+    run_dir: str | Path, device: str = "cpu", deterministic: bool = True, policy_of: Callable[..., Any] | None = None
+) -> LoadedPolicy:
     """Load the policy of any saved run (``rlpipe train ... --out RUN_DIR``).
 
     The result maps a batch of observations ``[B, *obs_shape]`` (or a goal env's Dict of
@@ -55,6 +65,8 @@ def load_checkpoint_policy(run_dir: str | Path, device: str = "cpu", determinist
     (scaled to the env's bounds / Discrete indices); ``.env_id`` and
     ``.checkpoint_sha256`` identify it. Nothing is unpickled; the weights' hash is checked;
     an env spec naming code not registered here needs `--trust-env-spec`.
+    ``policy_of(actor, scaler, device, deterministic)`` makes the policy function (default
+    `rlpipe.training.evaluation.policy_fn`): an algorithm's loader passes its own.
     """
     from rlpipe.envs import recorded_env_id
     from rlpipe.envs.spaces import require_policy_fits_env
@@ -69,7 +81,7 @@ def load_checkpoint_policy(run_dir: str | Path, device: str = "cpu", determinist
     require_policy_fits_env(meta, env_id, run_dir)
     actor = rebuild_actor(ckpt, run_dir, dev)
     space = space_from_json(meta["action_space"])
-    fn = policy_fn(actor, ActionScaler(space), dev, deterministic)
+    fn = (policy_of or policy_fn)(actor, ActionScaler(space), dev, deterministic)
     return LoadedPolicy(meta["algo"], env_id, ckpt.sha256, Path(run_dir), space, meta.get("config", {}), actor, fn)
 
 

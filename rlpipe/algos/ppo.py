@@ -1,6 +1,9 @@
 """PPO (clipped objective, GAE) for discrete and continuous actions on vectorised envs.
 
-Policy and value are two MLPs fused into one ``ActorCritic`` (one batched matmul per layer).
+Policy and value are two MLPs fused into one ``ActorCritic`` (one batched matmul per layer);
+with ``recurrent`` set, an LSTM or GRU core in front of each (``RecurrentActorCritic``, for
+partially observed envs), whose hidden states are carried through the rollouts and re-run
+over each env's whole rollout in the update.
 Read top to bottom: config and tuned defaults, then ``train``: collect a rollout of
 ``num_steps`` x ``num_envs`` transitions, compute advantages (GAE), run ``num_epochs``
 epochs of clipped minibatch updates, evaluate on schedule. Rollout storage, GAE and the
@@ -13,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from gymnasium import spaces
@@ -22,6 +25,7 @@ from torch import nn
 from rlpipe.algos.registry import AlgoSpec, Family
 from rlpipe.errors import RlpipeError
 from rlpipe.models.networks import ActorCritic
+from rlpipe.models.recurrent import RecurrentActorCritic
 from rlpipe.training import (
     ActionScaler,
     OnlineConfig,
@@ -37,7 +41,7 @@ from rlpipe.training import (
 )
 from rlpipe.training.config import layer_sizes, positive
 from rlpipe.training.env import BOX, DISCRETE, action_dim
-from rlpipe.training.onpolicy import RolloutStorage, ppo_update
+from rlpipe.training.onpolicy import RecurrentRolloutStorage, RolloutStorage, ppo_update
 from rlpipe.training.optim import adam
 from rlpipe.training.resume import Checkpointer
 
@@ -66,6 +70,10 @@ class Config(OnlineConfig):
     normalize_obs: bool = False
     hidden: tuple[int, ...] = layer_sizes((64, 64))
     init_log_std: float = 0.0  # continuous actions only
+    # "lstm" or "gru": a recurrent core of `recurrent_hidden` units before the policy's and the value's
+    # `hidden` MLPs, for envs whose observation hides part of the state; a minibatch is then whole env rollouts.
+    recurrent: Literal["none", "lstm", "gru"] = "none"
+    recurrent_hidden: int = positive(64)
 
 
 # Tuned per env (like the SB3 zoo); anything not listed uses the Config defaults.
@@ -73,6 +81,10 @@ TUNED: dict[str, dict[str, Any]] = {
     # rl-zoo's CartPole settings (the Config defaults) with a 3x larger, linearly decayed
     # learning rate: reaches 475 in 5-15k env steps instead of 15-25k, ends at 500.
     "CartPole-v1": dict(learning_rate=3e-3),
+    # Velocities hidden: the Config defaults are rl-zoo's RecurrentPPO settings for this env. At 30k
+    # steps `recurrent=lstm` holds the pole 138-474 steps (seeds 0-4), the feedforward control about
+    # 45 (docs/algorithms/online.md); heads of one 64-unit layer (the zoo's) held it 142-172 (seeds 0-3).
+    "rlpipe/CartPoleNoVel-v1": dict(env_steps=30_000),
     # Pendulum pays its cost every step: gamma 0.9 and lr 1e-3 (as the zoo) matter most (the
     # former 0.95 / 3e-4: -963 at 200k). The initial log-std stays 0: at -0.5 seeds 3 and 9
     # never reached -300 in 100k steps (best -534, -339); at 0 seeds 0-9 reach it by 26-41k.
@@ -130,18 +142,35 @@ def train(
     discrete = isinstance(act_space, spaces.Discrete)
     obs_dim, n_act = obs_space.shape[0], action_dim(act_space)
 
-    actor = ActorCritic(obs_dim, n_act, discrete, config.hidden, normalize_obs=config.normalize_obs, init_log_std=config.init_log_std).to(
-        device
-    )
+    actor: ActorCritic | RecurrentActorCritic
+    rollout: RolloutStorage
+    if config.recurrent == "none":
+        actor = ActorCritic(
+            obs_dim, n_act, discrete, config.hidden, normalize_obs=config.normalize_obs, init_log_std=config.init_log_std
+        ).to(device)
+        rollout = RolloutStorage(config.num_steps, config.num_envs, obs_dim, n_act, discrete, device)
+    else:
+        actor = RecurrentActorCritic(
+            obs_dim,
+            n_act,
+            discrete,
+            config.recurrent,
+            config.recurrent_hidden,
+            config.hidden,
+            normalize_obs=config.normalize_obs,
+            init_log_std=config.init_log_std,
+        ).to(device)
+        rollout = RecurrentRolloutStorage(actor, config.num_steps, config.num_envs, obs_dim, n_act, device)
     optimizer = adam(list(actor.parameters()), config.learning_rate, eps=1e-5)
     scaler = ActionScaler(act_space)
     stepper = VecStepper(envs, scaler, config.seed, step_sink)
     eval_policy = policy_fn(actor, scaler, device)
     run = Run(algo, config, out_dir, progress)
-    rollout = RolloutStorage(config.num_steps, config.num_envs, obs_dim, n_act, discrete, device)
     perm_gen = torch.Generator(device=device).manual_seed(int(rng.integers(2**31)))
-    # A rollout is refilled from scratch each iteration, so state saved between iterations is complete.
-    checkpoints = Checkpointer(run, {"policy": actor, "optimizer": optimizer, "perm_gen": perm_gen, "stepper": stepper})
+    # A rollout is refilled from scratch each iteration, so state saved between iterations is
+    # complete; a recurrent one also carries its hidden state into the next.
+    resumed = {"policy": actor, "optimizer": optimizer, "perm_gen": perm_gen, "stepper": stepper}
+    checkpoints = Checkpointer(run, resumed if config.recurrent == "none" else {**resumed, "rollout": rollout})
 
     try:
         updates = (checkpoints.restore() or {}).get("updates", 0)

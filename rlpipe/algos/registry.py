@@ -163,6 +163,7 @@ ALGORITHM_MODULES: tuple[str, ...] = tuple(
         "td3_bc",
         "iql",
         "rebrac",
+        "dt",
         "edac",
         "ippo",
         "maddpg",

@@ -12,7 +12,11 @@ from rlpipe.cli.app import app
 @app.command("export")
 def export(
     run_dir: Path = typer.Argument(..., help="Run directory (rlpipe train ... --out RUN)."),
-    onnx: Path | None = typer.Option(None, "--onnx", help="Write the policy as ONNX to this file (input `obs`, output `action`)."),
+    onnx: Path | None = typer.Option(
+        None,
+        "--onnx",
+        help="Write the policy as ONNX to this file (input `obs`, output `action`; a recurrent policy's also `state` -> `next_state`).",
+    ),
     torchscript: Path | None = typer.Option(None, "--torchscript", help="Write the policy as TorchScript to this file."),
     force: bool = typer.Option(False, "--force", help="Replace existing output files."),
 ) -> None:

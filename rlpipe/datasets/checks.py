@@ -2,7 +2,9 @@
 `MappedTransitions` and `datasets inspect` (through `ShardVerifier`) and `datasets validate`.
 
 Per shard (its Arrow batch): the schema the spaces imply, and no nulls at any depth (a null
-inside a list column would decode as NaN or turn an integer column into floats). Per shard's
+inside a list column would decode as NaN or turn an integer column into floats) except a
+compressed next_obs's, which stand for the next row's obs, so not on an episode's last row
+(`rlpipe.datasets.codec`; a frame that does not decode is reported by the loader). Per shard's
 rows, in chunks of whole episodes (memory bounded by the chunk, not the shard): the row
 invariant of the dataset's kind, finite floats unless the user opted in
 (`RLPIPE_ALLOW_NONFINITE=1`), actions inside a Discrete, MultiDiscrete or MultiBinary space,
@@ -24,6 +26,7 @@ import gymnasium as gym
 import numpy as np
 import pyarrow as pa
 
+from rlpipe.datasets.codec import is_frame_column, unchained_null
 from rlpipe.datasets.schema import INFO_COLUMNS, Columnar, map_columnar, non_finite_allowed, non_finite_problem
 from rlpipe.datasets.store import DatasetInfo
 
@@ -38,8 +41,12 @@ def batch_problems(batch: pa.RecordBatch, expected: pa.Schema) -> list[str]:
     (phrased to follow the shard's name)."""
     if not batch.schema.equals(expected):
         return [f"does not match the dataset's schema: {schema_difference(batch.schema, expected)}"]
-    nulls = [name for name, column in zip(batch.schema.names, batch.columns) if _null_count(column)]
-    return [f"holds nulls in {', '.join(nulls)}"] if nulls else []
+    nulls = [field.name for field, column in zip(batch.schema, batch.columns) if _null_count(column) and not field.nullable]
+    if nulls:
+        return [f"holds nulls in {', '.join(nulls)}"]
+    following = batch.column("next_obs")
+    row = unchained_null(following, batch.column("episode_id").to_numpy()) if is_frame_column(following) else None
+    return [] if row is None else [f"has a null next_obs at row {row}, the last row of its episode (null stands for the next row's obs)"]
 
 
 def schema_difference(schema: pa.Schema, expected: pa.Schema) -> str:
@@ -100,7 +107,7 @@ class RowChecks:
             meta["action_space"],
             meta.get("info_space"),
             non_finite_allowed(),
-        ]
+        ] + ([meta["frame_codec"]] if "frame_codec" in meta else [])  # unchanged for datasets without it
         return hashlib.sha256(json.dumps(facts).encode()).hexdigest()[:16]
 
     def shard(self, columns: dict[str, Columnar], checked: bool = False) -> list[str]:

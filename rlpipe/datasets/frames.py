@@ -17,6 +17,9 @@ import numpy as np
 from rlpipe.errors import RlpipeError
 
 MAX_FRAME_STACK = 255  # depths are uint8
+# Per-row index arithmetic runs over blocks of rows: its int64/float64 temporaries stay ~40 MB
+# whatever the dataset's size (over all 50M rows at once they peaked at ~2 GB).
+BLOCK_ROWS = 1 << 20
 
 
 def check_frame_stack(frame_stack: int) -> None:
@@ -40,9 +43,14 @@ def chain_starts(episode_id: np.ndarray, step: np.ndarray, previous: tuple[int, 
 def stack_depths(starts: np.ndarray, frame_stack: int) -> np.ndarray:
     """Per row, ``min(rows since its chain's start, frame_stack - 1)`` as uint8."""
     check_frame_stack(frame_stack)
-    rows = np.arange(len(starts))
-    first = np.maximum.accumulate(np.where(starts, rows, 0))
-    return np.minimum(rows - first, frame_stack - 1).astype(np.uint8)
+    depths = np.empty(len(starts), np.uint8)
+    since = -1  # rows since the chain start of the row before the block
+    for first in range(0, len(starts), BLOCK_ROWS):
+        rows = np.arange(min(BLOCK_ROWS, len(starts) - first))
+        head = np.maximum.accumulate(np.where(starts[first : first + len(rows)], rows, -since - 1))  # a chain going on starts before
+        depths[first : first + len(rows)] = np.minimum(rows - head, frame_stack - 1)
+        since = int(rows[-1] - head[-1])
+    return depths
 
 
 def stack_offsets(frame_stack: int) -> np.ndarray:
@@ -70,11 +78,17 @@ def stacked_next(column: np.ndarray, next_column: np.ndarray, rows: np.ndarray, 
 def returns_to_go(reward: np.ndarray, starts: np.ndarray) -> np.ndarray:
     """Per row, the undiscounted sum of its chain's rewards from that row on (float32; summed
     in float64). A chain is an episode's consecutive rows, so a subset's gap ends one."""
-    reward = np.asarray(reward, np.float64).reshape(len(starts))
-    if not len(reward):
-        return np.zeros(0, np.float32)
-    first = np.flatnonzero(starts)
-    totals = np.add.reduceat(reward, first)  # each chain's sum
-    before = np.cumsum(reward) - reward  # the rows before each row, of every chain
-    chain = np.cumsum(starts) - 1
-    return (totals[chain] - (before - before[first][chain])).astype(np.float32)
+    reward = np.asarray(reward).reshape(len(starts))
+    out = np.empty(len(reward), np.float32)
+    carry = 0.0  # the return-to-go of the row after the block (float64)
+    for first in range((len(reward) - 1) // BLOCK_ROWS * BLOCK_ROWS, -1, -BLOCK_ROWS):
+        last = min(first + BLOCK_ROWS, len(reward))
+        to_end = np.r_[np.cumsum(reward[first:last][::-1], dtype=np.float64)[::-1], 0.0]  # sums to the block's end
+        heads = np.flatnonzero(np.r_[True, starts[first + 1 : last]])  # the block's chains, the first maybe begun before
+        ends = np.r_[heads[1:], last - first]
+        block = to_end[:-1] - np.repeat(to_end[ends], ends - heads)
+        if last < len(reward) and not starts[last]:  # the block's last chain goes on after it
+            block[heads[-1] :] += carry
+        carry = float(block[0])
+        out[first:last] = block
+    return out

@@ -5,7 +5,9 @@ Loading verifies what it reads: each shard's sha256 against metadata.json (compu
 and cached in `<store>/.verified/<name>.json` by inode, size, mtime and ctime, so a changed
 file is hashed again), then the checks of `rlpipe.datasets.checks` (schema, nulls, the rows'
 invariant, finite floats unless the user opts in, actions in the space, chained next_obs,
-the counts of metadata), the same code `datasets validate` runs.
+the counts of metadata), the same code `datasets validate` runs. Compressed image columns
+(`rlpipe.datasets.codec`) are decoded, null next_obs rows filled from the next row's obs, so
+every reader gets plain arrays.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from rlpipe.datasets.checks import RowChecks, batch_problems
+from rlpipe.datasets.codec import CorruptFrame, fill_chained, is_frame_column
 from rlpipe.datasets.schema import INFO_COLUMNS, Columnar, concat_columnar, from_arrow, scalar_from_arrow, step_schema
 from rlpipe.datasets.store import METADATA_FILE, DatasetInfo, open_dataset
 from rlpipe.envs.spaces import space_from_json
@@ -79,7 +82,9 @@ class ShardVerifier:
             self.cache = {}
         self._changed = False
         self.info_space = info_space_of(info)
-        self.schema = step_schema(info.observation_space, info.action_space, info.metadata["multi_agent"], self.info_space)
+        self.schema = step_schema(
+            info.observation_space, info.action_space, info.metadata["multi_agent"], self.info_space, info.frame_codec
+        )
         self.checks = RowChecks(info)
 
     def _key(self, rel: str) -> list[int | str]:
@@ -102,26 +107,30 @@ class ShardVerifier:
         self.cache[rel] = {"key": key}
         self._changed = True
 
-    def read(self, rel: str) -> dict[str, Columnar]:
-        """One verified shard's columns (see `read_shard`)."""
+    def read(self, rel: str, names: tuple[str, ...] | None = None) -> dict[str, Columnar]:
+        """One verified shard's columns (see `read_shard`); with `names` (episode_id among
+        them), only those once the shard passed the checks before, so its frames are not decoded."""
         self.check_hash(rel)
         entry = self.cache[rel]
         checked = entry.get("checked") == self.checks.fingerprint
-        columns, problems = self.check(rel, checked)
+        columns, problems = self.check(rel, checked, names if checked else None)
         self._refuse(problems)
         if not checked:
             entry["checked"] = self.checks.fingerprint
             self._changed = True
         return columns
 
-    def check(self, rel: str, checked: bool = False) -> tuple[dict[str, Columnar], list[str]]:
-        """One shard's columns and the problems the checks find in them (its bytes unhashed;
-        an unreadable file is an RlpipeError). `checked`: see `RowChecks.shard`."""
+    def check(self, rel: str, checked: bool = False, names: tuple[str, ...] | None = None) -> tuple[dict[str, Columnar], list[str]]:
+        """One shard's columns (all, or `names`) and the problems the checks find in them (its
+        bytes unhashed; an unreadable file is an RlpipeError). `checked`: see `RowChecks.shard`."""
         batch = _read_shard(self.info.path / rel)
         problems = batch_problems(batch, self.schema)
         if problems:
             return {}, [f"{rel} {problem}" for problem in problems]
-        columns = _columns(batch, self.info.observation_space, self.info.action_space, self.info_space)
+        try:
+            columns = _columns(batch, self.info.observation_space, self.info.action_space, self.info_space, names)
+        except CorruptFrame as exc:
+            return {}, [f"{rel} {exc}"]
         return columns, self.checks.shard(columns, checked)
 
     def finish(self) -> None:
@@ -167,19 +176,33 @@ def _read_shard(path: Path) -> pa.RecordBatch:
 
 
 def _columns(
-    batch: pa.RecordBatch, observation_space: gym.Space, action_space: gym.Space, info_space: gym.spaces.Dict | None = None
+    batch: pa.RecordBatch,
+    observation_space: gym.Space,
+    action_space: gym.Space,
+    info_space: gym.spaces.Dict | None = None,
+    names: tuple[str, ...] | None = None,
 ) -> dict[str, Columnar]:
-    columns = {
-        "obs": from_arrow(batch.column("obs"), observation_space),
-        "action": from_arrow(batch.column("action"), action_space),
-        "next_obs": from_arrow(batch.column("next_obs"), observation_space),
-    }
-    for name in ("reward", "terminated", "truncated", "episode_id", "step"):
-        columns[name] = scalar_from_arrow(batch.column(name))
-    if "agent" in batch.schema.names:
-        columns["agent"] = batch.column("agent").to_numpy(zero_copy_only=False)
-    if info_space is not None:
-        columns.update({name: from_arrow(batch.column(name), info_space) for name in INFO_COLUMNS})
+    """A batch's columns (all, or `names`) as numpy, compressed frames decoded (CorruptFrame
+    naming the column and row of one that does not decode)."""
+    spaces = {"obs": observation_space, "action": action_space, "next_obs": observation_space}
+    spaces.update({name: info_space for name in INFO_COLUMNS if info_space is not None})
+    columns: dict[str, Columnar] = {}
+    for name in names or batch.schema.names:
+        column = batch.column(name)
+        if name == "agent":
+            columns[name] = column.to_numpy(zero_copy_only=False)
+        elif name in spaces:
+            try:
+                columns[name] = from_arrow(column, spaces[name])
+            except CorruptFrame as exc:
+                raise CorruptFrame(f"{name} {exc}") from None
+        else:
+            columns[name] = scalar_from_arrow(column)
+    if "next_obs" in columns and is_frame_column(batch.column("next_obs")):
+        obs = columns.get("obs")
+        if obs is None:
+            obs = _columns(batch, observation_space, action_space, info_space, ("obs",))["obs"]
+        columns["next_obs"] = fill_chained(columns["next_obs"], batch.column("next_obs"), obs)
     return columns
 
 
@@ -203,7 +226,10 @@ def read_shard(
 
     Unverified: a writer reading back its own shards uses it; readers of stored datasets go
     through `load_shards` / `ShardVerifier`."""
-    return _columns(_read_shard(path), observation_space, action_space, info_space)
+    try:
+        return _columns(_read_shard(path), observation_space, action_space, info_space)
+    except CorruptFrame as exc:
+        raise RlpipeError(f"corrupted shard {path}: {exc} (run `rlpipe datasets validate`)") from None
 
 
 def verified_shard_paths(info: DatasetInfo) -> list[Path]:
@@ -211,7 +237,7 @@ def verified_shard_paths(info: DatasetInfo) -> list[Path]:
     reading): one shard in memory at a time."""
     verifier = ShardVerifier(info)
     for rel in info.shard_rels:
-        verifier.read(rel)
+        verifier.read(rel, ("episode_id",))
     verifier.finish()
     return info.shard_paths
 

@@ -9,7 +9,12 @@ runs, and next_obs stored beside obs). :class:`MappedTransitions` opens each sha
 - reads the other columns per row with `pread` (the kernel's page cache holds them,
   outside the process);
 - gathers next_obs from obs one row on where the rows chain (collected data:
-  next_obs[i] == obs[i + 1] inside an episode), keeping only the episode ends' next_obs.
+  next_obs[i] == obs[i + 1] inside an episode), keeping only the episode ends' next_obs;
+- decodes compressed image columns (`rlpipe.datasets.codec`) per gathered frame, their
+  block offsets held in RAM (8 bytes a row): decoded whole while that fits, else their
+  compressed blocks held in RAM while those fit (a million Atari frames: ~420 MB), else one
+  `pread` per frame; their next_obs is null where it chains, so the rows stored (episode
+  ends) come from the null bitmap and are read from the file when gathered.
 Mapping the columns instead keeps them out of the process only in name: pages a gather
 touches become resident, in large folios on Linux 6.x (one random row maps up to
 megabytes), so after a few random batches a mapped column is resident whole, and gathers
@@ -27,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from rlpipe.datasets.codec import block_bounds, decode_block, is_frame_column
 from rlpipe.datasets.frames import chain_starts, stack_depths
 from rlpipe.datasets.loader import verified_shard_paths
 from rlpipe.datasets.schema import Columnar, from_arrow, map_columnar, scalar_from_arrow
@@ -94,11 +100,78 @@ class PreadColumn:
             done += read
 
 
+class FrameColumn:
+    """A compressed image column of a shard: row i's block is bytes `bounds[i]..bounds[i + 1]`
+    from `offset` in the file, read with one `pread` (or sliced from the blocks `hold` keeps
+    in RAM) and decoded per requested row."""
+
+    def __init__(self, fd: int, offset: int, bounds: np.ndarray, row_shape: tuple[int, ...], stored: np.ndarray) -> None:
+        self.fd, self.offset, self.bounds = fd, offset, bounds
+        self.dtype, self.row_shape, self.rows = np.dtype(np.uint8), row_shape, len(bounds) - 1
+        self.row_bytes = int(np.prod(row_shape, dtype=np.int64))
+        self.stored = stored  # the rows that are not null
+        self.blocks: memoryview | None = None
+
+    @property
+    def block_bytes(self) -> int:
+        """The compressed size of the column."""
+        return int(self.bounds[-1] - self.bounds[0]) if self.rows else 0
+
+    def hold(self) -> None:
+        """Keep the compressed blocks in RAM (one read): gathers then decode without a `pread`
+        each (a system call costs several times an 84 x 84 frame's decode)."""
+        data = os.pread(self.fd, self.block_bytes, self.offset + int(self.bounds[0]))
+        if len(data) != self.block_bytes:
+            raise RlpipeError("a dataset shard ended early (truncated?)")
+        self.blocks = memoryview(data)
+
+    def __getitem__(self, rows: np.ndarray) -> np.ndarray:
+        out = np.empty((len(rows), self.row_bytes), self.dtype)
+        starts, ends = self.bounds[rows].tolist(), self.bounds[rows + 1].tolist()
+        if self.blocks is None:
+            pread, fd, offset = os.pread, self.fd, self.offset
+            blocks: list[bytes] | list[memoryview] = [pread(fd, end - start, offset + start) for start, end in zip(starts, ends)]
+        else:
+            held, base = self.blocks, int(self.bounds[0])
+            blocks = [held[start - base : end - base] for start, end in zip(starts, ends)]
+        for at, block in enumerate(blocks):
+            self._decode(block, out[at], rows, at)
+        return out.reshape((len(rows),) + self.row_shape)
+
+    def read(self, first: int, last: int) -> np.ndarray:
+        """Rows first..last-1, their blocks in one read."""
+        out = np.empty((last - first,) + self.row_shape, self.dtype)
+        self.read_into(out, first)
+        return out
+
+    def read_all(self) -> np.ndarray:
+        return self.read(0, self.rows)
+
+    def read_into(self, out: np.ndarray, first: int = 0) -> None:
+        """Rows first.. into `out` (contiguous, this column's shape)."""
+        bounds = (self.bounds[first : first + len(out) + 1] - self.bounds[first]).tolist()
+        blocks = memoryview(os.pread(self.fd, bounds[-1], self.offset + int(self.bounds[first])))
+        frames, rows = out.reshape(len(out), -1), np.arange(first, first + len(out))
+        for at in range(len(out)):
+            self._decode(blocks[bounds[at] : bounds[at + 1]], frames[at], rows, at)
+
+    @staticmethod
+    def _decode(block: bytes | memoryview, out: np.ndarray, rows: np.ndarray, at: int) -> None:
+        """Decode `block` (that of shard row `rows[at]`) into `out`."""
+        try:
+            decode_block(block, out)
+        except ValueError as exc:
+            raise RlpipeError(
+                f"a dataset frame at shard row {int(rows[at])} does not decode ({exc}); run `rlpipe datasets validate`"
+            ) from None
+
+
 class FollowingRows:
     """next_obs where rows chain: obs one row on, except at `breaks` (sorted global rows:
-    episode ends, whose next_obs is the final observation), whose values are held here."""
+    episode ends, whose next_obs is the final observation), whose values are held here (or
+    gathered by `values[positions in breaks]`, e.g. from compressed frames)."""
 
-    def __init__(self, breaks: np.ndarray, values: np.ndarray) -> None:
+    def __init__(self, breaks: np.ndarray, values: np.ndarray | _StoredFrames) -> None:
         self.breaks, self.values = breaks, values
 
     def take(self, rows: np.ndarray, obs_at) -> np.ndarray:
@@ -112,8 +185,10 @@ class FollowingRows:
         return out
 
 
-def _column(batch: pa.RecordBatch, name: str, space) -> Columnar | PackedBits:
+def _column(batch: pa.RecordBatch, name: str, space) -> Columnar | PackedBits | pa.Array:
     column = batch.column(name)
+    if is_frame_column(column):
+        return column  # a `FrameColumn` once the shard's file is open
     if pa.types.is_boolean(column.type):  # without nulls: `verified_shard_paths` checked
         return PackedBits(np.frombuffer(column.buffers()[1], np.uint8), column.offset, len(column))
     if pa.types.is_fixed_size_list(column.type) and pa.types.is_boolean(column.type.value_type):  # a bool Box (MinAtar frames)
@@ -132,9 +207,10 @@ class MappedTransitions:
     def __init__(self, info: DatasetInfo, columns: tuple[str, ...] = SAMPLED_COLUMNS, resident_bytes: int = DEFAULT_RESIDENT_BYTES) -> None:
         spaces = {"obs": info.observation_space, "next_obs": info.observation_space, "action": info.action_space}
         self.columns = columns
+        self.multi_agent = bool(info.metadata.get("multi_agent", False))  # agents' rows interleave: no chains of steps
         self._maps: list[mmap.mmap] = []
         self._files: list[int] = []
-        self._shards: list[dict[str, Columnar | PackedBits]] = []
+        self._shards: list[dict[str, Columnar | PackedBits | FrameColumn]] = []
         sizes = []
         for path in verified_shard_paths(info):  # every check load_shards runs, one shard in memory at a time
             batch = self._map(path)
@@ -144,8 +220,12 @@ class MappedTransitions:
         self._starts = self._ends - np.asarray(sizes)
         for index, shard in enumerate(self._shards):  # from here on the maps are never read: pread only
             for name in columns:
-                if not isinstance(shard[name], PackedBits):
+                if isinstance(shard[name], pa.Array):
+                    shard[name] = self._frames(index, shard[name], spaces[name])
+                elif not isinstance(shard[name], PackedBits):
                     shard[name] = map_columnar(shard[name], lambda a: self._reader(index, a))
+        if "next_obs" in columns and "obs" not in columns and isinstance(self._shards[0]["next_obs"], FrameColumn):
+            raise RlpipeError("this dataset's next_obs are compressed and null where they are the next obs: read obs with them")
         self._following = self._chain_next_obs() if {"obs", "next_obs"} <= set(columns) else None
         self._resident: dict[str, Columnar] = {}
         self._hold_in_ram(resident_bytes)
@@ -160,10 +240,21 @@ class MappedTransitions:
             raise RlpipeError("a column of this dataset cannot be read from its memory maps (a boolean inside a Dict?); load it instead")
         return PreadColumn(self._files[index], leaf.ctypes.data - base, leaf)
 
+    def _frames(self, index: int, column: pa.Array, space) -> FrameColumn:
+        """A `pread` reader of `column`, compressed frames in shard `index`'s map."""
+        mapping = np.frombuffer(self._maps[index], np.uint8)
+        bounds = np.array(block_bounds(column))  # in RAM: the map is not touched again
+        values = column.buffers()[2]
+        offset = (values.address if values is not None else mapping.ctypes.data) - mapping.ctypes.data
+        if len(bounds) and (bounds[0] < 0 or np.any(np.diff(bounds) < 0) or not 0 <= offset + bounds[-1] <= len(mapping)):
+            raise RlpipeError("a compressed column of this dataset does not lie in its shard; run `rlpipe datasets validate`")
+        stored = np.flatnonzero(column.is_valid().to_numpy(zero_copy_only=False))
+        return FrameColumn(self._files[index], offset, bounds, tuple(space.shape), stored)
+
     def stack_depths(self, frame_stack: int) -> np.ndarray:
         """Each row's frame-stack depth (`rlpipe.datasets.frames.stack_depths`)."""
-        if "obs" in self.columns and isinstance(self._shards[0]["obs"], dict):
-            raise RlpipeError("frame stacks are defined for array observations, not Dict ones")
+        if self.multi_agent or ("obs" in self.columns and isinstance(self._shards[0]["obs"], dict)):
+            raise RlpipeError("frame stacks are defined for single-agent datasets of array observations only")
         return stack_depths(self.chains()[0], frame_stack)
 
     def chains(self) -> tuple[np.ndarray, np.ndarray]:
@@ -182,7 +273,11 @@ class MappedTransitions:
 
     def _chain_next_obs(self, chunk: int = 1 << 20) -> FollowingRows | None:
         """`FollowingRows` when next_obs follows obs in every shard (bytes compared exactly,
-        reading each column once); None otherwise (e.g. relabelled transitions)."""
+        reading each column once; compressed frames: where next_obs is null); None otherwise
+        (e.g. relabelled transitions)."""
+        if isinstance(self._shards[0]["next_obs"], FrameColumn):
+            breaks = np.concatenate([shard["next_obs"].stored + start for shard, start in zip(self._shards, self._starts)])
+            return FollowingRows(breaks, _StoredFrames(self, breaks))
         if not all(isinstance(shard["obs"], PreadColumn) for shard in self._shards):
             return None  # Dict observations: next_obs is read as it is
         breaks, values = [], []
@@ -204,7 +299,8 @@ class MappedTransitions:
         return FollowingRows(np.concatenate(breaks), np.concatenate(values))
 
     def _hold_in_ram(self, resident_bytes: int) -> None:
-        """Read the smallest columns into RAM while they fit in `resident_bytes`."""
+        """Read the smallest columns into RAM while they fit in `resident_bytes`; then keep the
+        compressed blocks of frame columns too large decoded, while they fit."""
         needed = [name for name in self.columns if not (name == "next_obs" and self._following is not None)]
         size = {name: sum(_nbytes(shard[name]) for shard in self._shards) for name in needed}
         held = 0
@@ -213,6 +309,13 @@ class MappedTransitions:
                 break
             self._resident[name] = self.column(name)
             held += size[name]
+        for name in needed:
+            frames = [shard[name] for shard in self._shards if isinstance(shard[name], FrameColumn)]
+            blocks = sum(column.block_bytes for column in frames)
+            if name not in self._resident and frames and held + blocks <= resident_bytes:
+                for column in frames:
+                    column.hold()
+                held += blocks
 
     def _map(self, path: Path) -> pa.RecordBatch:
         try:
@@ -248,6 +351,10 @@ class MappedTransitions:
             return map_columnar(self._resident[name], lambda a: a[rows])
         if name == "next_obs" and self._following is not None:
             return self._following.take(rows, lambda at: self._take("obs", at))
+        return self._gather(name, rows)
+
+    def _gather(self, name: str, rows: np.ndarray) -> Columnar:
+        """Column `name` at `rows`, read from each shard's file."""
         shard = np.searchsorted(self._ends, rows, side="right")
         order = np.argsort(shard, kind="stable")
         bounds = np.searchsorted(shard[order], np.arange(len(self._shards) + 1))
@@ -290,11 +397,22 @@ class MappedTransitions:
         self._files = []
 
 
-def _nbytes(column: Columnar | PackedBits | PreadColumn) -> int:
-    """A column's bytes (bit-packed for booleans)."""
+class _StoredFrames:
+    """The next_obs frames a compressed dataset stores (at `breaks`), gathered from the files
+    by their positions in `breaks`."""
+
+    def __init__(self, data: MappedTransitions, breaks: np.ndarray) -> None:
+        self.data, self.breaks = data, breaks
+
+    def __getitem__(self, positions: np.ndarray) -> Columnar:
+        return self.data._gather("next_obs", self.breaks[positions])
+
+
+def _nbytes(column: Columnar | PackedBits | PreadColumn | FrameColumn) -> int:
+    """A column's bytes (bit-packed for booleans, decoded for compressed frames)."""
     if isinstance(column, PackedBits):
         return column.data.nbytes
-    if isinstance(column, PreadColumn):
+    if isinstance(column, (PreadColumn, FrameColumn)):
         return column.rows * column.row_bytes
     return sum(_nbytes(sub) for sub in column.values())
 

@@ -61,7 +61,7 @@ def episode_index(info: DatasetInfo) -> EpisodeIndex:
     verifier = ShardVerifier(info)
     ids, lengths, returns = [], [], []
     for rel in info.shard_rels:
-        columns = verifier.read(rel)
+        columns = verifier.read(rel, ("episode_id", "reward"))
         episode_id = np.asarray(columns["episode_id"])
         if len(episode_id) == 0:
             continue

@@ -3,7 +3,8 @@
 One row per transition. A Box space becomes a fixed-size list column (flattened; the shape
 lives in the serialized space in metadata.json), Discrete an int64 column, MultiDiscrete and
 MultiBinary fixed-size integer lists, and a Dict space a struct column with one child per key
-(so polars sees `obs.observation`, `obs.achieved_goal`, ...).
+(so polars sees `obs.observation`, `obs.achieved_goal`, ...). uint8 image observations are
+compressed frames instead (`rlpipe.datasets.codec`) when the dataset's metadata says so.
 """
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ import gymnasium as gym
 import numpy as np
 import pyarrow as pa
 
+from rlpipe.datasets.codec import check_frame_codec, decode_frames, frame_field, is_frame_column
 from rlpipe.errors import RlpipeError
 
 FORMAT_NAME = "rlpipe-dataset"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # the newest version read; 2 adds compressed image columns (`frame_codec`)
+PLAIN_FORMAT_VERSION = 1  # what datasets without compressed columns are still written as, so older rlpipe reads them
 
 # A column's values: an array with the row axis first, or a dict of those for Dict spaces.
 Columnar = Union[np.ndarray, dict[str, "Columnar"]]  # noqa: UP007 (a runtime alias: `|` cannot join a string forward reference)
@@ -60,9 +63,20 @@ def arrow_type(space: gym.Space) -> pa.DataType:
 
 
 def step_schema(
-    observation_space: gym.Space, action_space: gym.Space, multi_agent: bool = False, info_space: gym.spaces.Dict | None = None
+    observation_space: gym.Space,
+    action_space: gym.Space,
+    multi_agent: bool = False,
+    info_space: gym.spaces.Dict | None = None,
+    frame_codec: str | None = None,
 ) -> pa.Schema:
-    """The Arrow schema of a dataset's step table (`info`/`next_info` columns when `info_space` is given)."""
+    """The Arrow schema of a dataset's step table (`info`/`next_info` columns when `info_space`
+    is given; compressed image columns, next_obs nullable, with a `frame_codec`)."""
+    check_frame_codec(frame_codec, observation_space)
+    obs, next_obs = (
+        (frame_field("obs"), frame_field("next_obs", nullable=True))
+        if frame_codec
+        else (pa.field(name, arrow_type(observation_space), nullable=False) for name in ("obs", "next_obs"))
+    )
     fields = [
         pa.field("episode_id", SCALAR_COLUMNS["episode_id"], nullable=False),
         pa.field("step", SCALAR_COLUMNS["step"], nullable=False),
@@ -70,10 +84,10 @@ def step_schema(
     if multi_agent:
         fields.append(pa.field("agent", pa.string(), nullable=False))
     fields += [
-        pa.field("obs", arrow_type(observation_space), nullable=False),
+        obs,
         pa.field("action", arrow_type(action_space), nullable=False),
         pa.field("reward", SCALAR_COLUMNS["reward"], nullable=False),
-        pa.field("next_obs", arrow_type(observation_space), nullable=False),
+        next_obs,
         pa.field("terminated", SCALAR_COLUMNS["terminated"], nullable=False),
         pa.field("truncated", SCALAR_COLUMNS["truncated"], nullable=False),
     ]
@@ -109,10 +123,13 @@ def to_arrow(values: Columnar, space: gym.Space) -> pa.Array:
 
 
 def from_arrow(column: pa.Array, space: gym.Space) -> Columnar:
-    """Turn one Arrow array (a single chunk) back into numpy, zero-copy where the dtype allows."""
+    """Turn one Arrow array (a single chunk) back into numpy, zero-copy where the dtype allows;
+    compressed frames are decoded (null next_obs rows are zeros: `codec.fill_chained`)."""
     if isinstance(space, gym.spaces.Dict):
         return {key: from_arrow(column.field(key), sub) for key, sub in space.spaces.items()}
     shape = leaf_shape(space)
+    if is_frame_column(column):
+        return decode_frames(column, shape)
     flat = column if shape == () else column.flatten()
     return flat.to_numpy(zero_copy_only=False).reshape((len(column),) + shape)
 

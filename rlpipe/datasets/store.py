@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 
 from rlpipe import names
 from rlpipe.datasets import atomic
@@ -104,6 +105,20 @@ class DatasetInfo:
     @property
     def env_id(self) -> str | None:
         return self.metadata.get("env_id")
+
+    @property
+    def frame_codec(self) -> str | None:
+        """How image observations are compressed (`rlpipe.datasets.codec`); None: stored plain."""
+        return self.metadata.get("frame_codec")
+
+    @property
+    def step_bytes(self) -> int:
+        """The step shards' bytes once read: their file sizes, plus the decoded obs and
+        next_obs frames of a dataset that stores them compressed."""
+        files = sum(entry["bytes"] for rel, entry in self.metadata["files"].items() if rel.startswith(STEPS_DIR + "/"))
+        if self.frame_codec is None:
+            return files
+        return files + 2 * self.metadata["total_steps"] * int(np.prod(self.observation_space.shape))
 
     @property
     def shard_rels(self) -> list[str]:
@@ -214,7 +229,13 @@ def _metadata_problem(metadata: dict[str, Any], dir_name: str) -> str | None:
     if "info_space" in parsed and not isinstance(parsed["info_space"], gym.spaces.Dict):
         return f"'info_space' is a {type(parsed['info_space']).__name__} space, not a Dict of info keys"
     try:
-        step_schema(parsed["observation_space"], parsed["action_space"], metadata["multi_agent"], parsed.get("info_space"))
+        step_schema(
+            parsed["observation_space"],
+            parsed["action_space"],
+            metadata["multi_agent"],
+            parsed.get("info_space"),
+            metadata.get("frame_codec"),
+        )
     except RlpipeError as exc:
         return str(exc)
     except Exception as exc:

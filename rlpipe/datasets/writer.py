@@ -23,10 +23,12 @@ from minari.serialization import serialize_space
 
 from rlpipe.datasets import hdf5
 from rlpipe.datasets.atomic import StagedDirectory, commit_group, json_text
+from rlpipe.datasets.codec import FRAME_CODEC, chained_rows, compressible, encode_frames
 from rlpipe.datasets.schema import (
     FORMAT_NAME,
     FORMAT_VERSION,
     INFO_COLUMNS,
+    PLAIN_FORMAT_VERSION,
     SCALAR_COLUMNS,
     Columnar,
     check_finite,
@@ -80,7 +82,11 @@ class DatasetWriter:
         info_space: a Dict of the env info keys stored as `info`/`next_info` columns (None: none).
         kind: "episodes" (whole trajectories) or "transitions" (e.g. relabelled copies: rows
             that need not form trajectories; Arrow only, no episode statistics).
-        shard_bytes: approximate size of one Arrow shard.
+        shard_bytes: approximate size of one Arrow shard, counting frames uncompressed (so
+            a reader's decoded shard stays that size).
+        compress_frames: store uint8 image observations compressed, next_obs only where it
+            is not the next row's obs (`rlpipe.datasets.codec`); False writes them as
+            fixed-size lists, the layout of format version 1.
     """
 
     def __init__(
@@ -98,6 +104,7 @@ class DatasetWriter:
         info_space: gym.spaces.Dict | None = None,
         kind: str = "episodes",
         shard_bytes: int = DEFAULT_SHARD_BYTES,
+        compress_frames: bool = True,
     ) -> None:
         self.name = check_name(name)
         self.formats = formats_for(fmt)
@@ -117,7 +124,8 @@ class DatasetWriter:
         self.env_spec = env_spec
         self.multi_agent = multi_agent
         self.info_space = info_space
-        self.schema = step_schema(observation_space, action_space, multi_agent, info_space)
+        self.frame_codec = FRAME_CODEC if compress_frames and compressible(observation_space) else None
+        self.schema = step_schema(observation_space, action_space, multi_agent, info_space, self.frame_codec)
         self.shard_bytes = shard_bytes
         self._staging = StagedDirectory(self.final_path, f"dataset {self.name!r}", is_dataset_dir, self._check_target)
         self.temp_path = self._staging.path
@@ -208,7 +216,10 @@ class DatasetWriter:
         self._pending, self._pending_bytes = [], 0
         arrays = []
         for field in self.schema:
-            if field.name in ("obs", "next_obs"):
+            if field.name in ("obs", "next_obs") and self.frame_codec:
+                skip = chained_rows(rows["obs"], rows["next_obs"], rows["episode_id"]) if field.name == "next_obs" else None
+                arrays.append(encode_frames(rows[field.name], skip))
+            elif field.name in ("obs", "next_obs"):
                 arrays.append(to_arrow(rows[field.name], self.observation_space))
             elif field.name == "action":
                 arrays.append(to_arrow(rows[field.name], self.action_space))
@@ -252,7 +263,7 @@ class DatasetWriter:
         lengths = np.concatenate(self._episode_lengths)
         metadata = {
             "format": FORMAT_NAME,
-            "format_version": FORMAT_VERSION,
+            "format_version": FORMAT_VERSION if self.frame_codec else PLAIN_FORMAT_VERSION,
             "rlpipe_version": __version__,
             "name": self.name,
             "env_id": self.env_id,
@@ -261,6 +272,7 @@ class DatasetWriter:
             "action_space": serialize_space(self.action_space),
             "multi_agent": self.multi_agent,
             **({} if self.info_space is None else {"info_space": serialize_space(self.info_space)}),
+            **({} if self.frame_codec is None else {"frame_codec": self.frame_codec}),
             "producer": producer,
             "total_episodes": int(len(returns)),
             "total_steps": int(self.total_steps),

@@ -6,7 +6,9 @@ and the action scaling to the env's bounds (Box) or index offset (Discrete), so 
 needs no rlpipe code. Goal envs' Dict observations enter flattened as in training:
 ``concat(observation, desired_goal)``; a policy with an image encoder (DQN on MinAtar or
 Atari) reads the frames in the env's shape and dtype (bool, uint8), ``[batch, k, *frame]``
-when it was trained on stacks of k frames. Each file carries the observation and action spaces
+when it was trained on stacks of k frames. A recurrent policy's graph also takes each
+row's hidden state and returns the next one (``(obs, state) -> (action, next_state)``; zeros
+start an episode). Each file carries the observation and action spaces
 (Minari's JSON form), the algorithm, the env id and the checkpoint's sha256 as metadata.
 """
 
@@ -28,15 +30,54 @@ from rlpipe.algos import LoadedPolicy, load_policy
 from rlpipe.envs.spaces import is_image_space
 from rlpipe.errors import RlpipeError
 from rlpipe.files import atomic_output, check_output_file
+from rlpipe.models.recurrent import RecurrentPolicy
 from rlpipe.version import __version__
 
 # Policies whose deterministic action is a function of the observation alone.
-EXPORTABLE_KINDS = ("tanh_gaussian", "deterministic", "categorical", "actor_critic", "greedy_q")
+EXPORTABLE_KINDS = (
+    "tanh_gaussian",
+    "deterministic",
+    "categorical",
+    "actor_critic",
+    "greedy_q",
+    "recurrent_actor_critic",
+    "recurrent_categorical",
+)
+# Why the other kinds cannot be exported as one observation -> action graph (default: BCQ's reason).
+UNEXPORTABLE_REASONS = {
+    "decision_transformer": "acts on its episode's recent returns-to-go, observations and actions, not on one observation"
+}
 METADATA_FILE = "rlpipe.json"  # TorchScript's extra file with the metadata
+
+
+class EnvActions(torch.nn.Module):
+    """Policy actions -> env actions, as ``ActionScaler.to_env``: Discrete indices offset by
+    the space's start, Box actions in [-1, 1] scaled to its finite bounds."""
+
+    def __init__(self, action_space: spaces.Space) -> None:
+        super().__init__()
+        self.discrete = isinstance(action_space, spaces.Discrete)
+        if self.discrete:
+            self.start = int(action_space.start)
+            return
+        low, high = np.asarray(action_space.low, np.float64), np.asarray(action_space.high, np.float64)
+        bounded = np.isfinite(low) & np.isfinite(high)
+        self.register_buffer("low", torch.as_tensor(np.where(bounded, low, -1.0), dtype=torch.float32))
+        self.register_buffer("span", torch.as_tensor(np.where(bounded, high - low, 2.0), dtype=torch.float32))
+        self.register_buffer("bounded", torch.as_tensor(bounded))
+
+    def forward(self, action: torch.Tensor) -> torch.Tensor:
+        if self.discrete:
+            return action.to(torch.int64) + self.start
+        scaled = self.low + (action.clamp(-1.0, 1.0) + 1.0) * 0.5 * self.span
+        return torch.where(self.bounded, scaled, action)
 
 
 class DeployedPolicy(torch.nn.Module):
     """Observation batch [B, *obs_shape] (``obs_dtype``; default flat float32) -> env action batch, deterministic."""
+
+    input_names: tuple[str, ...] = ("obs",)
+    output_names: tuple[str, ...] = ("action",)
 
     def __init__(
         self,
@@ -49,26 +90,30 @@ class DeployedPolicy(torch.nn.Module):
         self.actor = actor
         self.obs_shape = obs_shape or (int(actor.spec["obs_dim"]),)
         self.obs_dtype = obs_dtype
-        self.discrete = isinstance(action_space, spaces.Discrete)
-        if self.discrete:
-            self.start = int(action_space.start)
-            return
-        low, high = np.asarray(action_space.low, np.float64), np.asarray(action_space.high, np.float64)
-        bounded = np.isfinite(low) & np.isfinite(high)
-        self.register_buffer("low", torch.as_tensor(np.where(bounded, low, -1.0), dtype=torch.float32))
-        self.register_buffer("span", torch.as_tensor(np.where(bounded, high - low, 2.0), dtype=torch.float32))
-        self.register_buffer("bounded", torch.as_tensor(bounded))
+        self.to_env = EnvActions(action_space)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        action = self.actor.act(obs, True)
-        if self.discrete:
-            return action.to(torch.int64) + self.start
-        scaled = self.low + (action.clamp(-1.0, 1.0) + 1.0) * 0.5 * self.span  # as ActionScaler.to_env
-        return torch.where(self.bounded, scaled, action)
+        return self.to_env(self.actor.act(obs, True))
 
-    def example_input(self) -> torch.Tensor:
+    def example_inputs(self) -> tuple[torch.Tensor, ...]:
         """A batch of two observations of the input's shape and dtype, to trace the graph with."""
-        return torch.zeros(2, *self.obs_shape, dtype=self.obs_dtype)
+        return (torch.zeros(2, *self.obs_shape, dtype=self.obs_dtype),)
+
+
+class DeployedRecurrentPolicy(DeployedPolicy):
+    """(observation batch [B, obs_dim], hidden states [B, n, hidden]) -> (env action batch,
+    next hidden states), deterministic; zero states start episodes
+    (:class:`rlpipe.models.recurrent.RecurrentPolicy`)."""
+
+    input_names = ("obs", "state")
+    output_names = ("action", "next_state")
+
+    def forward(self, obs: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # type: ignore[override]
+        action, state = self.actor.step(obs, state, True)
+        return self.to_env(action), state
+
+    def example_inputs(self) -> tuple[torch.Tensor, ...]:
+        return (*super().example_inputs(), self.actor.initial_state(2))
 
 
 def input_layout(actor: torch.nn.Module, observation_space: spaces.Space) -> tuple[tuple[int, ...], torch.dtype]:
@@ -86,10 +131,8 @@ def _deployable(run_dir: str | os.PathLike) -> tuple[LoadedPolicy, DeployedPolic
     policy = load_policy(run_dir)
     kind = getattr(policy.actor, "kind", None)
     if kind not in EXPORTABLE_KINDS:
-        raise RlpipeError(
-            f"the {policy.algo} run in {run_dir} cannot be exported: its {kind} policy samples candidate actions "
-            "even when acting deterministically"
-        )
+        reason = UNEXPORTABLE_REASONS.get(str(kind), "samples candidate actions even when acting deterministically")
+        raise RlpipeError(f"the {policy.algo} run in {run_dir} cannot be exported: its {kind} policy {reason}")
     if policy.action_space.dtype not in (np.float32, np.int64) and not isinstance(policy.action_space, spaces.Discrete):
         raise RlpipeError(f"the run in {run_dir} acts in {policy.action_space.dtype}; export supports float32 Box and Discrete actions")
     from rlpipe.training.env import env_spaces
@@ -107,7 +150,12 @@ def _deployable(run_dir: str | os.PathLike) -> tuple[LoadedPolicy, DeployedPolic
         + (" = concat(observation, desired_goal)" if isinstance(observation_space, spaces.Dict) else ""),
         "rlpipe_version": __version__,
     }
-    model = DeployedPolicy(policy.actor, policy.action_space, obs_shape, obs_dtype)
+    deployed = DeployedPolicy
+    if isinstance(policy.actor, RecurrentPolicy):
+        deployed = DeployedRecurrentPolicy
+        state_shape = ", ".join(map(str, policy.actor.initial_state(1).shape[1:]))
+        metadata["input"] += f"; state: float32 [batch, {state_shape}], zeros at an episode's start (output next_state)"
+    model = deployed(policy.actor, policy.action_space, obs_shape, obs_dtype)
     return policy, model.eval().requires_grad_(False), metadata  # outputs need no graph
 
 
@@ -131,11 +179,11 @@ def _write_onnx(policy: LoadedPolicy, model: DeployedPolicy, metadata: dict[str,
         warnings.simplefilter("ignore")  # the exporter's deprecation chatter
         torch.onnx.export(
             model,
-            (model.example_input(),),
+            model.example_inputs(),
             str(tmp),
-            input_names=["obs"],
-            output_names=["action"],
-            dynamic_axes={"obs": {0: "batch"}, "action": {0: "batch"}},
+            input_names=list(model.input_names),
+            output_names=list(model.output_names),
+            dynamic_axes={name: {0: "batch"} for name in model.input_names + model.output_names},
             dynamo=False,
         )
     graph = onnx.load(str(tmp))
@@ -147,7 +195,7 @@ def _write_onnx(policy: LoadedPolicy, model: DeployedPolicy, metadata: dict[str,
 def _write_torchscript(policy: LoadedPolicy, model: DeployedPolicy, metadata: dict[str, Any], tmp: Path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        traced = torch.jit.trace(model, (model.example_input(),), check_trace=False)
+        traced = torch.jit.trace(model, model.example_inputs(), check_trace=False)
         torch.jit.save(traced, str(tmp), _extra_files={METADATA_FILE: json.dumps(metadata)})
 
 
@@ -159,7 +207,7 @@ def export_policy(
     force: bool = False,
 ) -> dict[str, Any]:
     """Write the run's deterministic policy as ONNX to `onnx` (input `obs`, output `action`,
-    dynamic batch) and/or as TorchScript to `torchscript` (`torch.jit.load`, the metadata in
+    dynamic batch; a recurrent policy also takes `state` and returns `next_state`) and/or as TorchScript to `torchscript` (`torch.jit.load`, the metadata in
     its extra file `rlpipe.json`); returns the metadata stored in the files.
 
     Every output is checked before anything is written, and both are written to temporary

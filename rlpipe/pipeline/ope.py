@@ -34,6 +34,7 @@ from rlpipe.envs.spaces import ActionScaler
 from rlpipe.errors import RlpipeError
 from rlpipe.limits import MAX_UPDATES
 from rlpipe.models.networks import EnsembleMLP
+from rlpipe.models.recurrent import RecurrentPolicy
 
 _CHUNK = 65536  # observations per policy call
 
@@ -107,6 +108,8 @@ def require_dataset_fits(policies: Sequence[LoadedPolicy], info: DatasetInfo) ->
 
     where = info.path / METADATA_FILE
     for policy in policies:
+        if isinstance(policy.actor, RecurrentPolicy):
+            raise RlpipeError(f"the policy of {policy.run_dir} is recurrent: FQE feeds it dataset rows one by one, not episodes in order")
         if base_env_id(policy.env_id) != base_env_id(info.env_id or ""):
             raise RlpipeError(f"dataset {info.name!r} comes from {info.env_id}, but the policy of {policy.run_dir} acts in {policy.env_id}")
         # Loading the policy checked that it takes its env's (flattened) observations: obs_dim values.

@@ -16,7 +16,7 @@ import numpy as np
 
 from rlpipe.errors import RlpipeError
 from rlpipe.files import atomic_output, check_output_file
-from rlpipe.training.evaluation import EpisodicPolicy, PolicyFn
+from rlpipe.training.evaluation import EpisodicPolicy, PolicyFn, RewardConditionedPolicy
 
 # Gymnasium's renderers draw with pygame off-screen: no import banner on stdout, no display
 # or sound device to look for (headless machines print errors otherwise).
@@ -76,6 +76,8 @@ def rendered_episodes(policy: PolicyFn, env: gym.Env, episodes: int, seed: int, 
         total, done = 0.0, False
         while not done:
             obs, reward, terminated, truncated, _ = env.step(policy(_batch_of_one(obs))[0])
+            if isinstance(policy, RewardConditionedPolicy):
+                policy.record_rewards(np.array([reward], np.float64))
             total += float(reward)
             done = terminated or truncated
             yield video_frame(env.render())

@@ -14,6 +14,7 @@ from rlpipe.envs import make_vec_env
 from rlpipe.envs.goals import flatten_obs, is_goal_space
 from rlpipe.envs.spaces import ActionScaler
 from rlpipe.envs.stepper import VecStepper
+from rlpipe.models.recurrent import RecurrentPolicy
 
 PolicyFn = Callable[[np.ndarray], np.ndarray]
 """A batch of observations -> a batch of env actions (already scaled to the env's bounds)."""
@@ -28,6 +29,17 @@ class EpisodicPolicy(Protocol):
     def __call__(self, obs: np.ndarray) -> np.ndarray: ...
 
     def start_episodes(self, rows: np.ndarray) -> None: ...
+
+
+@runtime_checkable
+class RewardConditionedPolicy(Protocol):
+    """A policy function that conditions on the rewards it earned (a Decision Transformer's
+    return-to-go): :func:`evaluate` calls ``record_rewards(rewards)`` after each step with
+    every env's reward ``[n]`` (0 on an autoreset step), before reporting episode starts."""
+
+    def __call__(self, obs: np.ndarray) -> np.ndarray: ...
+
+    def record_rewards(self, rewards: np.ndarray) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -75,6 +87,31 @@ class FrameStacks:
         return self._stacks.copy()
 
 
+class HiddenStates:
+    """Each env's hidden state of a recurrent policy (:class:`RecurrentPolicy`): zero at an
+    episode's start (``start(rows)``, as :class:`FrameStacks`), and for every env at the
+    first step and when the number of envs changes."""
+
+    def __init__(self, actor: RecurrentPolicy) -> None:
+        self.actor = actor
+        self._state: torch.Tensor | None = None
+        self._fresh: np.ndarray | None = None
+
+    def start(self, rows: np.ndarray) -> None:
+        rows = np.asarray(rows, bool)
+        self._fresh = rows.copy() if self._fresh is None or len(self._fresh) != len(rows) else self._fresh | rows
+
+    def act(self, obs: torch.Tensor, deterministic: bool) -> torch.Tensor:
+        """The actions for this step's observations ``[B, obs_dim]``, the states moved on."""
+        if self._state is None or self._state.shape[0] != len(obs):
+            self._state = self.actor.initial_state(len(obs))
+        elif self._fresh is not None and len(self._fresh) == len(obs) and self._fresh.any():
+            self._state[torch.as_tensor(self._fresh, device=self._state.device)] = 0.0
+        self._fresh = None
+        action, self._state = self.actor.step(obs, self._state, deterministic)
+        return action
+
+
 class ActorPolicy:
     """An actor (``act(obs, deterministic)``) as a numpy batch -> env-action function
     (:data:`PolicyFn`, and an :class:`EpisodicPolicy`).
@@ -84,7 +121,8 @@ class ActorPolicy:
     and stacks the last k itself (:class:`FrameStacks`; the loop that steps the envs reports
     episode starts through ``start_episodes``), so envs, and the datasets collected in them,
     keep one frame per step; observations that are already stacks ``[B, k, *frame]`` (a
-    sampler's, a dataset's rows stacked) go to the actor as they are.
+    sampler's, a dataset's rows stacked) go to the actor as they are. A recurrent actor
+    keeps a hidden state per env the same way (:class:`HiddenStates`).
     """
 
     def __init__(self, actor: nn.Module, scaler: ActionScaler, device: torch.device | str = "cpu", deterministic: bool = True) -> None:
@@ -93,10 +131,13 @@ class ActorPolicy:
         encoder = actor.spec.get("encoder") if self.frame_stack > 1 else None
         self._frame_rank = len(encoder["shape"]) if encoder else 0
         self._frames = FrameStacks(self.frame_stack) if self.frame_stack > 1 else None
+        self._hidden = HiddenStates(actor) if isinstance(actor, RecurrentPolicy) else None
 
     def start_episodes(self, rows: np.ndarray) -> None:
         if self._frames is not None:
             self._frames.start(rows)
+        if self._hidden is not None:
+            self._hidden.start(rows)
 
     def __call__(self, obs: np.ndarray) -> np.ndarray:
         array = flatten_obs(obs)
@@ -107,7 +148,8 @@ class ActorPolicy:
             array = array.copy()  # one batch of observations, cheap beside the forward pass
         with torch.no_grad():
             obs_t = torch.as_tensor(array, device=self.device)
-            return self.scaler.to_env(self.actor.act(obs_t, self.deterministic).cpu().numpy())
+            action = self.actor.act(obs_t, self.deterministic) if self._hidden is None else self._hidden.act(obs_t, self.deterministic)
+            return self.scaler.to_env(action.cpu().numpy())
 
 
 def policy_fn(actor: nn.Module, scaler: ActionScaler, device: torch.device | str = "cpu", deterministic: bool = True) -> ActorPolicy:
@@ -119,8 +161,10 @@ def evaluate(policy: PolicyFn, env_id: str, episodes: int = 10, seed: int = 0, m
     """Run ``episodes`` full episodes with ``policy`` on vectorised envs; returns statistics.
 
     Sub-env ``i`` is seeded with ``seed + i`` and runs a fixed quota of episodes, so the
-    result depends only on (policy, env_id, episodes, seed). In goal envs an episode is a
-    success when its last step reports ``info["is_success"]`` (or, without it, terminates).
+    result depends only on (policy, env_id, episodes, seed). A policy with state per env
+    hears of episode starts (:class:`EpisodicPolicy`) and of rewards
+    (:class:`RewardConditionedPolicy`). In goal envs an episode is a success when its last
+    step reports ``info["is_success"]`` (or, without it, terminates).
     """
     n = max(1, min(episodes, max_envs))
     quota = np.array([episodes // n + (i < episodes % n) for i in range(n)])
@@ -132,10 +176,13 @@ def evaluate(policy: PolicyFn, env_id: str, episodes: int = 10, seed: int = 0, m
     try:
         stepper = VecStepper(envs, None, seed)
         start_episodes = policy.start_episodes if isinstance(policy, EpisodicPolicy) else None
+        record_rewards = policy.record_rewards if isinstance(policy, RewardConditionedPolicy) else None
         if start_episodes is not None:
             start_episodes(np.ones(n, bool))
         while any(len(r) < q for r, q in zip(returns, quota)):
             step = stepper.step(policy(stepper.obs))
+            if record_rewards is not None:
+                record_rewards(step.rewards)
             if start_episodes is not None:
                 start_episodes(~step.valid)  # those envs just reset (NEXT_STEP autoreset)
             infos = step.infos

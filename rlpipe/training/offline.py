@@ -22,7 +22,7 @@ from torch import nn
 from rlpipe.datasets.loader import TransitionArrays, load_shards, shards_digest
 from rlpipe.datasets.mapped import MappedTransitions
 from rlpipe.datasets.schema import map_columnar
-from rlpipe.datasets.store import METADATA_FILE, STEPS_DIR, DatasetInfo, open_dataset
+from rlpipe.datasets.store import METADATA_FILE, DatasetInfo, open_dataset
 from rlpipe.envs import env_id_for_spec, trusted_env_id
 from rlpipe.envs.extras import register_optional
 from rlpipe.envs.goals import flat_observation_space, flatten_obs, is_goal_space
@@ -32,7 +32,7 @@ from rlpipe.errors import RlpipeError
 from rlpipe.models.networks import ObsNormalizer
 from rlpipe.training.buffer import Batch, ReplayBuffer, Update, join_batches
 from rlpipe.training.env import BOX, GOAL, IMAGE, ActionScaler, action_dim, env_spaces, make_vec_env, require_spaces, resolve_device
-from rlpipe.training.evaluation import policy_fn
+from rlpipe.training.evaluation import PolicyFn, policy_fn
 from rlpipe.training.families import dataset_evaluator
 from rlpipe.training.graphs import UpdateStepper, graphs_enabled
 from rlpipe.training.resume import Checkpointer
@@ -132,14 +132,14 @@ class OfflineData:
         return isinstance(self.action_space, spaces.Discrete)
 
 
-MAPPED_SAMPLING_BYTES = 1 << 30  # step shards larger than this in all are sampled from their maps, not loaded
+MAPPED_SAMPLING_BYTES = 1 << 30  # step shards larger than this in all, once read, are sampled from their maps, not loaded
 
 
 def sample_from_maps(info: DatasetInfo) -> bool:
     """Whether minibatches of this dataset are gathered from its memory-mapped shards
-    (`MappedSampler`) instead of loading it into RAM: its step shards are over `MAPPED_SAMPLING_BYTES`."""
-    shard_bytes = sum(entry["bytes"] for rel, entry in info.metadata["files"].items() if rel.startswith(STEPS_DIR + "/"))
-    return shard_bytes > MAPPED_SAMPLING_BYTES
+    (`MappedSampler`) instead of loading it into RAM: its step shards, with compressed frames
+    counted decoded (`DatasetInfo.step_bytes`), are over `MAPPED_SAMPLING_BYTES`."""
+    return info.step_bytes > MAPPED_SAMPLING_BYTES
 
 
 def _sample_from_maps(info: DatasetInfo, config: Any) -> bool:
@@ -299,13 +299,15 @@ def train_offline(
     data: OfflineData,
     actor: nn.Module,
     modules: dict[str, nn.Module],
-    update: Update,
+    update: Callable[[Any, int], None],
     out_dir: str | Path | None,
     progress: bool,
     extra_metrics: Callable[[], dict[str, Any]] | None = None,
     update_period: int = 1,
     optimizers: dict[str, torch.optim.Optimizer] | None = None,
     deterministic_eval: bool = True,
+    sampler: Any = None,
+    policy_of: Callable[..., PolicyFn] = policy_fn,
 ) -> TrainResult:
     """Run `config.updates` updates on `config.batch_size` samples, evaluating every
     `config.eval_every` updates in the dataset's env (with the actor's mode, or sampled
@@ -316,6 +318,9 @@ def train_offline(
     whose work repeats every ``update_period`` indices is captured over that period.
     With ``config.checkpoint_every`` the full state (``modules``, ``optimizers``, sampler,
     RNGs) is saved for resuming (:mod:`rlpipe.training.resume`); ``optimizers`` are then required.
+    ``sampler`` replaces ``data.sampler`` (a sequence model's windows: `rlpipe.training.windows`);
+    ``policy_of(actor, scaler, device, deterministic)`` makes the evaluated policy function
+    (default `policy_fn`; a policy that keeps state across steps, such as a return-conditioned one).
     """
     if getattr(config, "finetune_env_steps", 0):
         require_finetunable(data)
@@ -325,14 +330,15 @@ def train_offline(
     if config.checkpoint_every is not None and optimizers is None:
         run.close()
         raise RlpipeError(f"{algo} does not support --checkpoint-every yet")
-    checkpoints = Checkpointer(run, {**modules, **(optimizers or {}), "sampler": data.sampler})
-    eval_policy = policy_fn(actor, ActionScaler(data.action_space), data.device, deterministic_eval)
+    sampler = data.sampler if sampler is None else sampler
+    checkpoints = Checkpointer(run, {**modules, **(optimizers or {}), "sampler": sampler})
+    eval_policy = policy_of(actor, ActionScaler(data.action_space), data.device, deterministic_eval)
     step = UpdateStepper(
         update,
-        data.sampler,
+        sampler,
         config.batch_size,
         config.updates,
-        graph=graphs_enabled(data.device) and isinstance(data.sampler, TransitionSampler),
+        graph=graphs_enabled(data.device) and isinstance(sampler, TransitionSampler),
         period=update_period,
     )
     try:

@@ -5,6 +5,13 @@ A rollout is ``[T, N]``: T steps of N rows. A row is one env of a vector env tod
 team of agents sharing one policy a row is one (env, agent) pair, so nothing here changes.
 Rows that are reset steps of the NEXT_STEP autoreset (``valid`` False) are kept in the
 storage (they keep the [T, N] layout GAE needs) but are never trained on.
+
+A recurrent policy (:class:`RecurrentRolloutStorage`) carries its hidden state from step to
+step and rollout to rollout, zeroed where an episode starts: the step after a reset step,
+whose observation is the new episode's first. A reset step itself keeps the ended episode's
+state, so its value (of the final observation) bootstraps a truncated episode. The update
+re-runs the cores over each row's whole rollout from the state stored at its start, in
+minibatches of rows (as CleanRL's ``ppo_atari_lstm.py``), so log-probabilities match.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from rlpipe.models.networks import ActorCritic
+from rlpipe.models.recurrent import RecurrentActorCritic
 from rlpipe.training.optim import optimizer_step
 
 
@@ -82,6 +90,16 @@ def compute_gae(
 
 
 @dataclass
+class RolloutSequences:
+    """Each row's whole rollout, ``[N, T]``, for re-running a recurrent core."""
+
+    obs: torch.Tensor  # [N, T, obs_dim]
+    starts: torch.Tensor  # [N, T] bool: the state is zeroed before these steps
+    initial_state: torch.Tensor  # [N, *state]: the state before the rollout's first step
+    rows: torch.Tensor  # [N, T] int64: each step's index in the flattened batch, -1 on reset steps
+
+
+@dataclass
 class PPOBatch:
     """The valid rows of a rollout, flattened: what the minibatch epochs train on."""
 
@@ -91,6 +109,7 @@ class PPOBatch:
     advantages: torch.Tensor
     returns: torch.Tensor
     acting: torch.Tensor | None = None  # rows whose action is trained on (None: all)
+    sequences: RolloutSequences | None = None  # recurrent policies: minibatches are rows' sequences
 
 
 class RolloutStorage:
@@ -109,13 +128,18 @@ class RolloutStorage:
     def _as_tensor(self, array: object) -> torch.Tensor:
         return torch.as_tensor(array, device=self.device)
 
+    def _policy(self, actor: ActorCritic | RecurrentActorCritic, obs: torch.Tensor, t: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Policy head and value of step ``t``'s observations (t = T: the one after the rollout)."""
+        return actor(obs)
+
     @torch.no_grad()
-    def collect(self, actor: ActorCritic, stepper: RowStepper) -> None:
+    def collect(self, actor: ActorCritic | RecurrentActorCritic, stepper: RowStepper) -> None:
         """Act with actions sampled from ``actor`` for T steps of ``stepper``; store each
         step and V of the observation after the last one."""
-        for t in range(self.obs.shape[0]):
+        T = self.obs.shape[0]
+        for t in range(T):
             obs = torch.as_tensor(stepper.obs, dtype=torch.float32, device=self.device)
-            head, value = actor(obs)
+            head, value = self._policy(actor, obs, t)
             action = actor.sample(head)
             self.obs[t], self.actions[t], self.values[t] = obs, action, value
             self.log_probs[t] = actor.log_prob_entropy(head, action)[0]
@@ -125,7 +149,7 @@ class RolloutStorage:
             acting = getattr(b, "acting", None)
             self.acting[t] = self.valid[t] if acting is None else self._as_tensor(acting)
         self.has_passive_rows = bool((self.valid & ~self.acting).any())
-        self.next_value = actor(torch.as_tensor(stepper.obs, dtype=torch.float32, device=self.device))[1]
+        self.next_value = self._policy(actor, torch.as_tensor(stepper.obs, dtype=torch.float32, device=self.device), T)[1]
 
     def batch(self, rewards: torch.Tensor, gamma: float, gae_lambda: float) -> PPOBatch:
         """Advantages and returns of ``rewards`` (the env's, or a learnt reward), and the
@@ -144,13 +168,59 @@ class RolloutStorage:
         )
 
 
-def clipped_loss(
-    actor: ActorCritic, batch: PPOBatch, idx: torch.Tensor, clip: float, settings: PPOSettings
+class RecurrentRolloutStorage(RolloutStorage):
+    """A rollout of a :class:`RecurrentActorCritic`: also each step's ``starts`` and the
+    hidden state before the rollout; the state carried between steps (and rollouts) is
+    ``state``, which a resumable checkpoint saves (:meth:`state_dict`)."""
+
+    def __init__(
+        self, actor: RecurrentActorCritic, num_steps: int, num_rows: int, obs_dim: int, act_dim: int, device: torch.device
+    ) -> None:
+        super().__init__(num_steps, num_rows, obs_dim, act_dim, actor.discrete, device)
+        self.starts = torch.zeros(num_steps, num_rows, dtype=torch.bool, device=device)
+        self.state = actor.initial_state(num_rows)
+        self.initial_state = self.state.clone()
+
+    def _policy(self, actor: ActorCritic | RecurrentActorCritic, obs: torch.Tensor, t: int) -> tuple[torch.Tensor, torch.Tensor]:
+        # valid[t - 1] is the previous step's (at t = 0 the last rollout's; before the first
+        # rollout all False, so every row starts): a reset step's next observation starts an episode.
+        start = ~self.valid[t - 1]
+        head, value, state = actor(obs[:, None], self.state, start[:, None])
+        if t < self.obs.shape[0]:
+            if t == 0:
+                self.initial_state = self.state
+            self.starts[t], self.state = start, state
+        return head[:, 0], value[:, 0]
+
+    def batch(self, rewards: torch.Tensor, gamma: float, gae_lambda: float) -> PPOBatch:
+        """The valid rows as :meth:`RolloutStorage.batch`, with each row's sequence."""
+        flat = super().batch(rewards, gamma, gae_lambda)
+        rows = torch.where(self.valid, self.valid.reshape(-1).cumsum(0).reshape(self.valid.shape) - 1, -1)
+        flat.sequences = RolloutSequences(self.obs.transpose(0, 1), self.starts.T, self.initial_state, rows.T)
+        return flat
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """What the next rollout continues from: the carried state and the last step's ``valid``."""
+        return {"state": self.state, "valid": self.valid[-1]}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        self.state = state["state"].to(self.device)
+        self.valid[-1] = state["valid"].to(self.device)
+
+
+def policy_loss(
+    actor: ActorCritic | RecurrentActorCritic,
+    head: torch.Tensor,
+    value: torch.Tensor,
+    batch: PPOBatch,
+    idx: torch.Tensor,
+    clip: float,
+    settings: PPOSettings,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """PPO's loss on rows ``idx``: clipped surrogate + ``vf_coef`` * value MSE -
-    ``ent_coef`` * entropy (the value on every row, the policy terms on the acting rows);
-    also returns the approximate KL to the rollout policy."""
-    head, value = actor(batch.obs[idx])
+    """PPO's loss on rows ``idx`` of ``batch``, whose policy heads and values the actor gave
+    as ``head`` and ``value``: clipped surrogate + ``vf_coef`` * value MSE - ``ent_coef`` *
+    entropy (the value on every row, the policy terms on the acting rows); also returns the
+    approximate KL to the rollout policy."""
     v_loss = F.mse_loss(value, batch.returns[idx])
     if batch.acting is not None:
         acting = batch.acting[idx]
@@ -167,8 +237,29 @@ def clipped_loss(
     return pg_loss + settings.vf_coef * v_loss - settings.ent_coef * entropy.mean(), approx_kl
 
 
+def clipped_loss(
+    actor: ActorCritic, batch: PPOBatch, idx: torch.Tensor, clip: float, settings: PPOSettings
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`policy_loss` on the flattened rows ``idx``."""
+    head, value = actor(batch.obs[idx])
+    return policy_loss(actor, head, value, batch, idx, clip, settings)
+
+
+def sequence_loss(
+    actor: RecurrentActorCritic, batch: PPOBatch, rows: torch.Tensor, clip: float, settings: PPOSettings
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`policy_loss` on the valid steps of the rollout rows ``rows``, the core re-run
+    over each row's sequence from its stored initial state."""
+    seq = batch.sequences
+    assert seq is not None
+    head, value, _ = actor(seq.obs[rows], seq.initial_state[rows], seq.starts[rows])
+    idx = seq.rows[rows]
+    keep = idx >= 0
+    return policy_loss(actor, head[keep], value[keep], batch, idx[keep], clip, settings)
+
+
 def ppo_update(
-    actor: ActorCritic,
+    actor: ActorCritic | RecurrentActorCritic,
     optimizer: torch.optim.Optimizer,
     batch: PPOBatch,
     clip: float,
@@ -177,14 +268,16 @@ def ppo_update(
 ) -> int:
     """``num_epochs`` epochs of shuffled minibatches (about ``minibatch_size`` rows each) of
     the clipped loss; an epoch whose last KL exceeds ``target_kl`` ends the update early.
+    With ``batch.sequences`` a minibatch is a group of whole row sequences (at least one).
     Returns the number of gradient steps taken."""
-    n = batch.obs.shape[0]
-    n_minibatches = max(1, round(n / settings.minibatch_size))
+    n = batch.obs.shape[0] if batch.sequences is None else batch.sequences.obs.shape[0]
+    n_minibatches = min(n, max(1, round(batch.obs.shape[0] / settings.minibatch_size)))
+    loss_of = clipped_loss if batch.sequences is None else sequence_loss
     steps = 0
     for _ in range(settings.num_epochs):
         approx_kl = torch.zeros(())
         for idx in torch.randperm(n, generator=generator, device=batch.obs.device).tensor_split(n_minibatches):
-            loss, approx_kl = clipped_loss(actor, batch, idx, clip, settings)
+            loss, approx_kl = loss_of(actor, batch, idx, clip, settings)  # type: ignore[arg-type]
             optimizer_step(optimizer, loss, settings.max_grad_norm)
             steps += 1
         if settings.target_kl is not None and approx_kl > settings.target_kl:

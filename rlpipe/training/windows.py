@@ -10,9 +10,11 @@ does the same; CORL's DT pads on the right instead).
 
 Rows are drawn uniformly over steps, or with ``per_episode`` an episode uniformly and then a
 step in it. The gather is the frame stacks' index arithmetic (`rlpipe.datasets.frames`): one
-uint8 depth per row; returns-to-go (float32) and timesteps (int32) are computed once, 9 bytes
-per row beside the columns. In-RAM datasets are gathered on the device; a memory-mapped
-dataset (`MappedTransitions`) is gathered from its shards per batch, never loaded.
+uint8 depth per row; returns-to-go (float32) are computed once: 5 bytes per row beside the
+columns. A timestep is its chain's first step plus the row's distance from the chain's first
+row: one int64 per chain, not an int32 per row. In-RAM datasets are gathered on the device;
+a memory-mapped dataset (`MappedTransitions`) is gathered from its shards per batch, never
+loaded.
 """
 
 from __future__ import annotations
@@ -80,15 +82,15 @@ class WindowSampler(_GeneratorState):
         self.action_map = action_map
         self._mapped = data if isinstance(data, MappedTransitions) else None
         if isinstance(data, MappedTransitions):
-            if isinstance(data.take(np.zeros(1, np.int64), ("obs",))["obs"], dict):
-                raise RlpipeError("windows are defined for array observations, not Dict ones")
+            if data.multi_agent or isinstance(data.take(np.zeros(1, np.int64), ("obs",))["obs"], dict):
+                raise RlpipeError("windows are defined for single-agent datasets of array observations only")
             starts, steps = data.chains()
             reward = np.asarray(data.column("reward"))
             on = torch.device("cpu")  # gathered on the CPU beside the shards, then moved
         else:
             if data.agent is not None or isinstance(data.obs, dict):
                 raise RlpipeError("windows are defined for single-agent datasets of array observations only")
-            starts, steps, reward = chain_starts(data.episode_id, data.step), np.asarray(data.step, np.int32), np.asarray(data.reward)
+            starts, steps, reward = chain_starts(data.episode_id, data.step), np.asarray(data.step), np.asarray(data.reward)
             on = self.device
             actions = np.asarray(data.action) if action_map is None else action_map(np.asarray(data.action))
             self._columns = {
@@ -97,11 +99,13 @@ class WindowSampler(_GeneratorState):
                 "reward": _to_tensor(np.asarray(data.reward), on),
                 "terminated": _to_tensor(np.asarray(data.terminated), on).float(),
             }
+        first = np.flatnonzero(starts)
+        self._chain_rows = torch.from_numpy(first).to(on)
+        self._step_offsets = torch.from_numpy(steps[first].astype(np.int64) - first).to(on)  # a row's timestep less its row number
+        del steps  # before the per-row arrays below: 4 bytes a row less at the peak
+        self._chain_first = self._chain_rows.to(self.device)  # the same tensor unless gathered on the CPU for another device
         self._stacks = _StackRows(stack_depths(starts, window), window, on)
         self._returns_to_go = torch.from_numpy(returns_to_go(reward, starts)).to(on)
-        self._timesteps = torch.from_numpy(steps).to(on)
-        first = np.flatnonzero(starts)
-        self._chain_first = torch.from_numpy(first).to(self.device)
         self._chain_length = torch.from_numpy(np.diff(np.r_[first, len(starts)])).to(self.device)
         self.per_episode = per_episode
         self._generator = torch.Generator(device=self.device).manual_seed(seed)
@@ -133,10 +137,15 @@ class WindowSampler(_GeneratorState):
             actions=columns["action"].to(self.device),
             rewards=columns["reward"].to(self.device),
             returns_to_go=gather_rows(self._returns_to_go, rows).to(self.device),
-            timesteps=gather_rows(self._timesteps, rows).long().to(self.device),
+            timesteps=self._timesteps(last, rows).to(self.device),
             terminated=columns["terminated"].to(self.device),
             mask=mask.to(self.device),
         )
+
+    def _timesteps(self, last: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """[B, K] int64: the windows' rows ``rows`` (ending at ``last``) as steps of their episodes."""
+        chain = torch.searchsorted(self._chain_rows, last.long(), right=True) - 1
+        return gather_rows(self._step_offsets, chain).unsqueeze(-1) + rows
 
     def _gather_mapped(self, rows: torch.Tensor) -> dict[str, torch.Tensor]:
         assert self._mapped is not None
