@@ -59,55 +59,65 @@ def policy_frame_stack(actor: nn.Module) -> int:
     return int(encoder.get("frame_stack", 1)) if isinstance(encoder, dict) else 1
 
 
-class FrameStacks:
+class EpisodeStarts:
+    """Which envs start an episode at their next observation: ``start(rows)`` marks them (marks
+    add up until the next step uses them). The per-env state of :class:`FrameStacks` and
+    :class:`HiddenStates` starts afresh at the marked envs."""
+
+    def __init__(self) -> None:
+        self._fresh: np.ndarray | None = None
+
+    def start(self, rows: np.ndarray) -> None:
+        rows = np.asarray(rows, bool)
+        self._fresh = rows.copy() if self._fresh is None or len(self._fresh) != len(rows) else self._fresh | rows
+
+    def _starting(self, envs: int) -> np.ndarray | None:
+        """The envs marked since the last step (None: none, or marks for another number of envs); clears the marks."""
+        fresh, self._fresh = self._fresh, None
+        return fresh if fresh is not None and len(fresh) == envs and fresh.any() else None
+
+
+class FrameStacks(EpisodeStarts):
     """Each env's last k observations, as gymnasium's ``FrameStackObservation(env, k,
     padding_type="reset")`` stacks them: an episode's first observation fills its env's stack.
     ``start(rows)`` marks the envs whose next observation starts an episode; every env starts
     one at the first push, and again when the number of envs changes."""
 
     def __init__(self, frame_stack: int) -> None:
+        super().__init__()
         self.frame_stack = frame_stack
         self._stacks: np.ndarray | None = None
-        self._fresh: np.ndarray | None = None
-
-    def start(self, rows: np.ndarray) -> None:
-        rows = np.asarray(rows, bool)
-        self._fresh = rows.copy() if self._fresh is None or len(self._fresh) != len(rows) else self._fresh | rows
 
     def push(self, obs: np.ndarray) -> np.ndarray:
         """The stacks ``[B, k, *frame]`` after this step's observations ``[B, *frame]``."""
+        starting = self._starting(len(obs))
         if self._stacks is None or self._stacks.shape[0] != len(obs) or self._stacks.shape[2:] != obs.shape[1:]:
             self._stacks = np.empty((len(obs), self.frame_stack) + obs.shape[1:], obs.dtype)
-            self._fresh = np.ones(len(obs), bool)
+            starting = np.ones(len(obs), bool)
         self._stacks[:, :-1] = self._stacks[:, 1:]
         self._stacks[:, -1] = obs
-        if self._fresh is not None and self._fresh.any():
-            self._stacks[self._fresh] = obs[self._fresh][:, None]
-        self._fresh = None
+        if starting is not None:
+            self._stacks[starting] = obs[starting][:, None]
         return self._stacks.copy()
 
 
-class HiddenStates:
+class HiddenStates(EpisodeStarts):
     """Each env's hidden state of a recurrent policy (:class:`RecurrentPolicy`): zero at an
     episode's start (``start(rows)``, as :class:`FrameStacks`), and for every env at the
     first step and when the number of envs changes."""
 
     def __init__(self, actor: RecurrentPolicy) -> None:
+        super().__init__()
         self.actor = actor
         self._state: torch.Tensor | None = None
-        self._fresh: np.ndarray | None = None
-
-    def start(self, rows: np.ndarray) -> None:
-        rows = np.asarray(rows, bool)
-        self._fresh = rows.copy() if self._fresh is None or len(self._fresh) != len(rows) else self._fresh | rows
 
     def act(self, obs: torch.Tensor, deterministic: bool) -> torch.Tensor:
         """The actions for this step's observations ``[B, obs_dim]``, the states moved on."""
+        starting = self._starting(len(obs))
         if self._state is None or self._state.shape[0] != len(obs):
             self._state = self.actor.initial_state(len(obs))
-        elif self._fresh is not None and len(self._fresh) == len(obs) and self._fresh.any():
-            self._state[torch.as_tensor(self._fresh, device=self._state.device)] = 0.0
-        self._fresh = None
+        elif starting is not None:
+            self._state[torch.as_tensor(starting, device=self._state.device)] = 0.0
         action, self._state = self.actor.step(obs, self._state, deterministic)
         return action
 
