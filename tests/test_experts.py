@@ -50,6 +50,11 @@ def test_expert_is_trained_once_then_reused(store: Path, tmp_path: Path, cli) ->
     assert [p.stat().st_mtime_ns for p in weights] == stamps  # reused, not retrained
     assert open_dataset("again", store).metadata["content_hash"] == meta["content_hash"]  # deterministic expert
     assert_episodes_well_formed(load_dataset("cartpole-expert", store))
+    # sampled actions (--stochastic) repeat with the seed, and differ with another one
+    for name, seed in (("sampled", "0"), ("sampled-again", "0"), ("sampled-seed-1", "1")):
+        assert cli(*args, "--stochastic", "--seed", seed, "--name", name).code == 0
+    hashes = [open_dataset(name, store).metadata["content_hash"] for name in ("sampled", "sampled-again", "sampled-seed-1")]
+    assert hashes[0] == hashes[1] != hashes[2]
 
 
 def test_from_training_stores_every_transition(store: Path, tmp_path: Path, cli) -> None:

@@ -82,7 +82,7 @@ def test_finetuning_is_refused_where_it_does_not_apply(tmp_path: Path, cli) -> N
     store = tmp_path / "datasets"
     assert cli("collect", "--env", "CartPole-v1", "--episodes", "3", "--num-envs", "3", "--store", store, "--quiet").code == 0
     for args, message in (
-        (["bc", "--dataset", "cartpole-random"], "iql, cql"),
+        (["bc", "--dataset", "cartpole-random"], "go on online ("),
         (["cql", "--dataset", "cartpole-random", "--updates", "10"], "continuous-action dataset"),
     ):
         result = cli("train", *args, "--store", store, "--finetune-env-steps", "10", "--out", tmp_path / "run", "--no-progress")

@@ -79,6 +79,16 @@ def test_out_that_is_not_a_run_directory_is_refused(tmp_path: Path, cli) -> None
     assert result.code == 2 and "must name a directory" in result.err
 
 
+def test_a_directory_dvc_left_with_only_its_gitignore_is_replaced(tmp_path: Path, cli) -> None:
+    """`dvc repro` removes a stage's output files from a run directory but keeps the `.gitignore`
+    it wrote there; the stage's next run must still be able to write that directory."""
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / ".gitignore").write_text("/model.safetensors\n/checkpoint.json\n")
+    result = cli(*QUICK, "--out", tmp_path / "run")
+    assert result.code == 0, result.err
+    assert (tmp_path / "run" / "metrics.json").is_file()
+
+
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from rlpipe.algos import get_algo

@@ -175,3 +175,47 @@ def test_iql_reward_scale_makes_the_episode_returns_span_1000(hopper_store: Path
     scale = returns_range_scale(load_offline("iql", config, (BOX,)))
     returns = load_dataset("hopper-a", hopper_store).episode_returns()
     assert np.ptp(returns * scale) == pytest.approx(1000.0)
+
+
+def test_keep_from_adds_earlier_runs_unless_replaced_or_their_dataset_changed(hopper_store: Path, tmp_path: Path, cli) -> None:
+    fast = ["--set", "updates=20", "--set", "eval_every=10", "--set", "eval_episodes=1", "--set", "heldout_eval_episodes=2"]
+    sweep = ["sweep", "bc", "--dataset", "hopper-a,hopper-b", "--store", hopper_store, "--seeds", "0", "--workers", "1", *fast]
+    assert cli(*sweep, "--root", tmp_path / "sweeps", "--name", "bc").code == 0
+    runs = tmp_path / "sweeps" / "bc" / "runs"
+    first = tmp_path / "first"
+    assert cli("scoreboard", f"{runs}/*/*", "--datasets", hopper_store, "--out", first).code == 0
+    earlier = json.loads((first / "scores.json").read_text())
+
+    # one run given again, the other kept from the earlier board: the same board
+    again = tmp_path / "again"
+    result = cli(
+        "scoreboard", f"{runs}/dataset=hopper-a/*", "--datasets", hopper_store, "--out", again, "--keep-from", first / "scores.json"
+    )
+    assert result.code == 0 and "2 runs on 2 datasets" in result.out, result.err
+    assert (again / "table.md").read_text() == (first / "table.md").read_text()
+    # a kept run of the same dataset, algorithm and seed as a given one is replaced by it
+    doubled = copy.deepcopy(earlier)
+    doubled["runs"][0]["metrics"]["heldout_return_mean"] = 1e6
+    (tmp_path / "doubled.json").write_text(json.dumps(doubled))
+    assert cli("scoreboard", f"{runs}/*/*", "--datasets", hopper_store, "--out", again, "--keep-from", tmp_path / "doubled.json").code == 0
+    assert (again / "table.md").read_text() == (first / "table.md").read_text()
+
+    # a kept run scored on other data (its dataset's content hash differs) is dropped, and said so
+    changed = copy.deepcopy(earlier)
+    changed["runs"][1]["metrics"]["dataset_content_hash"] = "0" * 64
+    (tmp_path / "changed.json").write_text(json.dumps(changed))
+    result = cli(
+        "scoreboard", f"{runs}/dataset=hopper-a/*", "--datasets", hopper_store, "--out", again, "--keep-from", tmp_path / "changed.json"
+    )
+    assert result.code == 0 and "1 runs on 1 datasets; 1 kept runs dropped" in result.out, result.out
+    assert set(json.loads((again / "scores.json").read_text())["datasets"]) == {"hopper-a"}
+
+    # no earlier board yet: the given runs alone
+    result = cli("scoreboard", f"{runs}/*/*", "--datasets", hopper_store, "--out", again, "--keep-from", tmp_path / "absent.json")
+    assert result.code == 0 and (again / "table.md").read_text() == (first / "table.md").read_text()
+    # a file that is not a scores.json: one line, exit 2, nothing written
+    for broken in ({"runs": [{**earlier["runs"][0], "seed": "zero"}]}, {"runs": [{"algo": "bc"}]}, [1, 2]):
+        (tmp_path / "broken.json").write_text(json.dumps(broken))
+        result = cli("scoreboard", "--datasets", hopper_store, "--out", tmp_path / "none", "--keep-from", tmp_path / "broken.json")
+        assert result.code == 2 and "is not a scoreboard's scores.json" in result.err and len(result.err.strip().splitlines()) == 1
+        assert not (tmp_path / "none").exists()

@@ -58,9 +58,10 @@ def test_every_stage_item_is_in_params_and_runs_rlpipe() -> None:
 
 def test_an_algorithm_module_is_a_dependency_of_its_stages_only() -> None:
     stages = stage_items()
-    runs_cql = {name for name, (item, _, _) in stages.items() if "cql" in (item.get(f) for f in ALGO_FIELDS)}
+    # Cal-QL's module builds on CQL's, so its stages run CQL's code too
+    runs_cql = {name for name, (item, _, _) in stages.items() if {"cql", "calql"} & {item.get(f) for f in ALGO_FIELDS}}
     assert {name for name, (_, deps, _) in stages.items() if "rlpipe/algos/cql.py" in deps} == runs_cql
-    assert {name.split("@")[0] for name in runs_cql} == {"train_offline-cql", "sweep_offline-cql"}
+    assert {name.split("@")[0] for name in runs_cql} == {"train_offline-cql", "train_offline-calql", "sweep_offline-cql"}
     # what CQL builds on is its dependency too; BC (same template stage) reaches neither
     assert "rlpipe/algos/sac.py" in stages["train_offline-cql@cql-pendulum"][1]
     assert not {"rlpipe/algos/sac.py", "rlpipe/algos/cql.py"} & set(stages["train_offline-bc@bc-pendulum"][1])

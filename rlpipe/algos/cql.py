@@ -147,15 +147,30 @@ def conservative_gap(q_sampled: torch.Tensor, log_density: torch.Tensor, q_data:
     return (torch.logsumexp(q_sampled - log_density, dim=1) - q_data).mean(-1).sum()
 
 
-def critic_loss(config: Config, sac: SoftActorCritic, b: Batch, block_rows: int | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """SAC-based CQL's critic loss on ``b``, TD loss + beta * conservative gap, and the gap."""
+def bounded_policy_q(q_sampled: torch.Tensor, lower_bound: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cal-QL's calibration of ``q_sampled`` [N, 3K, B] (`proposal_samples`' order): the Q of
+    the policy's proposals (pi(.|s), pi(.|s'): all but the first ``k``, the uniform ones)
+    raised to at least ``lower_bound`` [B]; and the fraction of those Q values it raised."""
+    uniform, policy = q_sampled[:, :k], q_sampled[:, k:]
+    return torch.cat([uniform, torch.maximum(policy, lower_bound)], dim=1), (policy < lower_bound).float().mean()
+
+
+def critic_loss(
+    config: Config, sac: SoftActorCritic, b: Batch, block_rows: int | None, lower_bound: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """SAC-based CQL's critic loss on ``b``, TD loss + beta * conservative gap, the gap, and
+    the fraction of the policy proposals' Q values that ``lower_bound`` [B] raised (Cal-QL:
+    `bounded_policy_q` before the gap; None: CQL, nothing raised)."""
     target = sac.soft_target(b, (b.rewards + config.reward_shift) * config.reward_scale, config.gamma)
     with torch.no_grad():
         sampled, log_density = proposal_samples(sac.actor, b.obs, b.next_obs, config.num_sampled_actions)
     # The data actions and all 3*K*B sampled ones (valued at s) in one critic pass.
     q_data, q_sampled = data_and_sampled_q(sac.critic, b.obs, b.actions, sampled, block_rows)
+    bound_rate = torch.zeros((), device=q_data.device)
+    if lower_bound is not None:
+        q_sampled, bound_rate = bounded_policy_q(q_sampled, lower_bound, config.num_sampled_actions)
     gap = conservative_gap(q_sampled, log_density, q_data)
-    return td_error_loss(config, q_data, target) + config.beta * gap, gap.detach()
+    return td_error_loss(config, q_data, target) + config.beta * gap, gap.detach(), bound_rate.detach()
 
 
 def _block_rows(device: torch.device) -> int | None:
@@ -171,20 +186,26 @@ def require_continuous_settings(config: Config, data: OfflineData) -> None:
         )
 
 
-def continuous_cql(config: Config, data: OfflineData) -> tuple[nn.Module, dict[str, nn.Module], Update, Callable[[], dict[str, Any]]]:
-    """SAC-based CQL: the actor, the modules to save, the update and extra metrics."""
+def continuous_cql(
+    config: Config, data: OfflineData, calibrated: bool = False
+) -> tuple[nn.Module, dict[str, nn.Module], Update, Callable[[], dict[str, Any]]]:
+    """SAC-based CQL: the actor, the modules to save, the update and extra metrics.
+    ``calibrated``: Cal-QL's, the batches' returns-to-go bounding the policy proposals' Q
+    (`critic_loss`), with the fraction raised as metric ``bound_rate``."""
     require_continuous_settings(config, data)
     sac = SoftActorCritic.build(config, data.obs_dim, data.act_dim, data.device)
     block_rows = _block_rows(data.device)
     stats: dict[str, torch.Tensor] = {}
 
     def update(b: Batch, _: int) -> None:
-        loss, stats["conservative_gap"] = critic_loss(config, sac, b, block_rows)
+        bound = b.returns_to_go if calibrated else None
+        loss, stats["conservative_gap"], stats["bound_rate"] = critic_loss(config, sac, b, block_rows, bound)
         sac.critic_step(loss)
         sac.policy_step(b.obs, config.tau)
 
     def extra() -> dict[str, Any]:
-        return {"alpha": sac.alpha(), "conservative_gap": float(stats.get("conservative_gap", math.nan))}
+        metrics = {"alpha": sac.alpha(), "conservative_gap": float(stats.get("conservative_gap", math.nan))}
+        return {**metrics, "bound_rate": float(stats.get("bound_rate", math.nan))} if calibrated else metrics
 
     return sac.actor, {"policy": sac.actor, "critic": sac.critic, "critic_target": sac.critic_target}, update, extra
 
@@ -255,7 +276,7 @@ def batched_continuous_cql(configs: Sequence[Config], data: OfflineData) -> Batc
     stats: dict[str, torch.Tensor] = {}
 
     def update(b: Batch, _: int) -> None:  # per seed: the steps of `continuous_cql`'s update
-        _, stats["conservative_gap"] = stacked.update(losses, b)
+        _, stats["conservative_gap"], _ = stacked.update(losses, b)
 
     def extra(k: int) -> dict[str, Any]:  # read after the stack is unstacked into the seeds' modules
         return {"alpha": stacked.seeds[k].alpha(), "conservative_gap": float(stats["conservative_gap"][k]) if stats else math.nan}

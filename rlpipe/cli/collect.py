@@ -40,7 +40,7 @@ def collect_command(
     stochastic: bool = typer.Option(
         False,
         "--stochastic",
-        help="Sample expert actions instead of taking the mode (an IPPO team acts as in its evaluation unless given).",
+        help="Sample expert actions instead of taking the mode, drawn from --seed (an IPPO team acts as in its evaluation unless given).",
     ),
     episodes: int | None = typer.Option(None, "--episodes", help="Number of whole episodes to store (an even quota per env)."),
     steps: int | None = typer.Option(

@@ -20,6 +20,12 @@ def scoreboard_command(
     markdown: list[Path] = typer.Option(
         [], "--markdown", help="Also put the table into this Markdown page, between its <!-- scoreboard:start/end --> lines (repeatable)."
     ),
+    keep_from: Path | None = typer.Option(
+        None,
+        "--keep-from",
+        help="An earlier scores.json whose runs stay on the board unless a given run replaces them (same dataset, algorithm, seed) "
+        "or their dataset's content changed; a file that does not exist keeps nothing.",
+    ),
 ) -> None:
     """Score offline runs as D4RL does, over seeds.
 
@@ -29,5 +35,6 @@ def scoreboard_command(
     """
     from rlpipe.pipeline.scoreboard import write_scoreboard
 
-    data = write_scoreboard(list(runs or []), datasets, out, published, markdown)
-    typer.echo(f"wrote {out}: {len(data['runs'])} runs on {len(data['datasets'])} datasets")
+    data, dropped = write_scoreboard(list(runs or []), datasets, out, published, markdown, keep_from)
+    changed = f"; {dropped} kept runs dropped: their dataset changed" if dropped else ""
+    typer.echo(f"wrote {out}: {len(data['runs'])} runs on {len(data['datasets'])} datasets{changed}")

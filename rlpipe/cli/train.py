@@ -28,7 +28,7 @@ def train(
     finetune_env_steps: int | None = typer.Option(
         None,
         "--finetune-env-steps",
-        help="IQL, CQL: after the offline updates, go on training online in the dataset's env for N steps (offline-to-online).",
+        help="Offline algorithms that go on online (IQL, CQL, Cal-QL, AWAC): after the offline updates, train in the dataset's env for N steps.",
     ),
     seed: int | None = seed_option(None, "Random seed (default 0); the same seed gives the same metrics on CPU."),
     out: Path | None = typer.Option(
@@ -71,13 +71,14 @@ def train(
 
     The run directory gets a safe checkpoint, metrics.json and the eval curve (DVCLive's, or --logger's).
     """
-    from rlpipe.algos import get_algo
+    from rlpipe.algos import OFFLINE, get_algo
     from rlpipe.pipeline.runs import merge_settings, prepare_resume, prepare_run, read_settings, train_run
     from rlpipe.training.config import FinetuneFields, parse_settings
 
     config_class = get_algo(algo).config_class
     if finetune_env_steps is not None and not issubclass(config_class, FinetuneFields):
-        raise RlpipeError(f"--finetune-env-steps is for offline algorithms that go on online (iql, cql), not {algo}")
+        finetunable = ", ".join(name for name in OFFLINE if issubclass(get_algo(name).config_class, FinetuneFields))
+        raise RlpipeError(f"--finetune-env-steps is for offline algorithms that go on online ({finetunable}), not {algo}")
     settings = merge_settings(read_settings(settings_from, config_class) if settings_from else {}, parse_settings(overrides, config_class))
     if device is None and "device" not in settings:
         device = "auto"  # the CLI's default; library configs default to cpu

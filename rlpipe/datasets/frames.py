@@ -92,3 +92,24 @@ def returns_to_go(reward: np.ndarray, starts: np.ndarray) -> np.ndarray:
         carry = float(block[0])
         out[first:last] = block
     return out
+
+
+def discounted_returns_to_go(reward: np.ndarray, starts: np.ndarray, gamma: float) -> np.ndarray:
+    """Per row t, ``sum_k gamma**k * reward[t + k]`` over its chain's rows from t to the chain's
+    last (float32; summed in float64). Nothing is added after a chain's last row: a truncated
+    episode (or a subset's gap) just ends there, with no bootstrap.
+
+    By pointer doubling: each pass adds to every row's partial sum that of the row its sum
+    reaches, doubling the span it covers, so ceil(log2(longest chain)) passes over the arrays.
+    """
+    starts = np.asarray(starts, bool)
+    n = len(starts)
+    total = np.r_[np.asarray(reward, np.float64).reshape(n), 0.0]  # row n: past every chain's end, sums to 0
+    # The row each partial sum reaches next: the next row while the chain goes on, else row n.
+    reach = np.r_[np.where(np.r_[~starts[1:], False], np.arange(1, n + 1), n), n]
+    discount = float(gamma)  # gamma ** (the span each partial sum covers)
+    while (reach[:n] < n).any():
+        total += discount * total[reach]  # the right side is read in full before the sum is written
+        reach = reach[reach]
+        discount *= discount
+    return total[:n].astype(np.float32)

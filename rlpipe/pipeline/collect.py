@@ -362,11 +362,13 @@ def _roll_out_expert(
     run is used as it is.
     """
     from rlpipe.pipeline import experts
+    from rlpipe.training.seeding import seed_everything
 
     run_dir = expert_run or experts.expert_run_dir(expert, env_id, overrides)
     loaded, _ = experts.ensure_expert(
         expert, env_id, run_dir, overrides, match_params=expert_run is None, deterministic=not stochastic, progress=rollout.show_progress
     )
+    seed_everything(rollout.seed, torch_threads=None)  # an expert's sampled actions (--stochastic) repeat with the seed
     stats = rollout.run(env_id, lambda space, n: loaded, writer.write)
     producer = ExpertProducer(
         expert,

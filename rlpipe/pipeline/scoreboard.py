@@ -18,6 +18,12 @@ curve included), so the table can be re-rendered from that file alone
 With ``markdown`` pages the table also replaces each page's block between the
 ``rlpipe.pipeline.report.BLOCK_START`` and ``BLOCK_END`` lines (the D4RL and results pages
 carry it; `rlpipe report --markdown` keeps the block when it rewrites the results page).
+
+With ``keep_from`` (an earlier ``scores.json``) the runs recorded there are kept beside the
+runs given, so adding an algorithm to a benchmark re-runs only its own runs: a kept run is
+replaced by a given run of the same dataset, algorithm and seed, and dropped where its
+dataset's content hash is no longer the store's (the data it was scored on changed). A
+``keep_from`` that does not exist keeps nothing (the first scoreboard a pipeline writes).
 """
 
 from __future__ import annotations
@@ -61,14 +67,60 @@ def read_published(path: str | Path | None) -> dict[str, Any]:
     return {"label": label, "scores": table}
 
 
-def collect_scores(patterns: list[str], store: str | Path, published: str | Path | None = None) -> dict[str, Any]:
-    """The scoreboard's data: every finished offline run that ``patterns`` name, scored by its
-    dataset in ``store``, each dataset's own episodes, and the published figures."""
+def _dataset_facts(dataset: str, store: str | Path) -> dict[str, Any]:
+    """A dataset's row of the scoreboard: its env, size, own episodes' return and score,
+    reference returns and content hash."""
     from rlpipe.datasets.loader import load_shards
     from rlpipe.datasets.store import open_dataset
+
+    info = open_dataset(dataset, store)
+    episodes = load_shards(info).episode_returns()
+    return {
+        "env_id": info.env_id,
+        "episodes": len(episodes),
+        "transitions": int(info.metadata.get("total_steps", 0)) or None,
+        "return_mean": float(episodes.mean()),
+        "score": float(_normalise(info.metadata, episodes.mean(), dataset)),
+        "reference": {key: info.metadata[key] for key in ("ref_min_score", "ref_max_score")},
+        "content_hash": info.metadata.get("content_hash"),
+    }
+
+
+def read_kept_runs(path: str | Path) -> list[dict[str, Any]]:
+    """The runs an earlier ``scores.json`` recorded, each checked for what scoring it reads
+    (one-line error for a file that is not one)."""
+    from rlpipe.pipeline.sweep import summary_metric
+
+    try:
+        runs = json.loads(read_limited(path, follow_links=True))["runs"]
+        for run in runs:
+            metrics, curve = run["metrics"], run["curve"]
+            if not (isinstance(run["algo"], str) and isinstance(run["dataset"], str) and isinstance(metrics["dataset_content_hash"], str)):
+                raise TypeError("algo, dataset and the dataset's content hash must be strings")
+            if run["seed"] is not None and not isinstance(run["seed"], int):
+                raise TypeError("seed must be an integer")
+            values = [metrics[summary_metric(metrics)], metrics["gradient_updates"], metrics["wall_seconds"], *curve["updates"]]
+            values += curve["return_mean"]
+            if len(curve["updates"]) != len(curve["return_mean"]) or not all(isinstance(v, int | float) for v in values):
+                raise TypeError("the score and the curve must be numbers, the curve's columns of one length")
+    except OSError as exc:
+        raise RlpipeError(f"cannot read --keep-from {path}: {exc.strerror or exc}") from None
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise RlpipeError(f"--keep-from {path} is not a scoreboard's scores.json: {exc!r}") from None
+    return runs
+
+
+def collect_scores(
+    patterns: list[str], store: str | Path, published: str | Path | None = None, keep_from: str | Path | None = None
+) -> tuple[dict[str, Any], int]:
+    """The scoreboard's data: every finished offline run that ``patterns`` name, scored by its
+    dataset in ``store``, each dataset's own episodes, and the published figures; with
+    ``keep_from``, also that file's runs still valid here (see the module's docstring).
+    Runs are in dataset, algorithm, seed order. Also returns how many kept runs were left
+    out because their dataset changed."""
     from rlpipe.pipeline.report import find_runs, load_run
 
-    paths, _ = find_runs(patterns)
+    paths, _ = find_runs(patterns) if patterns or keep_from is None else ([], [])
     runs, datasets = [], {}
     for path in paths:
         record = load_run(path)
@@ -76,16 +128,7 @@ def collect_scores(patterns: list[str], store: str | Path, published: str | Path
         if not dataset or record.unit != "updates":
             raise RlpipeError(f"{path} is not an offline run: the scoreboard scores runs trained on a dataset")
         if dataset not in datasets:
-            info = open_dataset(dataset, store)
-            episodes = load_shards(info).episode_returns()
-            datasets[dataset] = {
-                "env_id": info.env_id,
-                "episodes": len(episodes),
-                "transitions": int(info.metadata.get("total_steps", 0)) or None,
-                "return_mean": float(episodes.mean()),
-                "score": float(_normalise(info.metadata, episodes.mean(), dataset)),
-                "reference": {key: info.metadata[key] for key in ("ref_min_score", "ref_max_score")},
-            }
+            datasets[dataset] = _dataset_facts(dataset, store)
         runs.append(
             {
                 "path": path.as_posix(),
@@ -96,7 +139,23 @@ def collect_scores(patterns: list[str], store: str | Path, published: str | Path
                 "metrics": record.metrics,
             }
         )
-    return {"datasets": datasets, "runs": runs, "published": read_published(published)}
+    dropped = 0
+    if keep_from is not None and Path(keep_from).exists():  # none yet: nothing to keep
+        given = {(run["dataset"], run["algo"], run["seed"]) for run in runs}
+        for run in read_kept_runs(keep_from):
+            if (run["dataset"], run["algo"], run["seed"]) in given:
+                continue
+            if run["dataset"] not in datasets:
+                datasets[run["dataset"]] = _dataset_facts(run["dataset"], store)
+            if run["metrics"]["dataset_content_hash"] != datasets[run["dataset"]]["content_hash"]:
+                dropped += 1
+                continue
+            runs.append(run)
+        datasets = {name: facts for name, facts in datasets.items() if any(run["dataset"] == name for run in runs)}
+    if not runs:
+        raise RlpipeError(f"no runs to score: none given and none kept from {keep_from}")
+    runs.sort(key=lambda run: (run["dataset"], run["algo"], -1 if run["seed"] is None else run["seed"]))
+    return {"datasets": datasets, "runs": runs, "published": read_published(published)}, dropped
 
 
 def run_score(data: Mapping[str, Any], run: Mapping[str, Any]) -> float:
@@ -211,11 +270,17 @@ def plot_curves(data: Mapping[str, Any], out: Path) -> list[Path]:
 
 
 def write_scoreboard(
-    patterns: list[str], store: str | Path, out: str | Path, published: str | Path | None = None, markdown: Sequence[str | Path] = ()
-) -> dict[str, Any]:
-    """Score the runs, write OUT/scores.json, OUT/table.md and the curves, and the table into
-    the block of each ``markdown`` page; returns the scoreboard's data."""
-    data = collect_scores(patterns, store, published)
+    patterns: list[str],
+    store: str | Path,
+    out: str | Path,
+    published: str | Path | None = None,
+    markdown: Sequence[str | Path] = (),
+    keep_from: str | Path | None = None,
+) -> tuple[dict[str, Any], int]:
+    """Score the runs (and those kept from ``keep_from``), write OUT/scores.json, OUT/table.md
+    and the curves, and the table into the block of each ``markdown`` page; returns the
+    scoreboard's data and how many kept runs were dropped (`collect_scores`)."""
+    data, dropped = collect_scores(patterns, store, published, keep_from)
     table = render_table(data)
     pages = {}
     for path in map(Path, markdown):  # every page checked before anything is written
@@ -232,4 +297,4 @@ def write_scoreboard(
     plot_curves(data, out)
     for path, page in pages.items():
         atomic_write_text(path, page)
-    return data
+    return data, dropped

@@ -64,8 +64,11 @@ class TaskPolicy:
         if self.expert_run is None:
             return RandomPolicy(action_space, num_envs, seed=seed)
         from rlpipe.algos import load_policy
+        from rlpipe.training.seeding import seed_everything
 
-        return load_policy(self.expert_run, deterministic=self.deterministic)
+        policy = load_policy(self.expert_run, deterministic=self.deterministic)
+        seed_everything(seed, torch_threads=None)  # the task's own seed: its sampled actions repeat with it
+        return policy
 
 
 def plan_tasks(episodes: int | None, steps: int | None, seed: int, out: Path, task_size: int | None = None) -> list[CollectTask]:

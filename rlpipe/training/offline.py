@@ -30,7 +30,7 @@ from rlpipe.envs.spaces import is_image_space
 from rlpipe.envs.stepper import VecStepper
 from rlpipe.errors import RlpipeError
 from rlpipe.models.networks import ObsNormalizer
-from rlpipe.training.buffer import Batch, ReplayBuffer, Update, join_batches
+from rlpipe.training.buffer import Batch, ReplayBuffer, ReturnsToGo, Update, join_batches
 from rlpipe.training.env import BOX, GOAL, IMAGE, ActionScaler, action_dim, env_spaces, make_vec_env, require_spaces, resolve_device
 from rlpipe.training.evaluation import PolicyFn, policy_fn
 from rlpipe.training.families import dataset_evaluator
@@ -154,6 +154,7 @@ def load_offline(
     action_kinds: tuple[str, ...],
     next_actions: bool = False,
     observation_kinds: tuple[str, ...] = OBSERVATION_KINDS,
+    returns_to_go: ReturnsToGo | None = None,
 ) -> OfflineData:
     """Open `config.dataset`, check the spaces suit `algo`, seed, and build the sampler.
 
@@ -162,7 +163,8 @@ def load_offline(
     Dict observations to ``concat(observation, desired_goal)``. Datasets over
     `MAPPED_SAMPLING_BYTES` stay in their memory-mapped shards (`MappedSampler`; actions are
     then mapped per batch) and ``arrays`` is their `MappedTransitions`. With `next_actions`
-    batches carry the dataset's next actions (`TransitionSampler`; not from the maps).
+    batches carry the dataset's next actions, with `returns_to_go` each row's discounted
+    return-to-go (`TransitionSampler`; neither from the maps).
     ``obs_dim`` is the size of one observation (an image's H * W * C). A config's
     ``frame_stack`` k > 1 makes batches' obs and next_obs stacks of the last k frames.
     """
@@ -176,8 +178,9 @@ def load_offline(
     scaler = ActionScaler(act_space)
     frame_stack = getattr(config, "frame_stack", 1)  # only algorithms whose config declares it get stacks
     if _sample_from_maps(info, config):
-        if next_actions:
-            raise RlpipeError(f"{algo} needs the dataset's next actions: not gathered from the memory maps of {info.name!r}")
+        column = "next actions" if next_actions else "returns-to-go" if returns_to_go is not None else None
+        if column:
+            raise RlpipeError(f"{algo} needs the dataset's {column}: not gathered from the memory maps of {info.name!r}")
         mapped = MappedTransitions(info)
         sampler = MappedSampler(mapped, device, seed=config.seed, action_map=scaler.from_env, frame_stack=frame_stack)
         return OfflineData(
@@ -192,7 +195,13 @@ def load_offline(
         data = replace(data, obs=flatten_obs(data.obs), next_obs=flatten_obs(data.next_obs))
         obs_space = flat_observation_space(obs_space)
     sampler = TransitionSampler(
-        data, device, seed=config.seed, action_map=scaler.from_env, next_actions=next_actions, frame_stack=frame_stack
+        data,
+        device,
+        seed=config.seed,
+        action_map=scaler.from_env,
+        next_actions=next_actions,
+        frame_stack=frame_stack,
+        returns_to_go=returns_to_go,
     )
     return OfflineData(info, data, sampler, obs_space, act_space, math.prod(obs_space.shape), action_dim(act_space), device, frame_stack)
 
@@ -267,12 +276,16 @@ def finetune_online(
     """Continue an offline run in its dataset's env for ``config.finetune_env_steps`` steps:
     the actor explores with sampled actions, every step is stored and earns one update on a
     minibatch of the dataset and the online data together, and the policy is evaluated every
-    ``config.finetune_eval_every`` env steps (the curve goes on in updates). Returns
+    ``config.finetune_eval_every`` env steps (the curve goes on in updates). Where the
+    dataset's batches carry returns-to-go, so do the online rows (`ReplayBuffer`). Returns
     (env steps, updates)."""
     envs = make_vec_env(config.env_id, 1)
     scaler = ActionScaler(data.action_space)
     stepper = VecStepper(envs, scaler, config.seed + FINETUNE_SEED_OFFSET)
-    online = ReplayBuffer(config.finetune_env_steps + 1, data.obs_dim, data.act_dim, data.device, seed=config.seed)
+    returns_to_go = data.sampler.returns_to_go if isinstance(data.sampler, TransitionSampler) else None
+    online = ReplayBuffer(
+        config.finetune_env_steps + 1, data.obs_dim, data.act_dim, data.device, seed=config.seed, returns_to_go=returns_to_go
+    )
     replay = DatasetAndOnline(data.sampler, online, config.seed + FINETUNE_SEED_OFFSET)
     next_eval = config.finetune_eval_every
     try:

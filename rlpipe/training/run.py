@@ -49,7 +49,9 @@ def _check_run_target(out_dir: Path) -> None:
     """An existing ``--out`` is replaced only if it is empty or an earlier run's directory."""
     if out_dir.name in ("", ".", "..") or out_dir.is_symlink() or (out_dir.exists() and not out_dir.is_dir()):
         raise RlpipeError(f"--out {out_dir} must name a directory (not a file, a link or a root)")
-    if out_dir.is_dir() and any(out_dir.iterdir()) and not any((out_dir / n).exists() for n in (META_FILE, METRICS_FILE, "dvclive")):
+    # A `.gitignore` alone is what DVC leaves of a stage's run directory whose files are its outputs.
+    contents = [path for path in out_dir.iterdir() if path.name != ".gitignore"] if out_dir.is_dir() else []
+    if contents and not any((out_dir / n).exists() for n in (META_FILE, METRICS_FILE, "dvclive")):
         raise RlpipeError(f"--out {out_dir} is a non-empty directory that is not a run directory; refusing to replace it")
 
 

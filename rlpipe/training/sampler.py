@@ -13,7 +13,7 @@ from rlpipe.datasets.loader import TransitionArrays
 from rlpipe.datasets.mapped import MappedTransitions
 from rlpipe.datasets.schema import map_columnar
 from rlpipe.errors import RlpipeError
-from rlpipe.training.buffer import Batch
+from rlpipe.training.buffer import Batch, ReturnsToGo
 
 
 def _to_tensor(array: np.ndarray, device: torch.device) -> torch.Tensor:
@@ -90,7 +90,8 @@ class TransitionSampler(_GeneratorState):
     The data is moved to the device once; each `sample` is one random index draw and one
     gather per column, no Python loop over rows. `action_map` converts stored env actions
     once (e.g. to the policy's [-1, 1] range). With `next_actions` batches also carry the
-    dataset's action at `next_obs` (`next_action_rows`). With `frame_stack` k > 1, obs and
+    dataset's action at `next_obs` (`next_action_rows`); with `returns_to_go`, each row's
+    discounted return to its chain's end (`ReturnsToGo`). With `frame_stack` k > 1, obs and
     next_obs are `[B, k, *frame]` stacks of the episode's last k frames (`rlpipe.datasets.frames`).
     """
 
@@ -102,6 +103,7 @@ class TransitionSampler(_GeneratorState):
         action_map: Callable[[np.ndarray], np.ndarray] | None = None,
         next_actions: bool = False,
         frame_stack: int = 1,
+        returns_to_go: ReturnsToGo | None = None,
     ) -> None:
         self.device = torch.device(device)
         self.size = len(data)
@@ -120,6 +122,12 @@ class TransitionSampler(_GeneratorState):
         }
         if next_actions:
             self._columns["next_actions"] = _to_tensor(actions[next_action_rows(data)], self.device)
+        self.returns_to_go = returns_to_go  # what online rows joined to these must carry too
+        if returns_to_go is not None:
+            if data.agent is not None:
+                raise RlpipeError("returns-to-go are defined for single-agent datasets only")
+            values = returns_to_go.of(data.reward, chain_starts(data.episode_id, data.step))
+            self._columns["returns_to_go"] = _to_tensor(values, self.device)
         self._generator = torch.Generator(device=self.device).manual_seed(seed)
 
     def sample(self, batch_size: int) -> Batch:
