@@ -6,6 +6,7 @@ over episodes."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import gymnasium as gym
 import numpy as np
@@ -21,6 +22,8 @@ from rlpipe.datasets.writer import write_rows
 from rlpipe.envs.spaces import ActionScaler
 from rlpipe.errors import RlpipeError
 from rlpipe.pipeline.collect import collect_dataset
+from rlpipe.training.env import BOX
+from rlpipe.training.offline import load_offline
 from rlpipe.training.windows import WindowBatch, WindowSampler
 from tests.test_frame_stacks import PRODUCER, wrapped_rollout
 
@@ -161,6 +164,18 @@ def test_mapped_windows_equal_in_ram_ones_with_mapped_actions(store: Path) -> No
         assert theirs.actions.abs().max() <= 1.0 and theirs.actions.dtype == torch.float32
         for label in ("mapped", "mapped, pread"):
             assert_same(built[label].sample(64), theirs)
+
+
+def test_a_sequence_model_loads_no_transition_sampler(store: Path) -> None:
+    """`load_offline(windows=True)` leaves the transition sampler (a device copy of every
+    column) unbuilt until read; without it the sampler is built while loading."""
+    collect_dataset("Pendulum-v1", episodes=2, num_envs=2, fmt="arrow", store=store, name="pendulum", progress=False)
+    config = SimpleNamespace(dataset="pendulum", store=store, seed=0, device="cpu", torch_threads=1)
+    for windows in (True, False):
+        data = load_offline("test", config, (BOX,), windows=windows)
+        assert ("sampler" in vars(data)) is not windows
+        assert data.sampler.sample(8).obs.shape == (8, 3)
+        assert "sampler" in vars(data)
 
 
 def chi_square(counts: np.ndarray, expected: np.ndarray) -> float:

@@ -292,7 +292,7 @@ def sequence_loss(model: DecisionTransformer, b: WindowBatch) -> torch.Tensor:
 def train(config: Config, out_dir: str | Path | None = None, *, progress: bool = True) -> TrainResult:
     """Train a Decision Transformer on ``config.dataset``; with ``out_dir`` also write
     checkpoint, metrics and curve."""
-    data = load_offline(SPEC.name, config, ACTION_SPACES)
+    data = load_offline(SPEC.name, config, ACTION_SPACES, windows=True)
     windows = window_sampler(data, config.context, config.seed)
     best_return, longest = episode_extent(data)
     model = DecisionTransformer(

@@ -11,7 +11,7 @@ learns from minibatches of ``real_ratio`` dataset and the rest model transitions
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -119,7 +119,7 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
 
     # Not a TransitionSampler, so train_offline runs the updates eagerly, never as a CUDA
     # graph: the rollouts every rollout_every updates are host work a graph cannot replay.
-    mixed = replace(data, sampler=MixedBatches(dataset_sampler.sample, synthetic, config.real_ratio))
+    mixed = MixedBatches(dataset_sampler.sample, synthetic, config.real_ratio)
     modules = {"policy": sac.actor, "critic": sac.critic, "critic_target": sac.critic_target, DYNAMICS_MODULE: model}
     extra = lambda: {**model_metrics, "alpha": sac.alpha(), "penalised_model_reward": stats["rollout_reward"]}  # noqa: E731
-    return train_offline(SPEC.name, config, mixed, sac.actor, modules, update, out_dir, progress, extra)
+    return train_offline(SPEC.name, config, data, sac.actor, modules, update, out_dir, progress, extra, sampler=mixed)

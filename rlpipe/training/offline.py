@@ -9,7 +9,8 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from functools import cached_property, partial
 from pathlib import Path
 from typing import Any
 
@@ -119,7 +120,7 @@ class OfflineData:
 
     info: DatasetInfo
     arrays: TransitionArrays | MappedTransitions
-    sampler: TransitionSampler | MappedSampler
+    make_sampler: Callable[[], TransitionSampler | MappedSampler] = field(repr=False)
     observation_space: spaces.Box
     action_space: spaces.Space
     obs_dim: int
@@ -130,6 +131,12 @@ class OfflineData:
     @property
     def discrete(self) -> bool:
         return isinstance(self.action_space, spaces.Discrete)
+
+    @cached_property
+    def sampler(self) -> TransitionSampler | MappedSampler:
+        """The transition sampler, built on first use: its device copy of every column is never
+        made for a sequence model, which samples windows of ``arrays`` instead."""
+        return self.make_sampler()
 
 
 MAPPED_SAMPLING_BYTES = 1 << 30  # step shards larger than this in all, once read, are sampled from their maps, not loaded
@@ -155,6 +162,7 @@ def load_offline(
     next_actions: bool = False,
     observation_kinds: tuple[str, ...] = OBSERVATION_KINDS,
     returns_to_go: ReturnsToGo | None = None,
+    windows: bool = False,
 ) -> OfflineData:
     """Open `config.dataset`, check the spaces suit `algo`, seed, and build the sampler.
 
@@ -167,6 +175,8 @@ def load_offline(
     return-to-go (`TransitionSampler`; neither from the maps).
     ``obs_dim`` is the size of one observation (an image's H * W * C). A config's
     ``frame_stack`` k > 1 makes batches' obs and next_obs stacks of the last k frames.
+    With ``windows`` (a sequence model, which samples windows of ``arrays``) the transition
+    sampler is not built unless ``sampler`` is read.
     """
     seed_everything(config.seed, config.torch_threads)
     info = open_dataset(config.dataset, config.store)
@@ -182,10 +192,29 @@ def load_offline(
         if column:
             raise RlpipeError(f"{algo} needs the dataset's {column}: not gathered from the memory maps of {info.name!r}")
         mapped = MappedTransitions(info)
-        sampler = MappedSampler(mapped, device, seed=config.seed, action_map=scaler.from_env, frame_stack=frame_stack)
-        return OfflineData(
+        sampler = partial(MappedSampler, mapped, device, seed=config.seed, action_map=scaler.from_env, frame_stack=frame_stack)
+        opened = OfflineData(
             info, mapped, sampler, obs_space, act_space, math.prod(obs_space.shape), action_dim(act_space), device, frame_stack
         )
+    else:
+        opened = _load_in_ram(info, config, device, scaler, frame_stack, next_actions, returns_to_go)
+    if not windows:
+        _ = opened.sampler  # built now, so that a column it refuses stops the run before it starts
+    return opened
+
+
+def _load_in_ram(
+    info: DatasetInfo,
+    config: Any,
+    device: torch.device,
+    scaler: ActionScaler,
+    frame_stack: int,
+    next_actions: bool,
+    returns_to_go: ReturnsToGo | None,
+) -> OfflineData:
+    """`load_offline`'s dataset read into RAM: a subset of ``config.max_samples`` rows and goal
+    observations flattened where asked, sampled by a `TransitionSampler`."""
+    obs_space, act_space = info.observation_space, info.action_space
     data = load_shards(info)
     if len(data) == 0:
         raise RlpipeError(f"dataset {info.name!r} is empty")
@@ -194,7 +223,8 @@ def load_offline(
     if is_goal_space(obs_space):
         data = replace(data, obs=flatten_obs(data.obs), next_obs=flatten_obs(data.next_obs))
         obs_space = flat_observation_space(obs_space)
-    sampler = TransitionSampler(
+    sampler = partial(
+        TransitionSampler,
         data,
         device,
         seed=config.seed,
@@ -331,7 +361,8 @@ def train_offline(
     whose work repeats every ``update_period`` indices is captured over that period.
     With ``config.checkpoint_every`` the full state (``modules``, ``optimizers``, sampler,
     RNGs) is saved for resuming (:mod:`rlpipe.training.resume`); ``optimizers`` are then required.
-    ``sampler`` replaces ``data.sampler`` (a sequence model's windows: `rlpipe.training.windows`);
+    ``sampler`` replaces ``data.sampler`` (a sequence model's windows: `rlpipe.training.windows`; MOPO's
+    mix of dataset and model rows);
     ``policy_of(actor, scaler, device, deterministic)`` makes the evaluated policy function
     (default `policy_fn`; a policy that keeps state across steps, such as a return-conditioned one).
     """
