@@ -72,8 +72,9 @@ TUNED: dict[str, dict[str, Any]] = {
 
 def train(config: Config, out_dir: str | Path | None = None, *, progress: bool = True) -> TrainResult:
     """Train BC on ``config.dataset``; with ``out_dir`` also write checkpoint, metrics and curve."""
-    data = load_offline(SPEC.name, config, ACTION_SPACES, observation_kinds=IMAGE_OBSERVATION_KINDS, windows=config.recurrent != "none")
-    if config.recurrent != "none":
+    recurrent = config.recurrent != "none"
+    data = load_offline(SPEC.name, config, ACTION_SPACES, observation_kinds=IMAGE_OBSERVATION_KINDS, windows=recurrent)
+    if recurrent:
         return _train_recurrent(config, data, out_dir, progress)
     obs_dim, act_dim, device = data.obs_dim, data.act_dim, data.device
     actor: CategoricalActor | TanhGaussianActor | DeterministicActor

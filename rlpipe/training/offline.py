@@ -192,9 +192,9 @@ def load_offline(
         if column:
             raise RlpipeError(f"{algo} needs the dataset's {column}: not gathered from the memory maps of {info.name!r}")
         mapped = MappedTransitions(info)
-        sampler = partial(MappedSampler, mapped, device, seed=config.seed, action_map=scaler.from_env, frame_stack=frame_stack)
+        make_sampler = partial(MappedSampler, mapped, device, seed=config.seed, action_map=scaler.from_env, frame_stack=frame_stack)
         opened = OfflineData(
-            info, mapped, sampler, obs_space, act_space, math.prod(obs_space.shape), action_dim(act_space), device, frame_stack
+            info, mapped, make_sampler, obs_space, act_space, math.prod(obs_space.shape), action_dim(act_space), device, frame_stack
         )
     else:
         opened = _load_in_ram(info, config, device, scaler, frame_stack, next_actions, returns_to_go)
@@ -223,7 +223,7 @@ def _load_in_ram(
     if is_goal_space(obs_space):
         data = replace(data, obs=flatten_obs(data.obs), next_obs=flatten_obs(data.next_obs))
         obs_space = flat_observation_space(obs_space)
-    sampler = partial(
+    make_sampler = partial(
         TransitionSampler,
         data,
         device,
@@ -233,7 +233,9 @@ def _load_in_ram(
         frame_stack=frame_stack,
         returns_to_go=returns_to_go,
     )
-    return OfflineData(info, data, sampler, obs_space, act_space, math.prod(obs_space.shape), action_dim(act_space), device, frame_stack)
+    return OfflineData(
+        info, data, make_sampler, obs_space, act_space, math.prod(obs_space.shape), action_dim(act_space), device, frame_stack
+    )
 
 
 def require_flat_observations(algo: str, config: Any, data: OfflineData) -> None:
