@@ -80,6 +80,14 @@ RUNS: list[tuple[str, str, dict[str, Any]]] = [
     ("bcq", "pendulum-random", dict(updates=300, **SHORT)),
     ("td3bc", "pendulum-random", dict(updates=300, **SHORT)),
     ("iql", "pendulum-random", dict(updates=300, **SHORT)),
+    ("awac", "pendulum-random", dict(updates=300, **SHORT)),
+    ("rebrac", "pendulum-random", dict(updates=300, **SHORT)),
+    ("edac", "pendulum-random", dict(updates=300, **SHORT)),
+    ("calql", "pendulum-random", dict(updates=300, **SHORT)),
+    ("dt", "pendulum-random", dict(updates=300, **SHORT)),
+    ("bcq", "cartpole-random", dict(updates=300, **SHORT)),
+    ("dqn", "CartPole-v1", dict(env_steps=600, learning_starts=300, **SHORT)),
+    ("qrdqn", "CartPole-v1", dict(env_steps=600, learning_starts=300, **SHORT)),
 ]
 
 

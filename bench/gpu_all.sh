@@ -3,7 +3,7 @@
 #
 #   bench/gpu_all.sh [--device cuda|cpu] [--tiny] [--only LIST] [--out FILE]
 #
-#   check    bench/cuda_check.py: every algorithm on the device, graphs equal eager, learning on CUDA
+#   check    bench/cuda_check.py: every algorithm on the device, graphs equal eager (SAC's learning: the online part)
 #   offline  bench/offline.py: CQL and BC updates/s, rlpipe against d3rlpy eager and with its
 #            compile_graph=True (needs d3rlpy 2.8.1: $PEER_PYTHON or .bench-venvs/d3rlpy; skipped without)
 #   seeds    bench/batched_seeds.py: CQL and SAC seed-updates/s, one seed against K = 16 batched
@@ -63,7 +63,7 @@ if [ $TINY = 1 ]; then
   part seeds "$PY" bench/batched_seeds.py --device "$DEVICE" --quick
   part online "$PY" bench/online_device.py --devices "cpu,$DEVICE" --steps 300
 else
-  part check "$PY" bench/cuda_check.py --device "$DEVICE"
+  part check "$PY" bench/cuda_check.py --device "$DEVICE" --learn  # SAC learning on the device: the online part's run
   if [ -x "$PEER" ]; then
     part offline "$PY" bench/offline.py --device "$DEVICE" --peer-python "$PEER" --cql-updates 300 --bc-updates 2000
   else

@@ -3,6 +3,9 @@ only where CUDA is present: `bench/cuda_check.py` runs them on a lent GPU)."""
 
 from __future__ import annotations
 
+import contextlib
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
@@ -12,7 +15,7 @@ from rlpipe.models.networks import ObsNormalizer
 from rlpipe.training.buffer import Batch
 from rlpipe.training.graphs import WARMUP_ROUNDS, UpdateStepper, graphs_enabled
 from rlpipe.training.optim import adam
-from rlpipe.training.sampler import TransitionSampler
+from rlpipe.training.sampler import SeedSampler, TransitionSampler
 from tests.test_collector import collect_dataset
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -39,6 +42,26 @@ def test_eager_stepper_runs_every_index_once(pendulum_data) -> None:
     while done < 25:
         done += step(done)
     assert done == 25 and seen == list(range(25))
+
+
+def test_capture_feeds_the_update_batches_shaped_as_eager_ones(pendulum_data, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The capture path on a CPU, with torch.cuda's stream and graph calls stubbed: for one seed
+    and for stacked seeds ([K, B] draws) the captured update gets batches of the eager shape,
+    and each replay's index buffer is shaped as a draw."""
+    no_wait = SimpleNamespace(wait_stream=lambda _stream: None)
+    monkeypatch.setattr(torch.cuda, "Stream", lambda: no_wait)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda: no_wait)
+    monkeypatch.setattr(torch.cuda, "stream", lambda _stream: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "graph", lambda _graph: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", lambda: SimpleNamespace(replay=lambda: None))
+    for sampler in (TransitionSampler(pendulum_data, seed=1), SeedSampler(TransitionSampler(pendulum_data, seed=1), [0, 1, 2])):
+        shapes: list[torch.Size] = []
+        step = UpdateStepper(lambda b, _i: shapes.append(b.obs.shape), sampler, 8, total=10, graph=True)
+        done = 0
+        while done < 10:
+            done += step(done)
+        assert len(shapes) == WARMUP_ROUNDS + 1 and set(shapes) == {sampler.sample(8).obs.shape}
+        assert [index.shape for index in step.indices] == [sampler.draw(8).shape]
 
 
 def bc_weights(data, device: str, graph: bool, updates: int = 60) -> list[torch.Tensor]:

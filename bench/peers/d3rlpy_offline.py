@@ -25,6 +25,12 @@ def main() -> None:
     parser.add_argument("--action-samples", type=int, default=10)
     parser.add_argument("--device", default="cpu:0", help="d3rlpy's device string, e.g. cuda:0")
     parser.add_argument("--compile-graph", action="store_true", help="d3rlpy's compile_graph=True (torch.compile + CUDA graphs)")
+    parser.add_argument(
+        "--warmup-updates",
+        type=int,
+        default=None,
+        help="untimed updates first (default: 1; 50 with --compile-graph, whose compilation and graph recording run over its first updates)",
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
 
@@ -51,11 +57,12 @@ def main() -> None:
         config = d3rlpy.algos.BCConfig(batch_size=args.batch_size, encoder_factory=encoder, compile_graph=args.compile_graph)
     algo = config.create(device=args.device)
     algo.build_with_dataset(dataset)
-    # one warm-up update so lazy initialisation is not timed
+    # untimed warm-up: lazy initialisation and, with compile_graph, compilation and graph recording
+    warmup = args.warmup_updates if args.warmup_updates is not None else (50 if args.compile_graph else 1)
     algo.fit(
         dataset,
-        n_steps=1,
-        n_steps_per_epoch=1,
+        n_steps=warmup,
+        n_steps_per_epoch=warmup,
         show_progress=False,
         save_interval=10**9,
         logger_adapter=d3rlpy.logging.NoopAdapterFactory(),

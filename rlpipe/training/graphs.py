@@ -68,10 +68,12 @@ class UpdateStepper:
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
             for i in range(WARMUP_ROUNDS * self.period):
-                self.update(self.sampler.sample(self.batch_size), done + i)
+                index = self.sampler.draw(self.batch_size)  # sample() is take(draw()): the same draws
+                self.update(self.sampler.take(index), done + i)
         torch.cuda.current_stream().wait_stream(stream)
-        # Index buffers filled before each replay (drawing here would skip draws).
-        self.indices = [torch.zeros(self.batch_size, dtype=torch.long, device=self.sampler.device) for _ in range(self.period)]
+        # Index buffers filled before each replay (drawing here would skip draws), shaped as a
+        # draw: (batch,) for one seed, (seeds, batch) for a SeedSampler.
+        self.indices = [torch.zeros_like(index) for _ in range(self.period)]
         graph = torch.cuda.CUDAGraph()
         try:
             with torch.cuda.graph(graph):
