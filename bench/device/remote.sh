@@ -45,13 +45,13 @@ d4rl() {  # the profile's sweeps on $DEVICE, one after another
   done
   (cd "$OUTDIR" && find d4rl -name metrics.json -o -name summary.json -o -name '*.log' | tar czf d4rl.tgz -T - && rm -rf d4rl)
 }
+declare -A DEFAULT_LIMIT=([check]=200 [seeds]=60 [online]=240 [offline]=240)
 for part in ${PARTS//,/ }; do
   case $part in
     d4rl) d4rl ;;
     check | seeds | online | offline)
       limit_var=LIMIT_${part^^}
-      defaults=(check:200 seeds:60 online:240 offline:240)
-      limit=${!limit_var:-$(printf '%s\n' "${defaults[@]}" | sed -n "s/^$part://p")}
+      limit=${!limit_var:-${DEFAULT_LIMIT[$part]}}
       timeout "$limit" bench/gpu_all.sh "${GPU_ALL[@]}" --only "$part" --out "$OUTDIR/gpu_all.txt"
       log "$part: exit $? (limit $limit s)" ;;
     *) log "unknown part $part"; exit 2 ;;

@@ -1,18 +1,14 @@
-"""A stand-in for DVCLive on the GPU machine (it has no DVC): runs keep their metrics.json, not their curves."""
+"""A stand-in for DVCLive where it is not installed (a bare GPU machine, which has no DVC):
+runs keep their metrics.json, not their curves."""
+
+from typing import Any
 
 
 class Live:
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.step = 0
 
-    def _init_dvc(self):
-        pass
-
-    def log_metric(self, *args, **kwargs):
-        pass
-
-    def make_summary(self):
-        pass
-
-    def end(self):
-        pass
+    def _init_dvc(self) -> None: ...
+    def log_metric(self, *args: Any, **kwargs: Any) -> None: ...
+    def make_summary(self) -> None: ...
+    def end(self) -> None: ...
