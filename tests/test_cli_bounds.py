@@ -103,6 +103,9 @@ def command(args: list[str], world: Path, out: Path) -> list[str]:
         (["relabel", "her", "--dataset", "goals", "--k", BIG], "at most 4294967296 (2**32) are written, so k <= "),
         (["sweep", "ppo", *CARTPOLE, "--seeds", "0", "--retries", "-1"], "Invalid value for '--retries'"),
         (["sweep", "ppo", *CARTPOLE, "--seeds", "0", "--workers", "0"], "Invalid value for '--workers'"),
+        # A misspelt device is refused before a sweep makes its root.
+        (["sweep", "ppo", *CARTPOLE, "--seeds", "0", "--device", "mps"], "unknown device 'mps'; use auto, cpu or cuda"),
+        (["train", "ppo", *CARTPOLE, "--device", "mps"], "unknown device 'mps'; use auto, cpu or cuda"),
         # Integers beyond int64 and budgets beyond any run (tracebacks, or runs that never ended).
         (["datasets", "filter", "cartpole", "--episodes", BIG], f"--episodes: episode id {BIG} is out of range"),
         (["datasets", "filter", "cartpole", "--episodes", f"1,{2**63}"], "out of range (ids are 64-bit integers, below 2**63)"),

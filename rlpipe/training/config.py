@@ -75,7 +75,16 @@ class RunConfig:
         if isinstance(self.loggers, str):  # loggers="tensorboard" from Python
             self.loggers = (self.loggers,)
         self.loggers = tuple(dict.fromkeys(self.loggers))
+        check_device(self.device)
         check_values(self)
+
+
+def check_device(device: str) -> None:
+    """``auto``, ``cpu`` or ``cuda[:N]``, else an RlpipeError: checked when a config is built, so
+    a sweep refuses a misspelt device before it writes anything (whether CUDA is there is
+    :func:`rlpipe.training.env.resolve_device`'s check, where the run starts)."""
+    if device not in ("auto", "cpu") and not device.startswith("cuda"):
+        raise RlpipeError(f"unknown device {device!r}; use auto, cpu or cuda")
 
 
 @dataclass
@@ -258,6 +267,7 @@ __all__ = [
     "RunConfig",
     "buffer_capacity",
     "layer_sizes",
+    "check_device",
     "check_values",
     "config_for_env",
     "field_types",

@@ -30,6 +30,7 @@ from rlpipe.envs.spaces import (
 )
 from rlpipe.errors import RlpipeError
 from rlpipe.models.encoders import ARCHITECTURES, FLAT, MINATAR, NATURE, NATURE_MIN_SIZE, channels_last
+from rlpipe.training.config import check_device
 
 __all__ = [
     "BOX",
@@ -52,10 +53,9 @@ def resolve_device(device: str) -> torch.device:
     """``auto`` -> cuda when available else cpu; ``cuda`` without a GPU is an RlpipeError."""
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    check_device(device)
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise RlpipeError(f"--device {device} requested but no CUDA device is available; use --device cpu")
-    if device != "cpu" and not device.startswith("cuda"):
-        raise RlpipeError(f"unknown device {device!r}; use auto, cpu or cuda")
     return torch.device(device)
 
 
