@@ -119,6 +119,10 @@ def command(args: list[str], world: Path, out: Path) -> list[str]:
             f"setting finetune_env_steps={BIG}: expected at most {MAX_BUFFER_SIZE}",
         ),
         (["train", "iql", "--dataset", "pendulum", "--finetune-env-steps", str(MAX_BUFFER_SIZE + 1)], "expected at most"),
+        (
+            ["train", "iql", "--dataset", "pendulum", "--finetune-env-steps", "4", "--set", "finetune_mixing_ratio=1.5"],
+            "setting finetune_mixing_ratio=1.5: expected a fraction from 0 to 1",
+        ),
         (["ope", "fqe", "RUN", "--dataset", "cartpole", "--updates", str(10**18)], "Invalid value for '--updates'"),
         (["ope", "fqe", "RUN", "--dataset", "cartpole", "--updates", str(MAX_UPDATES + 1)], f"less than or equal to {MAX_UPDATES}"),
         (["export", "RUN", "--torchscript", "OUT/policy"], "(--torchscript): TorchScript needs a file name with an extension"),
@@ -187,6 +191,7 @@ def test_the_bounded_flags_take_valid_values(cli, world: Path, tmp_path: Path) -
     fqe = cli("ope", "fqe", world / "run", "--dataset", "cartpole", "--updates", "2", "--out", tmp_path / "fqe.json", *store)
     assert fqe.code == 0 and (tmp_path / "fqe.json").is_file(), fqe.err
     settings = ["--set", "eval_every=2", "--set", "eval_episodes=1", "--set", "heldout_eval_episodes=0", "--set", "finetune_eval_every=4"]
+    settings += ["--set", "finetune_mixing_ratio=0.5"]
     finetuned = cli(
         "train", "iql", "--dataset", "pendulum", "--updates", "2", "--finetune-env-steps", "4", *settings,
         "--out", tmp_path / "iql", "--no-progress", "--device", "cpu", *store,

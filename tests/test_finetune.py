@@ -16,9 +16,8 @@ from rlpipe.training.offline import DatasetAndOnline
 from rlpipe.training.sampler import TransitionSampler
 
 
-def test_minibatches_draw_from_dataset_and_online_rows_in_proportion() -> None:
-    rows = 100
-    data = TransitionArrays(
+def zero_dataset(rows: int) -> TransitionArrays:
+    return TransitionArrays(
         obs=np.zeros((rows, 2), np.float32),
         action=np.zeros((rows, 1), np.float32),
         reward=np.zeros(rows, np.float32),
@@ -28,8 +27,11 @@ def test_minibatches_draw_from_dataset_and_online_rows_in_proportion() -> None:
         episode_id=np.zeros(rows, np.int64),
         step=np.arange(rows),
     )
+
+
+def test_minibatches_draw_from_dataset_and_online_rows_in_proportion() -> None:
     online = ReplayBuffer(1000, 2, 1)
-    replay = DatasetAndOnline(TransitionSampler(data), online, seed=0)
+    replay = DatasetAndOnline(TransitionSampler(zero_dataset(100)), online, seed=0)
     assert float(replay.sample(512).rewards.sum()) == 0.0  # nothing collected yet: the dataset alone
     online.add(np.ones((300, 2)), np.ones((300, 1)), np.ones(300), np.ones((300, 2)), np.zeros(300))
     batch = replay.sample(4096)
@@ -37,6 +39,16 @@ def test_minibatches_draw_from_dataset_and_online_rows_in_proportion() -> None:
     share = float(batch.rewards.mean())  # online rows carry reward 1: 300 of 400 rows
     assert 0.72 < share < 0.78
     assert torch.equal(batch.obs[:, 0], batch.rewards)  # rows stay whole across the two sources
+
+
+def test_a_mixing_ratio_fixes_the_dataset_share_of_each_minibatch() -> None:
+    online = ReplayBuffer(1000, 2, 1)
+    replay = DatasetAndOnline(TransitionSampler(zero_dataset(100)), online, seed=0, mixing_ratio=0.25)
+    assert float(replay.sample(512).rewards.sum()) == 0.0  # nothing collected yet: the dataset alone
+    online.add(np.ones((3, 2)), np.ones((3, 1)), np.ones(3), np.ones((3, 2)), np.zeros(3))
+    batch = replay.sample(400)
+    assert batch.obs.shape == (400, 2) and float(batch.rewards.sum()) == 300.0  # 3 online rows of 103 fill 3/4 of it
+    assert torch.equal(batch.obs[:, 0], batch.rewards)
 
 
 def test_a_finetuned_run_records_both_phases(tmp_path: Path, cli) -> None:

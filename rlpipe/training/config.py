@@ -119,6 +119,9 @@ class FinetuneFields:
     # 0: offline only. Each step is a row of the online buffer (rlpipe.limits.MAX_BUFFER_SIZE at most).
     finetune_env_steps: int = field(default=0, metadata={"at_most": MAX_BUFFER_SIZE})
     finetune_eval_every: int = 1_000  # env steps between evaluations while fine-tuning
+    # The share of each fine-tuning minibatch drawn from the dataset, the rest from the online
+    # rows (CORL's mixing_ratio, 0.5 in its configs); None: uniform over both, as if appended.
+    finetune_mixing_ratio: float | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()  # type: ignore[misc]
@@ -126,6 +129,8 @@ class FinetuneFields:
             raise RlpipeError(f"setting finetune_env_steps={self.finetune_env_steps!r}: expected a number >= 0")
         if self.finetune_eval_every < 1:
             raise RlpipeError(f"setting finetune_eval_every={self.finetune_eval_every!r}: expected a positive number")
+        if self.finetune_mixing_ratio is not None and not 0.0 <= self.finetune_mixing_ratio <= 1.0:
+            raise RlpipeError(f"setting finetune_mixing_ratio={self.finetune_mixing_ratio!r}: expected a fraction from 0 to 1")
 
 
 def _type_name(tp: Any) -> str:

@@ -276,17 +276,29 @@ def dataset_metrics(data: OfflineData) -> dict[str, Any]:
 
 
 class DatasetAndOnline:
-    """Minibatches drawn uniformly from the dataset's rows and the transitions collected
-    online, as if these were appended to the dataset (CORL's offline-to-online setting)."""
+    """Minibatches of the dataset's rows and the transitions collected online: drawn uniformly
+    from both, as if these were appended to the dataset, or with ``mixing_ratio`` that share of
+    each batch from the dataset and the rest from the online rows (CORL's offline-to-online
+    settings; the dataset alone while nothing has been collected)."""
 
-    def __init__(self, dataset: TransitionSampler, online: ReplayBuffer, seed: int) -> None:
-        self.dataset, self.online = dataset, online
+    def __init__(self, dataset: TransitionSampler, online: ReplayBuffer, seed: int, mixing_ratio: float | None = None) -> None:
+        self.dataset, self.online, self.mixing_ratio = dataset, online, mixing_ratio
         self.generator = torch.Generator(device=dataset.device).manual_seed(seed)
 
+    def _draw(self, high: int, size: int) -> torch.Tensor:
+        return torch.randint(high, (size,), device=self.dataset.device, generator=self.generator)
+
     def sample(self, batch_size: int) -> Batch:
-        index = torch.randint(self.dataset.size + len(self.online), (batch_size,), device=self.dataset.device, generator=self.generator)
-        from_dataset = index < self.dataset.size
-        parts = self.dataset.take(index[from_dataset]), self.online.take(index[~from_dataset] - self.dataset.size)
+        if self.mixing_ratio is None or len(self.online) == 0:
+            index = self._draw(self.dataset.size + len(self.online), batch_size)
+            from_dataset = index < self.dataset.size
+            parts = self.dataset.take(index[from_dataset]), self.online.take(index[~from_dataset] - self.dataset.size)
+        else:
+            dataset_rows = round(self.mixing_ratio * batch_size)
+            parts = (
+                self.dataset.take(self._draw(self.dataset.size, dataset_rows)),
+                self.online.take(self._draw(len(self.online), batch_size - dataset_rows)),
+            )
         return join_batches(parts)
 
 
@@ -318,7 +330,7 @@ def finetune_online(
     online = ReplayBuffer(
         config.finetune_env_steps + 1, data.obs_dim, data.act_dim, data.device, seed=config.seed, returns_to_go=returns_to_go
     )
-    replay = DatasetAndOnline(data.sampler, online, config.seed + FINETUNE_SEED_OFFSET)
+    replay = DatasetAndOnline(data.sampler, online, config.seed + FINETUNE_SEED_OFFSET, config.finetune_mixing_ratio)
     next_eval = config.finetune_eval_every
     try:
         while stepper.env_steps < config.finetune_env_steps:
