@@ -121,7 +121,7 @@ def command(args: list[str], world: Path, out: Path) -> list[str]:
         (["train", "iql", "--dataset", "pendulum", "--finetune-env-steps", str(MAX_BUFFER_SIZE + 1)], "expected at most"),
         (
             ["train", "iql", "--dataset", "pendulum", "--finetune-env-steps", "4", "--set", "finetune_mixing_ratio=1.5"],
-            "setting finetune_mixing_ratio=1.5: expected a fraction from 0 to 1",
+            "setting finetune_mixing_ratio=1.5: expected a number in [0, 1]",
         ),
         (["ope", "fqe", "RUN", "--dataset", "cartpole", "--updates", str(10**18)], "Invalid value for '--updates'"),
         (["ope", "fqe", "RUN", "--dataset", "cartpole", "--updates", str(MAX_UPDATES + 1)], f"less than or equal to {MAX_UPDATES}"),

@@ -30,11 +30,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from rlpipe.algos.registry import OFFLINE_IMAGE_OBSERVATION_KINDS, AlgoSpec, Family
-from rlpipe.errors import RlpipeError
 from rlpipe.models.encoders import EncoderChoice, build_encoder
 from rlpipe.models.networks import EnsembleQ, mlp, register_policy_class
 from rlpipe.training import Batch, OfflineConfig, TrainResult, Update
-from rlpipe.training.config import layer_sizes, positive
+from rlpipe.training.config import check_fractions, layer_sizes, positive
 from rlpipe.training.env import BOX, DISCRETE, encoder_spec
 from rlpipe.training.offline import IMAGE_OBSERVATION_KINDS, OfflineData, load_offline, require_flat_observations, train_offline
 from rlpipe.training.optim import adam, frozen, optimizer_step, polyak_update, target_copy
@@ -74,9 +73,7 @@ class Config(OfflineConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for name in ("lmbda", "threshold"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise RlpipeError(f"setting {name}={getattr(self, name)!r}: expected a number in [0, 1]")
+        check_fractions(self, "lmbda", "threshold")
 
 
 TUNED: dict[str, dict[str, Any]] = {

@@ -24,7 +24,7 @@ from rlpipe.errors import RlpipeError
 from rlpipe.models.dynamics import FitReport
 from rlpipe.models.env_fns import reward_fn, termination_fn
 from rlpipe.training import Batch, OnlineConfig, ReplayBuffer, StepBatch, TrainResult
-from rlpipe.training.config import buffer_capacity, positive
+from rlpipe.training.config import buffer_capacity, check_fractions, positive
 from rlpipe.training.env import BOX
 from rlpipe.training.model_based import (
     DYNAMICS_MODULE,
@@ -33,7 +33,6 @@ from rlpipe.training.model_based import (
     branched_rollout,
     buffer_contents,
     build_ensemble,
-    check_real_ratio,
     fit_on,
     fits_metrics,
 )
@@ -65,7 +64,7 @@ class Config(ModelFields, SACFields, OnlineConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_real_ratio(self.real_ratio)
+        check_fractions(self, "real_ratio")
         schedule = self.rollout_schedule
         if not (len(schedule) == 4 and 0 <= schedule[0] < schedule[1] and min(schedule[2:]) >= 1):
             raise RlpipeError(

@@ -21,7 +21,7 @@ from rlpipe.algos.registry import AlgoSpec, Family
 from rlpipe.algos.sac import SACFields, SoftActorCritic
 from rlpipe.models.env_fns import reward_fn, termination_fn
 from rlpipe.training import Batch, OfflineConfig, ReplayBuffer, TrainResult
-from rlpipe.training.config import layer_sizes, positive
+from rlpipe.training.config import check_fractions, layer_sizes, positive
 from rlpipe.training.env import BOX
 from rlpipe.training.model_based import (
     DYNAMICS_MODULE,
@@ -29,7 +29,6 @@ from rlpipe.training.model_based import (
     ModelFields,
     branched_rollout,
     build_ensemble,
-    check_real_ratio,
     dataset_batch,
     fit_on,
     load_dynamics,
@@ -62,7 +61,7 @@ class Config(ModelFields, SACFields, OfflineConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_real_ratio(self.real_ratio)
+        check_fractions(self, "real_ratio")
 
 
 TUNED: dict[str, dict[str, Any]] = {

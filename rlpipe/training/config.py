@@ -29,6 +29,14 @@ POSITIVE = types.MappingProxyType({"positive": True})  # field metadata: the val
 FIELD_LIMITS = {"updates": MAX_UPDATES}
 
 
+def check_fractions(config: Any, *names: str) -> None:
+    """An RlpipeError unless each named field of ``config`` is a number in [0, 1] (None: unset)."""
+    for name in names:
+        value = getattr(config, name)
+        if value is not None and not 0.0 <= value <= 1.0:
+            raise RlpipeError(f"setting {name}={value!r}: expected a number in [0, 1]")
+
+
 def positive(default: T, at_most: int | None = None) -> T:
     """A config field whose value (each element, for layer sizes) must be > 0 (and at most
     ``at_most``): budgets, sizes, rates, schedules. A subclass that changes the default
@@ -129,8 +137,7 @@ class FinetuneFields:
             raise RlpipeError(f"setting finetune_env_steps={self.finetune_env_steps!r}: expected a number >= 0")
         if self.finetune_eval_every < 1:
             raise RlpipeError(f"setting finetune_eval_every={self.finetune_eval_every!r}: expected a positive number")
-        if self.finetune_mixing_ratio is not None and not 0.0 <= self.finetune_mixing_ratio <= 1.0:
-            raise RlpipeError(f"setting finetune_mixing_ratio={self.finetune_mixing_ratio!r}: expected a fraction from 0 to 1")
+        check_fractions(self, "finetune_mixing_ratio")
 
 
 def _type_name(tp: Any) -> str:

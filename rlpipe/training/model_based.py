@@ -55,12 +55,6 @@ class ModelFields:
             raise RlpipeError(f"setting holdout_fraction={self.holdout_fraction}: expected a number in [0, 1)")
 
 
-def check_real_ratio(real_ratio: float) -> None:
-    """An RlpipeError unless ``real_ratio`` (the real share of a minibatch) is in [0, 1]."""
-    if not 0.0 <= real_ratio <= 1.0:
-        raise RlpipeError(f"setting real_ratio={real_ratio}: expected a number in [0, 1]")
-
-
 def build_ensemble(config: Any, obs_dim: int, act_dim: int, device: torch.device) -> tuple[GaussianEnsemble, torch.optim.Optimizer]:
     """The ensemble of ``config.members`` (``config.elites`` elites) MLPs of ``config.model_hidden``,
     and its Adam (``config.model_lr``; the weight decay is in the fit's loss)."""
