@@ -68,6 +68,7 @@ class Config(OnlineConfig):
     exploration_steps: int = positive(10_000)  # ... over this many env steps
     hidden: tuple[int, ...] = layer_sizes((256, 256))  # MLP layers after the encoder
     encoder: EncoderChoice = "auto"  # the CNN that reads images; auto: by frame size
+    frame_stack: int = positive(1)  # observations the network reads per decision (Atari: 4); the replay stores both stacks of a transition
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -113,6 +114,10 @@ TUNED: dict[str, dict[str, Any]] = {
     ),
 }
 
+# CartPole with the velocities hidden: CartPole's settings, the network reading the last 4
+# observations (with one, the best evaluations stay below 50; docs/algorithms/online.md).
+TUNED["rlpipe/CartPoleNoVel-v1"] = dict(TUNED["CartPole-v1"], frame_stack=4)
+
 Loss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 """``loss(taken [B, atoms], target [B, atoms]) -> scalar``: DQN's Huber loss, QR-DQN's quantile Huber loss."""
 
@@ -149,7 +154,7 @@ def make_agent(config: Config, env: OffPolicySetup, loss: Loss = huber_loss, qua
     """The Q-network (``quantiles`` > 0: QR-DQN's), its target and Adam, the update on
     ``loss`` and epsilon-greedy exploration, for ``env``'s spaces and device."""
     obs_space = env.envs.single_observation_space
-    encoder = encoder_spec(obs_space, arch=config.encoder)
+    encoder = encoder_spec(obs_space, config.frame_stack, config.encoder)
     q = GreedyQPolicy(env.obs_dim, env.act_dim, config.hidden, encoder, config.dueling, quantiles).to(env.device)
     q_target = target_copy(q)
     optimizer = adam(q.parameters(), config.learning_rate)
@@ -179,5 +184,5 @@ def train(
 
     ``step_sink`` is called after every vector-env step, as in :func:`rlpipe.algos.sac.train`.
     """
-    env = setup(SPEC.name, config, OBSERVATION_KINDS, ACTION_SPACES)
+    env = setup(SPEC.name, config, OBSERVATION_KINDS, ACTION_SPACES, config.frame_stack)
     return train_off_policy(SPEC.name, config, env, make_agent(config, env), out_dir, progress, step_sink)

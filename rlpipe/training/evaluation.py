@@ -100,6 +100,14 @@ class FrameStacks(EpisodeStarts):
             self._stacks[starting] = obs[starting][:, None]
         return self._stacks.copy()
 
+    def state_dict(self) -> dict[str, np.ndarray | None]:
+        """The stacks and the envs marked to start an episode (a resumed run's training loop
+        stacks on from them)."""
+        return {"stacks": self._stacks, "fresh": self._fresh}
+
+    def load_state_dict(self, state: dict[str, np.ndarray | None]) -> None:
+        self._stacks, self._fresh = state["stacks"], state["fresh"]
+
 
 class HiddenStates(EpisodeStarts):
     """Each env's hidden state of a recurrent policy (:class:`RecurrentPolicy`): zero at an

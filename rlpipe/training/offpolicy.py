@@ -3,13 +3,16 @@ env/device/seed setup and the collect-store-update-evaluate loop. Each algorithm
 only an :class:`Agent`: its networks, how it explores and how it updates.
 
 Continuous actions are stored in [-1, 1]; Discrete actions (DQN) as int64 indices.
-Image observations are stored in their own dtype (bool, uint8), flat.
+Image observations are stored in their own dtype (bool, uint8), flat. With frame stacks
+(DQN's ``frame_stack`` k > 1) the loop stacks each env's last k observations
+(:class:`FrameStacks`, as policies do when they are evaluated) and the replay stores each
+transition's two stacks, so the envs, and datasets streamed from the run, keep one frame a step.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -25,7 +28,7 @@ from rlpipe.envs.stepper import StepBatch, StepSink, VecStepper
 from rlpipe.errors import RlpipeError
 from rlpipe.training.buffer import Batch, ReplayBuffer, Update
 from rlpipe.training.env import BOX, ActionScaler, action_dim, make_vec_env, require_spaces, resolve_device
-from rlpipe.training.evaluation import policy_fn
+from rlpipe.training.evaluation import FrameStacks, policy_fn
 from rlpipe.training.resume import Checkpointer
 from rlpipe.training.run import Run, TrainResult
 from rlpipe.training.seeding import seed_everything
@@ -64,9 +67,9 @@ class OffPolicySetup:
     """Vector envs checked for the algorithm's action and observation spaces, device, seeded RNG, sizes.
 
     ``obs_dim`` is the number of values the networks see (goal Dicts flattened, see
-    rlpipe.envs.goals; an image's pixels), ``obs_dtype`` the dtype they are stored in
-    (float32; an image's own bool or uint8). ``act_dim``: action dimensions (Box) or the
-    number of actions (Discrete).
+    rlpipe.envs.goals; an image's pixels; times ``frame_stack``, the observations stacked per
+    decision), ``obs_dtype`` the dtype they are stored in (float32; an image's own bool or
+    uint8). ``act_dim``: action dimensions (Box) or the number of actions (Discrete).
     """
 
     envs: gym.vector.VectorEnv
@@ -76,6 +79,7 @@ class OffPolicySetup:
     device: torch.device
     rng: np.random.Generator
     obs_dtype: torch.dtype = torch.float32
+    frame_stack: int = 1
 
     @property
     def discrete(self) -> bool:
@@ -93,9 +97,12 @@ def noisy_explore(actor: nn.Module, noise: Callable[[np.ndarray], np.ndarray], d
     return explore
 
 
-def setup(algo: str, config: Any, observations: tuple[str, ...] = (BOX,), actions: tuple[str, ...] = (BOX,)) -> OffPolicySetup:
+def setup(
+    algo: str, config: Any, observations: tuple[str, ...] = (BOX,), actions: tuple[str, ...] = (BOX,), frame_stack: int = 1
+) -> OffPolicySetup:
     """Make ``config.num_envs`` envs, check spaces (``observations`` and ``actions``: accepted
-    kinds, see :func:`require_spaces`), resolve the device, seed everything."""
+    kinds, see :func:`require_spaces`), resolve the device, seed everything. The networks
+    read ``frame_stack`` observations a decision."""
     envs = make_vec_env(config.env_id, config.num_envs)
     obs_space, act_space = envs.single_observation_space, envs.single_action_space
     try:
@@ -107,7 +114,8 @@ def setup(algo: str, config: Any, observations: tuple[str, ...] = (BOX,), action
     rng = seed_everything(config.seed, config.torch_threads)
     flat = flat_observation_space(obs_space)
     obs_dtype = torch.from_numpy(np.empty(0, flat.dtype)).dtype if is_image_space(flat) else torch.float32
-    return OffPolicySetup(envs, act_space, int(np.prod(flat.shape)), action_dim(act_space), device, rng, obs_dtype)
+    obs_dim = frame_stack * int(np.prod(flat.shape))
+    return OffPolicySetup(envs, act_space, obs_dim, action_dim(act_space), device, rng, obs_dtype, frame_stack)
 
 
 def run_replay_buffer(config: Any, env: OffPolicySetup) -> ReplayBuffer:
@@ -122,6 +130,14 @@ def warmup_actions(env: OffPolicySetup, num_envs: int) -> np.ndarray:
     if env.discrete:
         return env.rng.integers(0, env.act_dim, num_envs)
     return env.rng.uniform(-1.0, 1.0, (num_envs, env.act_dim))
+
+
+def with_frame_stacks(step: StepBatch, stacks: np.ndarray) -> StepBatch:
+    """``step`` with the stacks the policy read as its observations and, as its next
+    observations, those stacks moved on by the next frame: the transitions the replay stores
+    (a reset step's rows, never stored, are left inconsistent)."""
+    next_stacks = np.concatenate([stacks[:, 1:], flatten_obs(step.next_obs)[:, None]], axis=1)
+    return replace(step, obs=stacks, next_obs=next_stacks)
 
 
 def earned_updates(config: Any, stepper: VecStepper, b: StepBatch) -> float:
@@ -148,9 +164,10 @@ def train_off_policy(
     after that ``agent.explore`` acts and, once ``buffer`` can be sampled, ``agent.update``
     runs ``config.updates_per_step`` times per collected transition on ``config.batch_size``
     samples. ``buffer`` defaults to a plain :class:`ReplayBuffer`; reset steps of the
-    NEXT_STEP autoreset (``valid`` False) are never stored. With ``config.checkpoint_every``
-    the full state (agent, buffer, envs, RNGs, counters) is saved for resuming
-    (:mod:`rlpipe.training.resume`).
+    NEXT_STEP autoreset (``valid`` False) are never stored. With ``env.frame_stack`` k > 1
+    the agent acts on, and the buffer stores, each env's last k observations. With
+    ``config.checkpoint_every`` the full state (agent, buffer, envs, frame stacks, RNGs,
+    counters) is saved for resuming (:mod:`rlpipe.training.resume`).
     """
     scaler = ActionScaler(env.action_space)
     stepper = VecStepper(env.envs, scaler, config.seed, step_sink)
@@ -161,16 +178,24 @@ def train_off_policy(
         raise RlpipeError(f"{algo} does not support --checkpoint-every yet")
     eval_policy = policy_fn(agent.actor, scaler, env.device)
     run = Run(algo, config, out_dir, progress)
-    checkpoints = Checkpointer(run, {**agent.modules, **(agent.resume_state or {}), "buffer": buffer, "stepper": stepper, "rng": env.rng})
+    frames = FrameStacks(env.frame_stack) if env.frame_stack > 1 else None
+    loop_state = {"buffer": buffer, "stepper": stepper, "rng": env.rng, **({"frames": frames} if frames is not None else {})}
+    checkpoints = Checkpointer(run, {**agent.modules, **(agent.resume_state or {}), **loop_state})
     try:
         loop = checkpoints.restore() or {"updates": 0, "credit": 0.0}
         updates, credit = loop["updates"], loop["credit"]
         while True:
+            obs = flatten_obs(stepper.obs)
+            if frames is not None:
+                obs = frames.push(obs)  # [envs, k, *frame], pushed at every step, warm-up included
             if stepper.env_steps < config.learning_starts:
                 actions = warmup_actions(env, stepper.num_envs)
             else:
-                actions = agent.explore(flatten_obs(stepper.obs), ~stepper.valid, stepper.env_steps)
+                actions = agent.explore(obs, ~stepper.valid, stepper.env_steps)
             b = stepper.step(actions)
+            if frames is not None:
+                frames.start(~b.valid)  # after a reset step, an env's next observation starts its episode
+                b = with_frame_stacks(b, obs)
             buffer.store(b)
             # Credit only post-warm-up transitions, and only once the buffer can be sampled
             # (HER's holds completed episodes only).
