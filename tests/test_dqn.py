@@ -101,7 +101,7 @@ def test_epsilon_decays_linearly_then_stays() -> None:
 
 
 def test_out_of_range_exploration_is_refused() -> None:
-    with pytest.raises(Exception, match="exploration_end=1.5: expected a number from 0 to 1"):
+    with pytest.raises(Exception, match=r"exploration_end=1.5: expected a number in \[0, 1\]"):
         Config(env_id="CartPole-v1", exploration_end=1.5)
 
 

@@ -25,11 +25,10 @@ import torch
 import torch.nn.functional as F
 
 from rlpipe.algos.registry import AlgoSpec, Family
-from rlpipe.errors import RlpipeError
 from rlpipe.models.encoders import EncoderChoice
 from rlpipe.models.networks import GreedyQPolicy
 from rlpipe.training import Batch, OnlineConfig, StepSink, TrainResult
-from rlpipe.training.config import buffer_capacity, layer_sizes, positive
+from rlpipe.training.config import buffer_capacity, check_fractions, layer_sizes, positive
 from rlpipe.training.env import BOX, DISCRETE, IMAGE, encoder_spec
 from rlpipe.training.losses import of_actions
 from rlpipe.training.offpolicy import Agent, OffPolicySetup, setup, train_off_policy
@@ -72,9 +71,7 @@ class Config(OnlineConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for name in ("exploration_start", "exploration_end", "tau"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise RlpipeError(f"setting {name}={getattr(self, name)!r}: expected a number from 0 to 1")
+        check_fractions(self, "exploration_start", "exploration_end", "tau")
 
 
 TUNED: dict[str, dict[str, Any]] = {
