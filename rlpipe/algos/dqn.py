@@ -112,7 +112,7 @@ TUNED: dict[str, dict[str, Any]] = {
 }
 
 # CartPole with the velocities hidden: CartPole's settings, the network reading the last 4
-# observations (with one, the best evaluations stay below 50; docs/algorithms/online.md).
+# observations (with one, the best evaluations stay near 50; docs/algorithms/online.md).
 TUNED["rlpipe/CartPoleNoVel-v1"] = dict(TUNED["CartPole-v1"], frame_stack=4)
 
 Loss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -181,5 +181,5 @@ def train(
 
     ``step_sink`` is called after every vector-env step, as in :func:`rlpipe.algos.sac.train`.
     """
-    env = setup(SPEC.name, config, OBSERVATION_KINDS, ACTION_SPACES, config.frame_stack)
+    env = setup(SPEC.name, config, OBSERVATION_KINDS, ACTION_SPACES)
     return train_off_policy(SPEC.name, config, env, make_agent(config, env), out_dir, progress, step_sink)

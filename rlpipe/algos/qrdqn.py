@@ -59,6 +59,6 @@ def train(
 ) -> TrainResult:
     """Train QR-DQN; with ``out_dir`` also write checkpoint, ``metrics.json`` and DVCLive
     curve. ``step_sink`` as in :func:`rlpipe.algos.dqn.train`."""
-    env = setup(SPEC.name, config, dqn.OBSERVATION_KINDS, ACTION_SPACES, config.frame_stack)
+    env = setup(SPEC.name, config, dqn.OBSERVATION_KINDS, ACTION_SPACES)
     agent = dqn.make_agent(config, env, partial(quantile_huber_loss, kappa=config.kappa), config.quantiles)
     return train_off_policy(SPEC.name, config, env, agent, out_dir, progress, step_sink)

@@ -97,12 +97,10 @@ def noisy_explore(actor: nn.Module, noise: Callable[[np.ndarray], np.ndarray], d
     return explore
 
 
-def setup(
-    algo: str, config: Any, observations: tuple[str, ...] = (BOX,), actions: tuple[str, ...] = (BOX,), frame_stack: int = 1
-) -> OffPolicySetup:
+def setup(algo: str, config: Any, observations: tuple[str, ...] = (BOX,), actions: tuple[str, ...] = (BOX,)) -> OffPolicySetup:
     """Make ``config.num_envs`` envs, check spaces (``observations`` and ``actions``: accepted
     kinds, see :func:`require_spaces`), resolve the device, seed everything. The networks
-    read ``frame_stack`` observations a decision."""
+    read ``config.frame_stack`` observations a decision (1 where the config has no such field)."""
     envs = make_vec_env(config.env_id, config.num_envs)
     obs_space, act_space = envs.single_observation_space, envs.single_action_space
     try:
@@ -114,6 +112,7 @@ def setup(
     rng = seed_everything(config.seed, config.torch_threads)
     flat = flat_observation_space(obs_space)
     obs_dtype = torch.from_numpy(np.empty(0, flat.dtype)).dtype if is_image_space(flat) else torch.float32
+    frame_stack = getattr(config, "frame_stack", 1)  # only algorithms whose config declares it (DQN, QR-DQN) stack
     obs_dim = frame_stack * int(np.prod(flat.shape))
     return OffPolicySetup(envs, act_space, obs_dim, action_dim(act_space), device, rng, obs_dtype, frame_stack)
 
