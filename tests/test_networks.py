@@ -11,10 +11,12 @@ from torch import nn
 
 from rlpipe.models.networks import (
     ActorCritic,
+    DeterministicActor,
     EnsembleQ,
     ObsNormalizer,
     TanhGaussianActor,
     build_policy,
+    edac_init_,
     mlp,
     tanh_log_det_jacobian,
 )
@@ -73,6 +75,25 @@ def test_fused_critics_equal_separate_critics() -> None:
     # Members are independent: a loss on member 0 only moves member 0's weights.
     fused(obs, act)[0].sum().backward()
     assert fused.net.layers[0].weight.grad[1:].abs().sum() == 0
+
+
+def test_edac_init_sets_hidden_biases_and_shrinks_the_last_layer_only() -> None:
+    torch.manual_seed(0)
+    actor, critic = DeterministicActor(5, 2, (64, 64), layer_norm=True), EnsembleQ(5, 2, (64, 64), n=3, layer_norm=True)
+    default_hidden_weight = critic.net.layers[1].weight.clone()
+    edac_init_(actor, 1e-3)
+    edac_init_(critic, 3e-3)
+    actor_linears = [m for m in actor.net if isinstance(m, nn.Linear)]
+    for hidden in (*actor_linears[:-1], *critic.net.layers[:-1]):
+        assert torch.all(hidden.bias == 0.1)
+    for last, bound in ((actor_linears[-1], 1e-3), (critic.net.layers[-1], 3e-3)):
+        for p in (last.weight, last.bias):
+            assert p.abs().max() <= bound and p.std() > bound / 10  # uniform in the bound, not zeros
+    assert torch.equal(critic.net.layers[1].weight, default_hidden_weight)  # hidden weights keep nn.Linear's init
+    assert torch.all(critic.net.norms[0].weight == 1)  # LayerNorms untouched
+    # A near-zero last layer: every member starts with Q close to 0 and the actor close to a = 0.
+    assert critic(torch.randn(8, 5), torch.rand(8, 2)).abs().max() < 0.1
+    assert actor(torch.randn(8, 5)).abs().max() < 0.05
 
 
 def test_obs_normalizer_matches_numpy_moments() -> None:

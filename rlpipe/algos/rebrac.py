@@ -20,7 +20,7 @@ import torch
 from rlpipe.algos.registry import OFFLINE_OBSERVATION_KINDS, AlgoSpec, Family
 from rlpipe.algos.td3 import td3_update
 from rlpipe.errors import RlpipeError
-from rlpipe.models.networks import DeterministicActor, EnsembleQ
+from rlpipe.models.networks import DeterministicActor, EnsembleQ, edac_init_
 from rlpipe.training import Batch, OfflineConfig, TrainResult
 from rlpipe.training.config import layer_sizes, positive
 from rlpipe.training.env import BOX
@@ -51,6 +51,7 @@ class Config(OfflineConfig):
     normalize_q: bool = True  # divide the actor's Q term by the batch's mean |Q|
     actor_layer_norm: bool = False  # LayerNorm after each hidden layer's activation
     critic_layer_norm: bool = True
+    edac_init: bool = False  # CORL's: hidden biases 0.1, last layers uniform in +-1e-3 (actor) / +-3e-3 (critics)
     normalize_obs: bool = False  # with the dataset's mean and std (CORL's ReBRAC: off)
     policy_delay: int = positive(2)
     target_noise: float = 0.2  # target policy smoothing, in units of the [-1, 1] action range
@@ -90,6 +91,9 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
     actor = DeterministicActor(obs_dim, act_dim, config.hidden, config.normalize_obs, config.actor_layer_norm).to(device)
     fit_obs_normalizer(actor, data)
     critic = EnsembleQ(obs_dim, act_dim, config.hidden, n=2, obs_norm=actor.obs_norm, layer_norm=config.critic_layer_norm).to(device)
+    if config.edac_init:
+        edac_init_(actor, 1e-3)
+        edac_init_(critic, 3e-3)
 
     def actor_loss(b: Batch, pi: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
         return rebrac_actor_loss(pi, q, b.actions, config.actor_bc_coef, config.normalize_q)

@@ -270,6 +270,19 @@ class EnsembleLinear(nn.Module):
         return torch.baddbmm(self.bias, x, self.weight)
 
 
+def edac_init_(net: nn.Module, out_bound: float) -> None:
+    """The EDAC paper's initialisation, as CORL's EDAC and ReBRAC use it, in place on ``net``'s
+    linear layers (``nn.Linear`` or :class:`EnsembleLinear`, in order): hidden biases 0.1, the
+    last layer's weight and bias uniform in +-``out_bound`` (CORL: 1e-3 for actors, 3e-3 for
+    critics). Hidden weights keep PyTorch's default."""
+    *hidden, last = [m for m in net.modules() if isinstance(m, (nn.Linear, EnsembleLinear))]
+    with torch.no_grad():
+        for layer in hidden:
+            layer.bias.fill_(0.1)
+        last.weight.uniform_(-out_bound, out_bound)
+        last.bias.uniform_(-out_bound, out_bound)
+
+
 class EnsembleLayerNorm(nn.Module):
     """LayerNorm over the last axis of [N, B, dim] with each member's own scale and shift."""
 
