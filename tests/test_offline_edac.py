@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from rlpipe.algos.edac import Config, diversity_loss, q_and_action_grads
+from rlpipe.algos.edac import Config, build, diversity_loss, q_and_action_grads
 from rlpipe.errors import RlpipeError
 from rlpipe.models.networks import EnsembleQ
 
@@ -67,6 +67,20 @@ def test_config_refuses_a_negative_weight_and_a_single_diversified_critic() -> N
     with pytest.raises(RlpipeError, match="n_critics=1"):
         Config(n_critics=1, eta=1.0)
     assert Config(n_critics=1, eta=0.0).n_critics == 1  # SAC-N with one critic is plain offline SAC
+
+
+def test_edac_init_reaches_the_actor_the_critics_and_their_targets() -> None:
+    torch.manual_seed(0)
+    sac = build(Config(n_critics=4, hidden=(32, 32), edac_init=True), obs_dim=3, act_dim=2, device=torch.device("cpu"))
+    critic_last = sac.critic.net.layers[-1]
+    assert torch.all(sac.critic.net.layers[0].bias == 0.1) and critic_last.weight.abs().max() <= 3e-3
+    actor_last = [m for m in sac.actor.net.modules() if isinstance(m, torch.nn.Linear)][-1]
+    assert actor_last.weight.abs().max() <= 1e-3  # both heads, mean and log-std
+    # The targets start from the initialised critics, not from the default ones built before.
+    for target, online in zip(sac.critic_target.state_dict().values(), sac.critic.state_dict().values(), strict=True):
+        assert torch.equal(target, online)
+    default = build(Config(n_critics=4, hidden=(32, 32)), obs_dim=3, act_dim=2, device=torch.device("cpu"))
+    assert default.critic.net.layers[-1].weight.abs().max() > 3e-3
 
 
 def test_edac_trains_on_a_dataset_and_its_saved_policy_loads(store: Path, tmp_path: Path) -> None:

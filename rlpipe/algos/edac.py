@@ -5,8 +5,9 @@ diverse so a small N suffices.
 Read top to bottom: config and tuned defaults, the diversity term, the critic loss, the
 update (the critics' step, then SAC's actor, temperature and target steps,
 :class:`rlpipe.algos.sac.SoftActorCritic`, with ``n_critics`` fused critics: one batched
-network, :class:`rlpipe.models.networks.EnsembleQ`), then ``train``: the shared offline loop. The soft target and the actor both use the minimum over the N
-critics. With ``eta = 0`` this is SAC-N, the paper's ensemble without the diversity term
+network, :class:`rlpipe.models.networks.EnsembleQ`), the networks' build (optionally with the
+paper's initialisation), then ``train``: the shared offline loop. The soft target and the
+actor both use the minimum over the N critics. With ``eta = 0`` this is SAC-N, the paper's ensemble without the diversity term
 (``rlpipe train edac --set eta=0``).
 """
 
@@ -22,7 +23,7 @@ import torch
 from rlpipe.algos.registry import OFFLINE_OBSERVATION_KINDS, AlgoSpec, Family
 from rlpipe.algos.sac import SACFields, SoftActorCritic
 from rlpipe.errors import RlpipeError
-from rlpipe.models.networks import EnsembleQ
+from rlpipe.models.networks import EnsembleQ, edac_init_
 from rlpipe.training import Batch, OfflineConfig, TrainResult, Update
 from rlpipe.training.config import positive
 from rlpipe.training.env import BOX
@@ -44,6 +45,7 @@ class Config(SACFields, OfflineConfig):
     eval_every: int = positive(5_000)
     n_critics: int = positive(10)  # N (CORL: 10; 50 on Hopper)
     eta: float = 1.0  # weight of the diversity term; 0: SAC-N
+    edac_init: bool = False  # the paper's and CORL's: hidden biases 0.1, last layers uniform in +-1e-3 (actor) / +-3e-3 (critics)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -108,11 +110,22 @@ def make_update(config: Config, sac: SoftActorCritic) -> tuple[Update, dict[str,
     return update, stats
 
 
+def build(config: Config, obs_dim: int, act_dim: int, device: torch.device) -> SoftActorCritic:
+    """SAC's networks with ``config.n_critics`` fused critics; with ``edac_init`` initialised as
+    the paper's, the target critics copied after that."""
+    sac = SoftActorCritic.build(config, obs_dim, act_dim, device, n_critics=config.n_critics)
+    if config.edac_init:
+        edac_init_(sac.actor, 1e-3)  # its last layer holds both heads, mean and log-std
+        edac_init_(sac.critic, 3e-3)
+        sac.critic_target.load_state_dict(sac.critic.state_dict())
+    return sac
+
+
 def train(config: Config, out_dir: str | Path | None = None, *, progress: bool = True) -> TrainResult:
     """Train EDAC (SAC-N at ``eta = 0``) on ``config.dataset``; with ``out_dir`` also write
     checkpoint, metrics and curve."""
     data = load_offline(SPEC.name, config, ACTION_SPACES)
-    sac = SoftActorCritic.build(config, data.obs_dim, data.act_dim, data.device, n_critics=config.n_critics)
+    sac = build(config, data.obs_dim, data.act_dim, data.device)
     update, stats = make_update(config, sac)
 
     def extra() -> dict[str, Any]:
