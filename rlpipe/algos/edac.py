@@ -7,8 +7,8 @@ update (the critics' step, then SAC's actor, temperature and target steps,
 :class:`rlpipe.algos.sac.SoftActorCritic`, with ``n_critics`` fused critics: one batched
 network, :class:`rlpipe.models.networks.EnsembleQ`), the networks' build (optionally with the
 paper's initialisation), then ``train``: the shared offline loop. The soft target and the
-actor both use the minimum over the N critics. With ``eta = 0`` this is SAC-N, the paper's ensemble without the diversity term
-(``rlpipe train edac --set eta=0``).
+actor both use the minimum over the N critics. With ``eta = 0`` this is SAC-N, the paper's
+ensemble without the diversity term (``rlpipe train edac --set eta=0``).
 """
 
 from __future__ import annotations
