@@ -132,6 +132,26 @@ def test_atari_spec_records_its_preprocessing(atari: None) -> None:
     assert make_env(recorded).observation_space.shape == (42, 42, 1)
 
 
+def _noop_lives(env: gym.Env, steps: int) -> tuple[int, bool]:
+    """Lives left and whether the game ended after `steps` NOOPs from a seeded reset."""
+    _, info = env.reset(seed=0)
+    for _ in range(steps):
+        _, _, terminated, truncated, info = env.step(0)
+        if terminated or truncated:
+            return info["lives"], terminated
+    return info["lives"], False
+
+
+def test_atari_fire_reset_serves_after_reset_and_each_lost_life(atari: None) -> None:
+    """Breakout waits for FIRE to serve: under rlpipe's id a player that only ever picks NOOP
+    loses its five lives and the game ends; built from a spec recorded without `fire_reset`
+    (as every spec was before it), the same player never sees a ball."""
+    assert _noop_lives(make_env(ATARI), 1000) == (0, True)
+    spec = json.loads(str(env_spec_json(ATARI)))
+    assert spec["kwargs"].pop("fire_reset") is True
+    assert _noop_lives(make_env(env_id_for_spec(json.dumps(spec))), 1000) == (5, False)
+
+
 @pytest.mark.parametrize(("package", "env_id", "extra"), [("minatar", "MinAtar/Breakout-v1", "minatar"), ("ale_py", ATARI, "atari")])
 def test_missing_package_is_one_line(monkeypatch: pytest.MonkeyPatch, package: str, env_id: str, extra: str) -> None:
     for registered in [key for key in gym.registry if extra_for(key) == extra]:
