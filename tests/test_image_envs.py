@@ -152,6 +152,31 @@ def test_atari_fire_reset_serves_after_reset_and_each_lost_life(atari: None) -> 
     assert _noop_lives(make_env(env_id_for_spec(json.dumps(spec))), 1000) == (5, False)
 
 
+class _ServeEndsGame(gym.Env):
+    """A stand-in game whose first FIRE after each reset ends it: observations count the resets."""
+
+    observation_space = gym.spaces.Discrete(10)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self) -> None:
+        self.resets = 0
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[int, dict]:
+        self.resets += 1
+        return self.resets, {"lives": 1}
+
+    def step(self, action: int) -> tuple[int, float, bool, bool, dict]:
+        return self.resets, 0.0, action == 1 and self.resets == 1, False, {"lives": 0}
+
+
+def test_fire_reset_starts_again_when_the_serve_ends_the_game() -> None:
+    """A serve that ends the game is followed by a fresh reset, whose observation is returned."""
+    from rlpipe.envs.atari import FireReset
+
+    env = FireReset(_ServeEndsGame(), fire=1)
+    assert env.reset(seed=0) == (2, {"lives": 1}) and env.unwrapped.resets == 2
+
+
 @pytest.mark.parametrize(("package", "env_id", "extra"), [("minatar", "MinAtar/Breakout-v1", "minatar"), ("ale_py", ATARI, "atari")])
 def test_missing_package_is_one_line(monkeypatch: pytest.MonkeyPatch, package: str, env_id: str, extra: str) -> None:
     for registered in [key for key in gym.registry if extra_for(key) == extra]:

@@ -36,7 +36,9 @@ class FireReset(gym.Wrapper):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
         obs, info = self.env.reset(seed=seed, options=options)
         served, _, terminated, truncated, served_info = self.env.step(self.fire)
-        if not (terminated or truncated):  # a serve that ended the game would leave the reset as it was
+        if terminated or truncated:  # a serve that ends the game (no ALE game known): start again, as SB3 does
+            obs, info = self.env.reset(options=options)
+        else:
             obs, info = served, {**info, "lives": served_info["lives"]}
         self.lives = info["lives"]
         return obs, info
