@@ -90,6 +90,21 @@ def test_a_finetuned_run_records_both_phases(tmp_path: Path, cli) -> None:
     assert steps == [100, 200, 400, 600]  # the offline curve, then every 200 env steps, in updates
 
 
+def test_a_goal_dataset_finetunes_in_its_goal_env(tmp_path: Path, cli) -> None:
+    """GoalWorld's Dict observations are flattened online as the dataset's were (the actor and
+    the buffer read flat rows), with Cal-QL's returns-to-go kept for the online episodes."""
+    store = tmp_path / "datasets"
+    assert cli("collect", "--env", "GoalWorld-v0", "--episodes", "4", "--num-envs", "2", "--store", store, "--quiet").code == 0
+    run = tmp_path / "calql"
+    settings = "--updates 20 --finetune-env-steps 120 --set finetune_eval_every=60 --set eval_every=20 --set eval_episodes=1"
+    tiny = "--set heldout_eval_episodes=1 --set hidden=[16,16] --no-progress --device cpu"
+    result = cli("train", "calql", "--dataset", "goalworld-random", "--store", store, *settings.split(), *tiny.split(), "--out", run)
+    assert result.code == 0, result.err
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["finetune_env_steps"] == 120 and metrics["gradient_updates"] == 140
+    assert {"offline_heldout_return_mean", "heldout_return_mean", "bound_rate"} <= set(metrics)
+
+
 def test_finetuning_is_refused_where_it_does_not_apply(tmp_path: Path, cli) -> None:
     store = tmp_path / "datasets"
     assert cli("collect", "--env", "CartPole-v1", "--episodes", "3", "--num-envs", "3", "--store", store, "--quiet").code == 0

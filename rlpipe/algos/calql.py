@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from rlpipe.algos import cql
-from rlpipe.algos.registry import AlgoSpec, Family
+from rlpipe.algos.registry import OFFLINE_OBSERVATION_KINDS, AlgoSpec, Family
 from rlpipe.errors import RlpipeError
 from rlpipe.training import TrainResult
 from rlpipe.training.buffer import ReturnsToGo
@@ -42,6 +42,7 @@ SPEC = AlgoSpec(
     family=Family.OFFLINE,
     online=False,
     batched_seeds=False,
+    observation_kinds_ref=OFFLINE_OBSERVATION_KINDS,
     summary="calibrated CQL (Cal-QL), for offline-to-online fine-tuning",
 )
 

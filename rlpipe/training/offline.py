@@ -304,8 +304,8 @@ class DatasetAndOnline:
 
 def require_finetunable(data: OfflineData) -> None:
     """Refuse fine-tuning, before any training, where the online phase does not apply."""
-    if not isinstance(data.sampler, TransitionSampler) or data.discrete or is_goal_space(data.info.observation_space):
-        raise RlpipeError("fine-tuning online needs a continuous-action dataset held in memory (not goal or multi-agent data)")
+    if not isinstance(data.sampler, TransitionSampler) or data.discrete or data.info.metadata.get("multi_agent"):
+        raise RlpipeError("fine-tuning online needs a continuous-action dataset held in memory (not multi-agent data)")
 
 
 def finetune_online(
@@ -321,8 +321,8 @@ def finetune_online(
     the actor explores with sampled actions, every step is stored and earns one update on a
     minibatch of the dataset and the online data together, and the policy is evaluated every
     ``config.finetune_eval_every`` env steps (the curve goes on in updates). Where the
-    dataset's batches carry returns-to-go, so do the online rows (`ReplayBuffer`). Returns
-    (env steps, updates)."""
+    dataset's batches carry returns-to-go, so do the online rows (`ReplayBuffer`). A goal
+    env's Dict observations are flattened as the dataset's were. Returns (env steps, updates)."""
     envs = make_vec_env(config.env_id, 1)
     scaler = ActionScaler(data.action_space)
     stepper = VecStepper(envs, scaler, config.seed + FINETUNE_SEED_OFFSET)
@@ -335,9 +335,9 @@ def finetune_online(
     try:
         while stepper.env_steps < config.finetune_env_steps:
             with torch.no_grad():
-                actions = actor.act(torch.as_tensor(stepper.obs, dtype=torch.float32, device=data.device), False)
+                actions = actor.act(torch.as_tensor(flatten_obs(stepper.obs), dtype=torch.float32, device=data.device), False)
             step = stepper.step(actions.cpu().numpy())
-            online.store(step)
+            online.store(replace(step, obs=flatten_obs(step.obs), next_obs=flatten_obs(step.next_obs)))
             for _ in range(int(step.valid.sum())):
                 update(replay.sample(config.batch_size), updates)
                 updates += 1
