@@ -91,8 +91,8 @@ def test_a_finetuned_run_records_both_phases(tmp_path: Path, cli) -> None:
 
 
 def test_a_goal_dataset_finetunes_in_its_goal_env(tmp_path: Path, cli) -> None:
-    """GoalWorld's Dict observations are flattened online as the dataset's were (the actor and
-    the buffer read flat rows), with Cal-QL's returns-to-go kept for the online episodes."""
+    """A Cal-QL run on GoalWorld's data fine-tunes in GoalWorld: the env's Dict observations are
+    flattened online as the dataset's were, so the actor and the online rows read one layout."""
     store = tmp_path / "datasets"
     assert cli("collect", "--env", "GoalWorld-v0", "--episodes", "4", "--num-envs", "2", "--store", store, "--quiet").code == 0
     run = tmp_path / "calql"
