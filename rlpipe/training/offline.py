@@ -332,12 +332,15 @@ def finetune_online(
     )
     replay = DatasetAndOnline(data.sampler, online, config.seed + FINETUNE_SEED_OFFSET, config.finetune_mixing_ratio)
     next_eval = config.finetune_eval_every
+    obs = flatten_obs(stepper.obs)  # each observation flattened once: a step's next_obs is the stepper's next obs
     try:
         while stepper.env_steps < config.finetune_env_steps:
             with torch.no_grad():
-                actions = actor.act(torch.as_tensor(flatten_obs(stepper.obs), dtype=torch.float32, device=data.device), False)
+                actions = actor.act(torch.as_tensor(obs, dtype=torch.float32, device=data.device), False)
             step = stepper.step(actions.cpu().numpy())
-            online.store(replace(step, obs=flatten_obs(step.obs), next_obs=flatten_obs(step.next_obs)))
+            next_obs = flatten_obs(step.next_obs)
+            online.store(replace(step, obs=obs, next_obs=next_obs))
+            obs = next_obs
             for _ in range(int(step.valid.sum())):
                 update(replay.sample(config.batch_size), updates)
                 updates += 1
