@@ -17,8 +17,9 @@ episode ends, then its episode's returns-to-go.
 
 Everything else is CQL's continuous variant (`rlpipe.algos.cql.continuous_cql`: SAC with
 fused twin critics and automatic entropy tuning). ``calibrate=False`` is that CQL with the
-same settings and batches: the control. Metric ``bound_rate``: the fraction of the policy
-proposals' Q values the bound raised in the last update.
+same settings and batches: the control. Metric ``bound_rate``, in both: the fraction of the
+policy proposals' Q values below the rows' returns-to-go in the last update (the ones the
+bound raises), how far the critic has fallen under the data's own returns.
 """
 
 from __future__ import annotations
@@ -67,13 +68,14 @@ TUNED: dict[str, dict[str, Any]] = {
 }
 
 
-def reference_returns(config: Config) -> ReturnsToGo | None:
-    """The returns-to-go that bound the policy proposals' Q (None without ``calibrate``)."""
-    return ReturnsToGo(config.gamma, config.reward_shift, config.reward_scale) if config.calibrate else None
+def reference_returns(config: Config) -> ReturnsToGo:
+    """The returns-to-go that bound the policy proposals' Q (measured against, not raised to,
+    without ``calibrate``)."""
+    return ReturnsToGo(config.gamma, config.reward_shift, config.reward_scale)
 
 
 def train(config: Config, out_dir: str | Path | None = None, *, progress: bool = True) -> TrainResult:
     """Train Cal-QL on ``config.dataset``; with ``out_dir`` also write checkpoint, metrics and curve."""
     data = load_offline(SPEC.name, config, ACTION_SPACES, returns_to_go=reference_returns(config))
-    actor, modules, update, extra = cql.continuous_cql(config, data, calibrated=config.calibrate)
+    actor, modules, update, extra = cql.continuous_cql(config, data, reference_returns=True, floor=config.calibrate)
     return train_offline(SPEC.name, config, data, actor, modules, update, out_dir, progress, extra)

@@ -147,30 +147,38 @@ def conservative_gap(q_sampled: torch.Tensor, log_density: torch.Tensor, q_data:
     return (torch.logsumexp(q_sampled - log_density, dim=1) - q_data).mean(-1).sum()
 
 
-def bounded_policy_q(q_sampled: torch.Tensor, lower_bound: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+def bounded_policy_q(q_sampled: torch.Tensor, lower_bound: torch.Tensor, k: int) -> torch.Tensor:
     """Cal-QL's calibration of ``q_sampled`` [N, 3K, B] (`proposal_samples`' order): the Q of
     the policy's proposals (pi(.|s), pi(.|s'): all but the first ``k``, the uniform ones)
-    raised to at least ``lower_bound`` [B]; and the fraction of those Q values it raised."""
+    raised to at least ``lower_bound`` [B]."""
     uniform, policy = q_sampled[:, :k], q_sampled[:, k:]
-    return torch.cat([uniform, torch.maximum(policy, lower_bound)], dim=1), (policy < lower_bound).float().mean()
+    return torch.cat([uniform, torch.maximum(policy, lower_bound)], dim=1)
 
 
 def critic_loss(
-    config: Config, sac: SoftActorCritic, b: Batch, block_rows: int | None, lower_bound: torch.Tensor | None = None
+    config: Config,
+    sac: SoftActorCritic,
+    b: Batch,
+    block_rows: int | None,
+    reference: torch.Tensor | None = None,
+    floor: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """SAC-based CQL's critic loss on ``b``, TD loss + beta * conservative gap, the gap, and
-    the fraction of the policy proposals' Q values that ``lower_bound`` [B] raised (Cal-QL:
-    `bounded_policy_q` before the gap; None: CQL, nothing raised)."""
+    the fraction of the policy proposals' Q values below ``reference`` [B] (the rows'
+    returns-to-go; 0 without). With ``floor`` (Cal-QL) those values enter the gap raised to
+    the reference (`bounded_policy_q`); without it, or without a reference, CQL's gap."""
     target = sac.soft_target(b, (b.rewards + config.reward_shift) * config.reward_scale, config.gamma)
     with torch.no_grad():
         sampled, log_density = proposal_samples(sac.actor, b.obs, b.next_obs, config.num_sampled_actions)
     # The data actions and all 3*K*B sampled ones (valued at s) in one critic pass.
     q_data, q_sampled = data_and_sampled_q(sac.critic, b.obs, b.actions, sampled, block_rows)
-    bound_rate = torch.zeros((), device=q_data.device)
-    if lower_bound is not None:
-        q_sampled, bound_rate = bounded_policy_q(q_sampled, lower_bound, config.num_sampled_actions)
+    below_rate = torch.zeros((), device=q_data.device)
+    if reference is not None:
+        below_rate = (q_sampled[:, config.num_sampled_actions :] < reference).float().mean()
+        if floor:
+            q_sampled = bounded_policy_q(q_sampled, reference, config.num_sampled_actions)
     gap = conservative_gap(q_sampled, log_density, q_data)
-    return td_error_loss(config, q_data, target) + config.beta * gap, gap.detach(), bound_rate.detach()
+    return td_error_loss(config, q_data, target) + config.beta * gap, gap.detach(), below_rate.detach()
 
 
 def _block_rows(device: torch.device) -> int | None:
@@ -187,25 +195,26 @@ def require_continuous_settings(config: Config, data: OfflineData) -> None:
 
 
 def continuous_cql(
-    config: Config, data: OfflineData, calibrated: bool = False
+    config: Config, data: OfflineData, *, reference_returns: bool = False, floor: bool = False
 ) -> tuple[nn.Module, dict[str, nn.Module], Update, Callable[[], dict[str, Any]]]:
     """SAC-based CQL: the actor, the modules to save, the update and extra metrics.
-    ``calibrated``: Cal-QL's, the batches' returns-to-go bounding the policy proposals' Q
-    (`critic_loss`), with the fraction raised as metric ``bound_rate``."""
+    ``reference_returns``: the batches carry returns-to-go, and metric ``bound_rate`` is the
+    fraction of the policy proposals' Q values below them; with ``floor``, Cal-QL's, those
+    values are raised to them in the penalty (`critic_loss`)."""
     require_continuous_settings(config, data)
     sac = SoftActorCritic.build(config, data.obs_dim, data.act_dim, data.device)
     block_rows = _block_rows(data.device)
     stats: dict[str, torch.Tensor] = {}
 
     def update(b: Batch, _: int) -> None:
-        bound = b.returns_to_go if calibrated else None
-        loss, stats["conservative_gap"], stats["bound_rate"] = critic_loss(config, sac, b, block_rows, bound)
+        reference = b.returns_to_go if reference_returns else None
+        loss, stats["conservative_gap"], stats["bound_rate"] = critic_loss(config, sac, b, block_rows, reference, floor)
         sac.critic_step(loss)
         sac.policy_step(b.obs, config.tau)
 
     def extra() -> dict[str, Any]:
         metrics = {"alpha": sac.alpha(), "conservative_gap": float(stats.get("conservative_gap", math.nan))}
-        return {**metrics, "bound_rate": float(stats.get("bound_rate", math.nan))} if calibrated else metrics
+        return {**metrics, "bound_rate": float(stats.get("bound_rate", math.nan))} if reference_returns else metrics
 
     return sac.actor, {"policy": sac.actor, "critic": sac.critic, "critic_target": sac.critic_target}, update, extra
 
