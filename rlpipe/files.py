@@ -206,3 +206,42 @@ def atomic_write_text(path: str | os.PathLike, text: str, *, write_through: bool
     """Write ``text`` to ``path`` atomically (see :func:`atomic_output`)."""
     with atomic_output(path, write_through=write_through) as tmp:
         tmp.write_text(text)
+
+
+USER_KEY_BYTES = 32
+
+
+def user_cache_dir() -> Path:
+    """rlpipe's folder in the user's cache: $RLPIPE_CACHE_DIR, else $XDG_CACHE_HOME/rlpipe, else ~/.cache/rlpipe."""
+    if os.environ.get("RLPIPE_CACHE_DIR"):
+        return Path(os.environ["RLPIPE_CACHE_DIR"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rlpipe"
+
+
+def user_key() -> bytes | None:
+    """A secret only this user can read, made once in `user_cache_dir` (mode 0600): what signs
+    the caches rlpipe keeps in places others may write (a dataset store's verification cache).
+    None when it cannot be made or is not this user's private regular file: nothing is trusted then."""
+    folder = user_cache_dir()
+    key_path = folder / "verify.key"
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not key_path.exists():
+            fresh = folder / f".verify.key.{uuid.uuid4().hex}"
+            descriptor = os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(descriptor, "wb") as handle:
+                handle.write(os.urandom(USER_KEY_BYTES))
+            try:
+                os.link(fresh, key_path)  # atomic: of two first runs at once, one key wins
+            except FileExistsError:
+                pass
+            finally:
+                fresh.unlink()
+        descriptor = os.open(key_path, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(descriptor, "rb") as handle:
+            facts = os.fstat(handle.fileno())
+            private = stat.S_ISREG(facts.st_mode) and facts.st_uid == os.getuid() and not facts.st_mode & 0o077
+            key = handle.read(USER_KEY_BYTES + 1)
+    except OSError:
+        return None
+    return key if private and len(key) == USER_KEY_BYTES else None

@@ -209,7 +209,7 @@ def test_a_shard_checked_before_is_checked_again_when_metadata_changes(store: Pa
     the content hash does not cover) makes them run again."""
     path = write(store, synthetic_rows([30] * 10, BOX, gym.spaces.Discrete(4)), gym.spaces.Discrete(4))
     load_dataset("data", store)
-    cache = json.loads((store / ".verified" / "data.json").read_text())
+    cache = json.loads((store / ".verified" / "data.json").read_text())["entries"]
     assert cache[SHARD]["checked"]
     with monkeypatch.context() as patched:
         patched.setattr(RowChecks, "_chunk", lambda *args: pytest.fail("a remembered shard was checked again"))

@@ -4,12 +4,16 @@ becomes a path stays under its root."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
 import os
 import re
 from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
+import pyarrow as pa
 import pytest
 
 import rlpipe.datasets.loader as loader
@@ -18,6 +22,7 @@ from rlpipe.datasets.loader import VERIFIED_DIR, load_dataset
 from rlpipe.datasets.store import is_dataset_dir
 from rlpipe.datasets.writer import write_rows
 from rlpipe.errors import RlpipeError
+from rlpipe.files import user_cache_dir, user_key
 from rlpipe.pipeline.sweep import sweep_dir
 from tests.test_dataset_store import BOX, synthetic_rows
 
@@ -316,3 +321,60 @@ def test_a_linked_cache_folder_is_neither_read_nor_written(store: Path, tmp_path
     load_dataset("data", store)
     assert hashed  # not trusted: hashed again
     assert {p.name: p.read_bytes() for p in elsewhere.iterdir()} == before
+
+
+def forge_cache(store: Path, name: str = "data", key: bytes | None = None) -> None:
+    """Rewrite the store's verification cache as anyone who can write the store can: each
+    shard's entry made to match the file as it is now, its old signature kept (or, with the
+    user's `key`, signed again: what only the user can do)."""
+    cache_path = store / VERIFIED_DIR / f"{name}.json"
+    signed = json.loads(cache_path.read_text())
+    meta = json.loads((store / name / "metadata.json").read_text())
+    for rel, entry in signed["entries"].items():
+        facts = (store / name / rel).stat()
+        entry["key"] = [facts.st_ino, facts.st_size, facts.st_mtime_ns, facts.st_ctime_ns, meta["files"][rel]["sha256"]]
+    if key is not None:
+        message = f"{os.path.realpath(store / name)}\n{json.dumps(signed['entries'], sort_keys=True)}".encode()
+        signed["mac"] = hmac.new(key, message, hashlib.sha256).hexdigest()
+    cache_path.write_text(json.dumps(signed))
+
+
+def test_a_forged_verification_cache_vouches_for_nothing(store: Path, cli) -> None:
+    """A shard edited in place (an action out of the space) after a load cached its hash and
+    checks, and its cache entry rewritten to match the edited file: the signature no longer
+    matches, so the shard is hashed again and refused. The control signs the same forged
+    entries with the user's key: then the edit is trusted, so the signature is what refuses it."""
+    path = write(store)
+    load_dataset("data", store)
+    shard = path / "steps" / "shard-00000.arrow"
+    table = pa.ipc.open_file(str(shard)).read_all()
+    actions = table.column("action").to_numpy().copy()
+    actions[4] = 7
+    table = table.set_column(table.schema.get_field_index("action"), table.schema.field("action"), pa.array(actions))
+    with pa.OSFile(str(shard), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    forge_cache(store)
+    with pytest.raises(RlpipeError, match="sha256 differs"):
+        load_dataset("data", store)
+    one_line_exit_2(cli("datasets", "inspect", "data", "--store", store), "sha256 differs")
+    forge_cache(store, key=user_key())
+    assert load_dataset("data", store).action[4] == 7
+
+
+@pytest.mark.parametrize("problem", ["shared", "unwritable"])
+def test_without_a_private_key_nothing_is_cached(store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, problem: str) -> None:
+    """A key others can read, or no key at all (a cache folder that cannot be made): every load
+    hashes the shards, and no cache is written that a later load might trust."""
+    if problem == "shared":
+        monkeypatch.setenv("RLPIPE_CACHE_DIR", str(tmp_path / "cache"))
+        user_key()
+        (user_cache_dir() / "verify.key").chmod(0o644)
+    else:
+        (tmp_path / "file").write_text("")
+        monkeypatch.setenv("RLPIPE_CACHE_DIR", str(tmp_path / "file" / "cache"))
+    assert user_key() is None
+    write(store)
+    hashed = count_hashes(monkeypatch)
+    load_dataset("data", store)
+    load_dataset("data", store)
+    assert len(hashed) == 2 and not (store / VERIFIED_DIR / "data.json").exists()

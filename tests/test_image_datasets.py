@@ -15,6 +15,7 @@ import polars as pl
 import pyarrow as pa
 import pytest
 import torch
+from minari.serialization import serialize_space
 
 import tests.image_env  # noqa: F401  (registers TinyFrames-v0)
 from rlpipe.datasets.codec import FRAME_CODEC
@@ -25,6 +26,7 @@ from rlpipe.datasets.store import DatasetInfo, open_dataset
 from rlpipe.datasets.validate import validate_dataset
 from rlpipe.datasets.writer import write_rows
 from rlpipe.errors import RlpipeError
+from rlpipe.files import sha256_file
 from rlpipe.training.sampler import MappedSampler, TransitionSampler
 
 COLUMNS = ("obs", "action", "reward", "next_obs", "terminated", "truncated", "episode_id", "step")
@@ -156,7 +158,10 @@ def test_uint8_frames_are_stored_compressed_and_read_back_identical(store: Path,
     raw = 2 * rows["obs"].nbytes
     assert shard_bytes(info) < raw / 20, (shard_bytes(info), raw)
     table = pa.ipc.open_file(str(info.shard_paths[0])).read_all()
-    assert table.schema.field("obs").type == pa.large_binary() and table.schema.field("obs").metadata == {b"rlpipe.frame_codec": b"lz4_raw"}
+    assert table.schema.field("obs").type == pa.large_binary() and table.schema.field("obs").metadata == {
+        b"rlpipe.frame_codec": b"lz4_raw",
+        b"rlpipe.frame_shape": b"[84, 84, 1]",
+    }
     assert table.column("next_obs").null_count == len(table) - 6  # stored at the 6 episode ends only
     data = load_dataset("atari", store)
     for column in COLUMNS:
@@ -243,3 +248,53 @@ def test_an_unknown_frame_codec_makes_the_dataset_broken(store: Path) -> None:
     (info.path / "metadata.json").write_text(json.dumps(metadata))
     with pytest.raises(RlpipeError, match="'frame_codec' is 'zstd'"):
         open_dataset("atari", store)
+
+
+def rehashed(info: DatasetInfo, table: pa.Table | None = None, **metadata_changes) -> DatasetInfo:
+    """`info`'s dataset with its first shard replaced by `table` and/or metadata fields
+    changed, sizes and hashes re-recorded: consistent to every hash, as a forger makes it."""
+    meta = json.loads((info.path / "metadata.json").read_text())
+    if table is not None:
+        shard = info.shard_paths[0]
+        with pa.OSFile(str(shard), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table)
+        meta["files"][info.shard_rels[0]] = {"sha256": sha256_file(shard), "bytes": shard.stat().st_size}
+    meta.update(metadata_changes)
+    (info.path / "metadata.json").write_text(json.dumps(meta))
+    return open_dataset(info.name, info.path.parent)
+
+
+def refused_everywhere(info: DatasetInfo, message: str) -> None:
+    """validate names `message`; loading and both samplers refuse the dataset in one error."""
+    problems = validate_dataset(info)
+    assert any(message in problem for problem in problems), problems
+    with pytest.raises(RlpipeError):
+        load_dataset(info.name, info.path.parent)
+    with pytest.raises(RlpipeError):
+        MappedSampler(MappedTransitions(info, resident_bytes=0)).sample(4)
+
+
+@pytest.mark.parametrize("kept_bytes", [1, 80, 84 * 84 // 2])
+def test_a_short_but_valid_block_is_refused_not_padded_with_stray_memory(store: Path, kept_bytes: int) -> None:
+    """A row's block replaced by a valid LZ4 block of fewer bytes than a frame, the shard
+    re-hashed: the decoder's reported length refuses it (pyarrow's would return the frame's
+    size with uninitialised memory after the block's bytes)."""
+    info = write_frames(store, "short", atari_like_rows(episodes=2, length=10), fmt="arrow")
+    table = pa.ipc.open_file(str(info.shard_paths[0])).read_all()
+    blocks = table.column("obs").combine_chunks().to_pylist()
+    blocks[3] = pa.Codec(FRAME_CODEC).compress(b"\x07" * kept_bytes, asbytes=True)
+    table = table.set_column(table.schema.get_field_index("obs"), table.schema.field("obs"), pa.array(blocks, pa.large_binary()))
+    refused_everywhere(rehashed(info, table), f"obs frame at row 3 does not decode (it holds {kept_bytes} bytes, not {84 * 84})")
+
+
+@pytest.mark.parametrize("shape", [(84, 84, 2), (84, 84, 8), (42, 168, 1)])
+def test_an_observation_space_edited_away_from_the_frames_is_refused(store: Path, shape: tuple[int, ...]) -> None:
+    """metadata.json's observation space edited to another shape (larger: frames would be
+    padded; the same size reshaped: every length check passes): the shards' recorded frame
+    shape refuses it before a frame is decoded."""
+    info = write_frames(store, "edited", atari_like_rows(episodes=2, length=10), fmt="arrow")
+    assert json.loads(pa.ipc.open_file(str(info.shard_paths[0])).schema.field("obs").metadata[b"rlpipe.frame_shape"]) == [84, 84, 1]
+    space = serialize_space(gym.spaces.Box(0, 255, shape, np.uint8))
+    refused_everywhere(
+        rehashed(info, observation_space=space), f"holds frames of shape [84, 84, 1], the dataset's observation space has {list(shape)}"
+    )

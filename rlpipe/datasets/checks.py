@@ -26,7 +26,7 @@ import gymnasium as gym
 import numpy as np
 import pyarrow as pa
 
-from rlpipe.datasets.codec import is_frame_column, unchained_null
+from rlpipe.datasets.codec import frame_shape_problem, is_frame_column, unchained_null
 from rlpipe.datasets.schema import INFO_COLUMNS, Columnar, map_columnar, non_finite_allowed, non_finite_problem
 from rlpipe.datasets.store import DatasetInfo
 
@@ -45,6 +45,11 @@ def batch_problems(batch: pa.RecordBatch, expected: pa.Schema) -> list[str]:
     if nulls:
         return [f"holds nulls in {', '.join(nulls)}"]
     following = batch.column("next_obs")
+    if is_frame_column(following):
+        shapes = (frame_shape_problem(batch.schema.field(name), expected.field(name)) for name in ("obs", "next_obs"))
+        wrong = next((problem for problem in shapes if problem is not None), None)
+        if wrong is not None:
+            return [wrong]
     row = unchained_null(following, batch.column("episode_id").to_numpy()) if is_frame_column(following) else None
     return [] if row is None else [f"has a null next_obs at row {row}, the last row of its episode (null stands for the next row's obs)"]
 

@@ -17,7 +17,10 @@ would slow.
 
 from __future__ import annotations
 
+import json
+
 import gymnasium as gym
+import lz4.block
 import numpy as np
 import pyarrow as pa
 
@@ -26,6 +29,7 @@ from rlpipe.errors import RlpipeError
 
 FRAME_CODEC = "lz4_raw"
 CODEC_FIELD_KEY = b"rlpipe.frame_codec"
+SHAPE_FIELD_KEY = b"rlpipe.frame_shape"  # the frames' shape as the writer held it: a reader checks the space against it
 _CODEC = pa.Codec(FRAME_CODEC)
 
 
@@ -49,9 +53,27 @@ def check_frame_codec(codec: object, space: gym.Space) -> None:
         raise RlpipeError(f"'frame_codec' is set, but the observation space {space} is not a uint8 image")
 
 
-def frame_field(name: str, nullable: bool = False) -> pa.Field:
-    """The Arrow field of a compressed image column."""
-    return pa.field(name, pa.large_binary(), nullable=nullable, metadata={CODEC_FIELD_KEY: FRAME_CODEC.encode()})
+def frame_field(name: str, shape: tuple[int, ...], nullable: bool = False) -> pa.Field:
+    """The Arrow field of a compressed image column of frames of `shape`."""
+    metadata = {CODEC_FIELD_KEY: FRAME_CODEC.encode(), SHAPE_FIELD_KEY: json.dumps(list(shape)).encode()}
+    return pa.field(name, pa.large_binary(), nullable=nullable, metadata=metadata)
+
+
+def frame_shape_problem(field: pa.Field, expected: pa.Field) -> str | None:
+    """Why a shard's image column `field` does not hold the frames `expected` (the dataset's
+    spaces imply) does, or None. A field records the shape it was written with; shards written
+    before rlpipe recorded it carry none, and only the decoder's length check guards them."""
+    recorded = (field.metadata or {}).get(SHAPE_FIELD_KEY)
+    if recorded is None:
+        return None
+    wanted = json.loads(expected.metadata[SHAPE_FIELD_KEY])
+    try:
+        written = json.loads(recorded)
+    except (ValueError, UnicodeDecodeError):
+        return f"column {field.name!r} records an unreadable frame shape"
+    if written != wanted:
+        return f"column {field.name!r} holds frames of shape {written}, the dataset's observation space has {wanted}"
+    return None
 
 
 def is_frame_column(column: pa.Array) -> bool:
@@ -86,10 +108,11 @@ def block_bounds(column: pa.Array) -> np.ndarray:
 
 def decode_block(block: bytes | memoryview, out: np.ndarray) -> None:
     """Decode one block into `out` (one frame's bytes, a 1-D uint8 row); ValueError unless it
-    holds exactly that many bytes."""
+    holds exactly that many bytes. python-lz4 returns the bytes the decoder wrote: pyarrow's
+    codec returns the size asked for, its tail uninitialised memory when the block holds less."""
     try:
-        frame = _CODEC.decompress(block, decompressed_size=len(out), asbytes=True)
-    except (OSError, pa.ArrowException) as exc:
+        frame = lz4.block.decompress(block, uncompressed_size=len(out))
+    except (lz4.block.LZ4BlockError, ValueError) as exc:
         raise ValueError(str(exc).strip().rstrip(".")) from None
     if len(frame) != len(out):
         raise ValueError(f"it holds {len(frame)} bytes, not {len(out)}")

@@ -3,7 +3,8 @@ Torch-free; the torch sampler over these arrays is `rlpipe.training.sampler.Tran
 
 Loading verifies what it reads: each shard's sha256 against metadata.json (computed once
 and cached in `<store>/.verified/<name>.json` by inode, size, mtime and ctime, so a changed
-file is hashed again), then the checks of `rlpipe.datasets.checks` (schema, nulls, the rows'
+file is hashed again; the cache is signed with the user's key, `rlpipe.files.user_key`,
+since anyone who can write the store can write it too), then the checks of `rlpipe.datasets.checks` (schema, nulls, the rows'
 invariant, finite floats unless the user opts in, actions in the space, chained next_obs,
 the counts of metadata), the same code `datasets validate` runs. Compressed image columns
 (`rlpipe.datasets.codec`) are decoded, null next_obs rows filled from the next row's obs, so
@@ -13,6 +14,7 @@ every reader gets plain arrays.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import os
 from dataclasses import dataclass
@@ -28,7 +30,7 @@ from rlpipe.datasets.schema import INFO_COLUMNS, Columnar, concat_columnar, from
 from rlpipe.datasets.store import METADATA_FILE, DatasetInfo, open_dataset
 from rlpipe.envs.spaces import space_from_json
 from rlpipe.errors import RlpipeError
-from rlpipe.files import MAX_JSON_BYTES, atomic_write_text, read_limited, sha256_file
+from rlpipe.files import MAX_JSON_BYTES, atomic_write_text, read_limited, sha256_file, user_key
 
 
 @dataclass
@@ -74,12 +76,8 @@ class ShardVerifier:
     def __init__(self, info: DatasetInfo) -> None:
         self.info = info
         self.cache_path = info.path.parent / VERIFIED_DIR / f"{info.path.name}.json"
-        try:  # a cache that is a link, a special file or oversized is missing: the shards are hashed again
-            self.cache = json.loads(read_limited(self.cache_path, MAX_JSON_BYTES)) if not self.cache_path.parent.is_symlink() else {}
-        except (OSError, ValueError, RecursionError):
-            self.cache = {}
-        if not isinstance(self.cache, dict):
-            self.cache = {}
+        self._user_key = user_key()
+        self.cache = self._load_cache()
         self._changed = False
         self.info_space = info_space_of(info)
         self.schema = step_schema(
@@ -87,7 +85,26 @@ class ShardVerifier:
         )
         self.checks = RowChecks(info)
 
-    def _key(self, rel: str) -> list[int | str]:
+    def _load_cache(self) -> dict:
+        """The cache's entries when the user's key signed them for this dataset; else none (the
+        shards are hashed again). A link, a special file or an oversized cache is missing too."""
+        if self._user_key is None or self.cache_path.parent.is_symlink():
+            return {}
+        try:
+            signed = json.loads(read_limited(self.cache_path, MAX_JSON_BYTES))
+        except (OSError, ValueError, RecursionError):
+            return {}
+        if not isinstance(signed, dict) or not isinstance(signed.get("entries"), dict) or not isinstance(signed.get("mac"), str):
+            return {}
+        return signed["entries"] if hmac.compare_digest(signed["mac"], self._mac(signed["entries"])) else {}
+
+    def _mac(self, entries: dict) -> str:
+        """The cache's signature: HMAC-SHA256 under the user's key over the dataset's real path and the entries."""
+        assert self._user_key is not None
+        message = f"{os.path.realpath(self.info.path)}\n{json.dumps(entries, sort_keys=True)}".encode()
+        return hmac.new(self._user_key, message, hashlib.sha256).hexdigest()
+
+    def _file_key(self, rel: str) -> list[int | str]:
         stat = (self.info.path / rel).stat()
         return [stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, self.info.metadata["files"][rel]["sha256"]]
 
@@ -97,7 +114,7 @@ class ShardVerifier:
         if not path.is_file():
             raise RlpipeError(f"dataset {self.info.name!r} is missing {rel} (run `rlpipe datasets validate`)")
         entry = self.cache.get(rel)
-        key = self._key(rel)
+        key = self._file_key(rel)
         if isinstance(entry, dict) and entry.get("key") == key:
             return
         if sha256_file(path) != self.info.metadata["files"][rel]["sha256"]:
@@ -151,13 +168,14 @@ class ShardVerifier:
 
     def save(self) -> None:
         """Remember what was verified (best effort: a read-only store just re-hashes next time)."""
-        if not self._changed:
+        if not self._changed or self._user_key is None:
             return
         try:
             self.cache_path.parent.mkdir(exist_ok=True)
             if self.cache_path.parent.is_symlink():  # never write through a link out of the store
                 return
-            atomic_write_text(self.cache_path, json.dumps(self.cache, sort_keys=True), write_through=False)
+            signed = {"entries": self.cache, "mac": self._mac(self.cache)}
+            atomic_write_text(self.cache_path, json.dumps(signed, sort_keys=True), write_through=False)
         except OSError:
             pass
 

@@ -73,7 +73,7 @@ def step_schema(
     is given; compressed image columns, next_obs nullable, with a `frame_codec`)."""
     check_frame_codec(frame_codec, observation_space)
     obs, next_obs = (
-        (frame_field("obs"), frame_field("next_obs", nullable=True))
+        (frame_field("obs", observation_space.shape), frame_field("next_obs", observation_space.shape, nullable=True))
         if frame_codec
         else (pa.field(name, arrow_type(observation_space), nullable=False) for name in ("obs", "next_obs"))
     )
