@@ -3,8 +3,11 @@ with recovery, stale work files, signals, bad paths and bad metadata."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from rlpipe.datasets.atomic import FAULT_ENV, FAULT_EXIT_CODE, json_text
+from rlpipe.datasets.atomic import FAULT_ENV, FAULT_EXIT_CODE, delete_directory, json_text, tree_digest
 from rlpipe.datasets.loader import load_dataset
 from rlpipe.datasets.store import list_datasets, open_dataset, store_entries
 from rlpipe.datasets.validate import validate_dataset
@@ -300,6 +303,44 @@ def test_split_sigkilled_between_the_sides_leaves_both_or_neither(store: Path, c
     assert ("data-val" in listed.out) == ("data-train" in listed.out) == (step == "group-first-moved")
 
 
+@pytest.mark.parametrize("signature", ["none", "another key"])
+def test_a_planted_journal_never_replaces_a_dataset(store: Path, cli, signature: str) -> None:
+    """A `.group-*` journal and a `.tmp-*-cp` directory holding other data, planted beside
+    dataset `cp` by anyone who can write the store: a read command leaves `cp` as it was and
+    deletes the planted leftovers (a journal the user's key did not sign is not rlpipe's)."""
+    write(store, "cp")
+    write(store, "other", lengths=(7,) * 3)
+    before = open_dataset("cp", store).metadata["total_steps"]
+    planted = store / ".tmp-0badc0de-cp"
+    shutil.copytree(store / "other", planted)
+    members = [{"name": "cp", "temp": planted.name, "digest": tree_digest(planted)}]
+    mac = None
+    if signature == "another key":
+        message = f"{os.path.realpath(store)}\n{json.dumps(members, sort_keys=True)}".encode()
+        mac = hmac.new(b"\x01" * 32, message, hashlib.sha256).hexdigest()
+    (store / ".group-0badc0de").write_text(json.dumps({"members": members, "mac": mac}))
+    inspected = cli("datasets", "inspect", "cp", "--store", store)
+    assert inspected.code == 0, inspected.err
+    assert open_dataset("cp", store).metadata["total_steps"] == before == 300
+    store_entries(store)
+    assert store_contents(store) == ["cp", "other"]
+
+
+def test_a_journal_whose_data_changed_after_the_commit_is_not_rolled_forward(store: Path) -> None:
+    """A split killed just after its commit, then one file of a staged side changed: the
+    journal's digest no longer matches, so the sides are not published (the control, the same
+    kill untouched, publishes both: test_split_killed_at_each_step_leaves_both_sides_or_neither)."""
+    write(store)
+    args = [RLPIPE, "datasets", "split", "data", "--val", "0.25", "--store", str(store)]
+    proc = subprocess.run(args, env={**os.environ, FAULT_ENV: "group-committed"}, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == FAULT_EXIT_CODE, proc.stderr
+    staged = next(store.glob(".tmp-*-data-val"))
+    with open(staged / "metadata.json", "a") as f:
+        f.write(" ")
+    store_entries(store)
+    assert store_contents(store) == ["data"]
+
+
 def test_remove_is_locked_and_leaves_nothing(store: Path, cli) -> None:
     write(store)
     holder = hold_writer(store, "data")
@@ -322,6 +363,25 @@ def test_killed_writer_leftovers_are_cleaned_by_the_next_writer(store: Path) -> 
     assert [p for p in store_contents(store) if p.startswith(".tmp-")]
     write(store, "b")
     assert store_contents(store) == ["b"]
+
+
+def test_a_trash_killed_while_being_deleted_is_cleaned(store: Path, cli) -> None:
+    """`filter --force` killed while deleting the old version leaves `.rm-<id>-.trash-<id>-flt`
+    (as earlier rlpipe named it): its name is parsed down to `flt`, and the next listing
+    deletes it; deleting a trash now names it for its dataset (`.rm-<id>-flt`)."""
+    write(store, "flt")
+    leaked = store / ".rm-0000abcd-.trash-1234abcd-flt"
+    shutil.copytree(store / "flt", leaked)
+    assert cli("datasets", "list", "--store", store).code == 0
+    assert store_contents(store) == ["flt"]
+    trash = store / ".trash-1234abcd-flt"
+    shutil.copytree(store / "flt", trash)
+    renamed: list[str] = []
+    real_rename = os.rename
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setattr(os, "rename", lambda source, target: renamed.append(Path(target).name) or real_rename(source, target))
+        delete_directory(trash)
+    assert len(renamed) == 1 and renamed[0].startswith(".rm-") and renamed[0].endswith("-flt") and ".trash-" not in renamed[0]
 
 
 SWALLOWED_SIGINT = """

@@ -25,6 +25,11 @@ the journal is deleted. Before the commit, recovery deletes the temporaries as a
 of the names changed); after it, `recover` of any one of the names rolls the whole group
 forward (it takes the other names' locks, and refuses with a one-line error while one of them
 is in use), so every reader that recovers first sees all of the group new or all of it as before.
+Anyone who can write the parent can plant a journal, so a journal carries an HMAC under the
+user's key (`rlpipe.files.user_key`) over the parent's real path, its members and a digest of
+each temporary directory (`tree_digest`): one whose signature or digests do not verify is
+never rolled forward (nor is any journal when the key cannot be had), and its temporaries are
+deleted as a writer's leftovers.
 
 Clean-up stays inside what rlpipe owns. A *root* is a directory rlpipe created or found empty
 when it first published there (it writes `.rlpipe-root` into it), or one holding a `.locks`
@@ -40,6 +45,8 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import hashlib
+import hmac
 import json
 import os
 import re
@@ -52,7 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from rlpipe.errors import RlpipeError
-from rlpipe.files import fsync_path, read_limited
+from rlpipe.files import fsync_path, read_limited, sha256_file, user_key
 from rlpipe.names import confined_path as confined_path  # re-exported: sweep and run names are checked in rlpipe.names
 
 LOCK_DIR = ".locks"
@@ -65,6 +72,7 @@ _LEFTOVER_RE = re.compile(r"^\.(tmp|trash|rm)-([0-9a-f]{8})-(.+)$")
 GROUP_PREFIX = ".group-"  # the journal of a group publish (`commit_group`)
 _GROUP_RE = re.compile(r"\.group-[0-9a-f]{8}")
 _GROUP_STAGING = ".rlpipe-group"  # the journal before its commit, inside the group's first temporary directory
+_DIGESTED_FILE_BYTES = 1 << 20  # files up to this size enter a tree's digest by content (metadata, which hashes the rest)
 # Test hook: `RLPIPE_FAULT_AT=<step>` kills the process (os._exit) at that step of a publish.
 FAULT_ENV = "RLPIPE_FAULT_AT"
 FAULT_EXIT_CODE = 86
@@ -282,8 +290,15 @@ def _leftovers(parent: Path) -> list[tuple[str, str, Path]]:
     for entry in entries:
         match = _LEFTOVER_RE.fullmatch(entry.name)
         if match:
-            found.append((match.group(1), match.group(3), Path(entry.path)))
+            found.append((match.group(1), _base_name(match.group(3)), Path(entry.path)))
     return found
+
+
+def _base_name(name: str) -> str:
+    """The published name under leftover prefixes: a trash being deleted is `.rm-<id>-.trash-<id>-<name>`."""
+    while match := _LEFTOVER_RE.fullmatch(name):
+        name = match.group(3)
+    return name
 
 
 def recover(parent: Path, name: str, is_complete: Callable[[Path], bool]) -> None:
@@ -323,13 +338,41 @@ def _journals(parent: Path) -> list[tuple[Path, list[tuple[str, str]] | None]]:
     return [(path, _read_journal(path)) for path in entries]
 
 
+def tree_digest(root: Path) -> str:
+    """sha256 over a directory's files: each one's relative path and size, and the content of
+    those up to 1 MiB (a dataset's metadata.json, which holds the sha256 of its shards)."""
+    digest = hashlib.sha256()
+    for directory, folders, files in sorted(os.walk(root)):
+        folders.sort()
+        for name in sorted(files):
+            path = Path(directory) / name
+            size = path.lstat().st_size
+            content = sha256_file(path) if size <= _DIGESTED_FILE_BYTES and not path.is_symlink() else "-"
+            digest.update(f"{path.relative_to(root)}\0{size}\0{content}\n".encode())
+    return digest.hexdigest()
+
+
+def _journal_mac(key: bytes, parent: Path, members: list[dict[str, str]]) -> str:
+    message = f"{os.path.realpath(parent)}\n{json.dumps(members, sort_keys=True)}".encode()
+    return hmac.new(key, message, hashlib.sha256).hexdigest()
+
+
+def _journal_text(parent: Path, members: list[tuple[str, str]], key: bytes | None) -> str:
+    """A group's journal: its members with their temporary directories' digests, signed."""
+    listed = [{"name": name, "temp": temp, "digest": tree_digest(parent / temp)} for name, temp in members]
+    return json.dumps({"members": listed, "mac": None if key is None else _journal_mac(key, parent, listed)})
+
+
 def _read_journal(path: Path) -> list[tuple[str, str]] | None:
+    """A journal's (name, temporary directory) members; None unless the user's key signed it
+    for this folder and every temporary directory still there holds what it held at the commit."""
+    key = user_key()
     try:
         data = json.loads(read_limited(path))
     except (OSError, ValueError, RecursionError):
         return None
     raw = data.get("members") if isinstance(data, dict) else None
-    if not isinstance(raw, list) or not raw:
+    if key is None or not isinstance(raw, list) or not raw or not isinstance(data.get("mac"), str):
         return None
     members: list[tuple[str, str]] = []
     for member in raw:
@@ -338,6 +381,12 @@ def _read_journal(path: Path) -> list[tuple[str, str]] | None:
         if not match or match.group(1) != "tmp" or match.group(3) != name or "/" in match.group(3) or match.group(3) in (".", ".."):
             return None  # not one of ours: never rename what it names
         members.append((match.group(3), match.group(0)))
+    if not hmac.compare_digest(data["mac"], _journal_mac(key, path.parent, raw)):
+        return None  # not written by this user's rlpipe
+    for member in raw:
+        staged = path.parent / member["temp"]
+        if staged.is_dir() and not staged.is_symlink() and tree_digest(staged) != member.get("digest"):
+            return None  # changed since the commit
     return members
 
 
@@ -434,8 +483,9 @@ def recover_all(parent: Path, is_complete: Callable[[Path], bool], skip: str | N
 
 
 def delete_directory(path: Path) -> None:
-    """Remove a directory so that no reader ever sees it half deleted (rename, then delete)."""
-    doomed = path.with_name(f"{REMOVE_PREFIX}{uuid.uuid4().hex[:8]}-{path.name}")
+    """Remove a directory so that no reader ever sees it half deleted (rename, then delete);
+    a leftover (a trash) is renamed for the name it belonged to, which recovery cleans."""
+    doomed = path.with_name(f"{REMOVE_PREFIX}{uuid.uuid4().hex[:8]}-{_base_name(path.name)}")
     os.rename(path, doomed)
     fsync_path(path.parent)
     shutil.rmtree(doomed)
@@ -538,9 +588,10 @@ def commit_group(stages: Sequence[StagedDirectory]) -> list[Path]:
     fault_point("group-synced")
     members = [(stage.final.name, stage.path.name) for stage in stages]
     staging, journal = stages[0].path / _GROUP_STAGING, parent / f"{GROUP_PREFIX}{uuid.uuid4().hex[:8]}"
+    text = _journal_text(parent, members, user_key())
     fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     try:
-        os.write(fd, json.dumps({"members": [{"name": name, "temp": temp} for name, temp in members]}).encode())
+        os.write(fd, text.encode())
         os.fsync(fd)
     finally:
         os.close(fd)
