@@ -189,14 +189,16 @@ def test_cql_penalty_matters_on_narrow_data(offline_store: Path, learning_seed: 
 @pytest.mark.heavy
 def test_cql_on_qr_dqn_learns_cartpole(offline_store: Path, learning_seed: int, record_property) -> None:
     """The QR-DQN base (50 quantiles) with the penalty on the quantiles' means matches the
-    expert too. Seeds 0-4 after at most 1500 updates: 466.9, 487.7, 462.3, 500.0, 500.0."""
+    expert too. The budget runs on until the expert's level (475) is reached, up to 5000
+    updates: at 1500 updates an Intel Xeon's seed 0 scored 358.1 (AMD EPYC 466.9), the
+    expert data itself differing from CPU to CPU. SEEDS_NOTE"""
     cql = get_algo("cql")
     config = cql.make_config(
         "CartPole-v1",
         dataset="cartpole-expert",
         store=str(offline_store),
         quantiles=50,
-        updates=1500,
+        updates=5000,
         eval_every=500,
         stop_at_return=475.0,
         seed=learning_seed,
