@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 from rlpipe.datasets.loader import TransitionArrays, load_dataset
 from rlpipe.datasets.store import DatasetInfo, list_datasets, open_dataset
-from rlpipe.errors import RlpipeError
+from rlpipe.errors import ArgumentTypeError, RlpipeError
+from rlpipe.limits import MAX_ENV_STEPS, MAX_EPISODES, check_count, check_seed
 
 if TYPE_CHECKING:
     from rlpipe.algos.policy import LoadedPolicy
@@ -69,6 +70,11 @@ def collect(
     """
     from rlpipe.pipeline.collect import collect_dataset
 
+    _check_text("env_id", env_id)
+    for argument, count in (("episodes", episodes), ("steps", steps), ("expert_steps", expert_steps)):
+        if count is not None:
+            check_count(count, argument, MAX_ENV_STEPS)
+    check_seed(seed)
     return collect_dataset(
         env_id,
         expert=expert,
@@ -93,6 +99,8 @@ def make_config(
     then ``settings`` (config field names, values checked against the fields' types)."""
     from rlpipe.pipeline.runs import prepare_run
 
+    _check_text("env", env, optional=True)
+    _check_text("dataset", dataset, optional=True)
     # run_dir given so that no default run directory is named: where a run goes is train's `out`
     return prepare_run(algo, env_id=env, dataset=dataset, store=store, settings=_typed(algo, settings), run_dir=".").config
 
@@ -143,12 +151,16 @@ def evaluate(policy: LoadedPolicy | PathLike, episodes: int = 10, seed: int = 0,
     """Run ``episodes`` whole episodes of ``policy`` (a `LoadedPolicy` or a run
     directory) in its env, or in ``env_id``; episode ``k`` resets its env with ``seed + k``.
     Returns the mean and standard deviation of the returns, and each episode's return and length."""
+    from rlpipe.algos.policy import LoadedPolicy
     from rlpipe.training.evaluation import evaluate as run_episodes
 
+    check_count(episodes, "episodes", MAX_EPISODES)
+    check_seed(seed)
+    _check_text("env_id", env_id, optional=True)
     if isinstance(policy, str | os.PathLike):
         policy = load_policy(policy)
-    if episodes < 1:
-        raise RlpipeError(f"episodes must be at least 1, got {episodes}")
+    if not isinstance(policy, LoadedPolicy):
+        raise ArgumentTypeError(f"policy={policy!r}: expected a LoadedPolicy (rlpipe.load_policy) or a run directory")
     return run_episodes(policy, env_id or policy.env_id, episodes, seed)
 
 
@@ -164,13 +176,22 @@ def sampler(
     ``frame_stack`` k > 1, obs and next_obs are ``[B, k, *frame]``: each row's episode's last
     k frames, the first frame repeated before the episode's start."""
     from rlpipe.datasets.mapped import MappedTransitions
+    from rlpipe.training.env import resolve_device
     from rlpipe.training.offline import sample_from_maps
     from rlpipe.training.sampler import MappedSampler, TransitionSampler
 
+    check_seed(seed)
+    resolve_device(device)  # "tpu", or "cuda" without a GPU: one line before the dataset is read
     info = open_dataset(dataset, store)
     if sample_from_maps(info):
         return MappedSampler(MappedTransitions(info), device, seed, frame_stack=frame_stack)
     return TransitionSampler(load_dataset(dataset, store), device, seed, frame_stack=frame_stack)
+
+
+def _check_text(argument: str, value: object, optional: bool = False) -> None:
+    """A TypeError naming ``argument`` unless ``value`` is a string (or None when ``optional``)."""
+    if not (isinstance(value, str) or (optional and value is None)):
+        raise ArgumentTypeError(f"{argument}={value!r}: expected a string{' or None' if optional else ''}")
 
 
 def _typed(algo: str, settings: dict[str, Any]) -> dict[str, Any]:

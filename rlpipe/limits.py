@@ -8,7 +8,9 @@ before anything is allocated or written.
 
 from __future__ import annotations
 
-from rlpipe.errors import RlpipeError
+import os
+
+from rlpipe.errors import ArgumentError, ArgumentTypeError
 
 # 0 <= seed < 2**32: NumPy's global seed (np.random.seed) takes no more, and the offsets added
 # to a seed (per env, per episode, evaluation and held-out episodes) stay far inside the 64-bit
@@ -34,6 +36,18 @@ MAX_RUN_FILE_BYTES = 16 << 20
 # Gradient updates of one fit (`rlpipe ope fqe --updates`, `rlpipe train --updates`): ten times D4RL's 10^6-update
 # offline runs, hours on any machine here, while --updates 10**18 ran until it was killed.
 MAX_UPDATES = 10_000_000
+# Env steps of one run (`--env-steps`, `--set env_steps=`, fine-tuning): five times Atari's
+# 200M frames, weeks on any machine here, while --env-steps 2**63 ran until it was killed.
+MAX_ENV_STEPS = 1_000_000_000
+# Episodes of one evaluation (`rlpipe eval --episodes`, `rlpipe.evaluate`, eval_episodes and
+# heldout_eval_episodes): D4RL's papers use 10-100; 2**63 hung in the first episode's loop.
+MAX_EPISODES = 1_000_000
+# Rows of one minibatch (`--set batch_size=`, `sampler(...).sample(n)`): 2**24 rows of a 17-dim
+# float32 observation and its successor are about 2.3 GiB, while 2**63 ended in a torch C++ error.
+MAX_BATCH_SIZE = 2**24
+# Torch threads per process, a small multiple of the machine's cores: --set torch_threads=100000
+# spawned threads until every process on the machine failed to fork.
+MAX_THREADS_PER_CORE = 4
 # An @FILE argument (`rlpipe datasets filter --episodes @ids.txt`): about two million ids. Read
 # up to this many bytes, a regular file only (@/dev/zero or a FIFO must not exhaust or hang).
 MAX_ARGUMENT_FILE_BYTES = 16 << 20
@@ -41,13 +55,27 @@ MAX_ARGUMENT_FILE_BYTES = 16 << 20
 
 def check_seed(seed: int, name: str = "seed") -> int:
     """``seed`` if 0 <= seed <= MAX_SEED, else an RlpipeError naming ``name`` and the range."""
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
-        raise RlpipeError(f"{name}={seed!r}: expected an integer from 0 to {MAX_SEED} (2**32 - 1)")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ArgumentTypeError(f"{name}={seed!r}: expected an integer from 0 to {MAX_SEED} (2**32 - 1)")
+    if not 0 <= seed <= MAX_SEED:
+        raise ArgumentError(f"{name}={seed!r}: expected an integer from 0 to {MAX_SEED} (2**32 - 1)")
     return seed
+
+
+def max_torch_threads() -> int:
+    """The most torch threads a run may ask for on this machine (its cores times MAX_THREADS_PER_CORE)."""
+    return MAX_THREADS_PER_CORE * (os.cpu_count() or 1)
+
+
+def check_count(value: int, name: str, at_most: int, at_least: int = 1) -> int:
+    """``value`` if it is an integer from ``at_least`` to ``at_most``, else an RlpipeError naming ``name`` and the range."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ArgumentTypeError(f"{name}={value!r}: expected an integer from {at_least} to {at_most}")
+    if not at_least <= value <= at_most:
+        raise ArgumentError(f"{name}={value!r}: expected an integer from {at_least} to {at_most}")
+    return value
 
 
 def check_num_envs(num_envs: int, name: str = "num_envs") -> int:
     """``num_envs`` if 1 <= num_envs <= MAX_NUM_ENVS, else an RlpipeError naming the limit."""
-    if isinstance(num_envs, bool) or not isinstance(num_envs, int) or not 1 <= num_envs <= MAX_NUM_ENVS:
-        raise RlpipeError(f"{name}={num_envs!r}: expected an integer from 1 to {MAX_NUM_ENVS}")
-    return num_envs
+    return check_count(num_envs, name, MAX_NUM_ENVS)

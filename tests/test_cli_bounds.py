@@ -10,7 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from rlpipe.limits import MAX_ARGUMENT_FILE_BYTES, MAX_BUFFER_SIZE, MAX_NUM_ENVS, MAX_SEED, MAX_UPDATES
+from rlpipe.limits import (
+    MAX_ARGUMENT_FILE_BYTES,
+    MAX_BATCH_SIZE,
+    MAX_BUFFER_SIZE,
+    MAX_ENV_STEPS,
+    MAX_EPISODES,
+    MAX_NUM_ENVS,
+    MAX_SEED,
+    MAX_UPDATES,
+    max_torch_threads,
+)
 from tests.conftest import store_contents
 from tests.test_collector import collect_dataset, train_tiny_ppo
 
@@ -123,6 +133,15 @@ def command(args: list[str], world: Path, out: Path) -> list[str]:
             ["train", "iql", "--dataset", "pendulum", "--finetune-env-steps", "4", "--set", "finetune_mixing_ratio=1.5"],
             "setting finetune_mixing_ratio=1.5: expected a number in [0, 1]",
         ),
+        # Counts that hung, exhausted the machine or ended in a torch C++ error.
+        (["train", "ppo", *CARTPOLE, "--env-steps", str(2**63)], f"setting env_steps={2**63}: expected at most {MAX_ENV_STEPS}"),
+        (
+            ["train", "ppo", *CARTPOLE, "--set", f"torch_threads={10**5}"],
+            f"setting torch_threads=100000: expected at most {max_torch_threads()}",
+        ),
+        (["train", "bc", "--dataset", "cartpole", "--set", f"batch_size={2**63}"], f"expected at most {MAX_BATCH_SIZE}"),
+        (["train", "bc", "--dataset", "cartpole", "--set", f"eval_episodes={2**63}"], f"expected at most {MAX_EPISODES}"),
+        (["eval", "RUN", "--episodes", str(2**63)], f"--episodes={2**63}: expected an integer from 1 to {MAX_EPISODES}"),
         (["ope", "fqe", "RUN", "--dataset", "cartpole", "--updates", str(10**18)], "Invalid value for '--updates'"),
         (["ope", "fqe", "RUN", "--dataset", "cartpole", "--updates", str(MAX_UPDATES + 1)], f"less than or equal to {MAX_UPDATES}"),
         (["export", "RUN", "--torchscript", "OUT/policy"], "(--torchscript): TorchScript needs a file name with an extension"),

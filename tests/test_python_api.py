@@ -64,8 +64,19 @@ def test_train_without_out_writes_nothing_and_with_out_writes_a_run(offline_stor
         rlpipe.train("bc", config, dataset="pendulum-mixed")
     with pytest.raises(RlpipeError, match="bc trains with a Config of rlpipe.algos.bc, not a Config"):
         rlpipe.train("bc", rlpipe.make_config("cql", dataset="pendulum-mixed", store=offline_store))
-    with pytest.raises(RlpipeError, match="episodes must be at least 1"):
-        rlpipe.evaluate(policy, episodes=0)
+    for call, error, message in [
+        (lambda: rlpipe.evaluate(policy, episodes=0), ValueError, "episodes=0: expected an integer from 1 to"),
+        (lambda: rlpipe.evaluate(policy, episodes=2**70), ValueError, "episodes=1180591620717411303424: expected an integer from 1"),
+        (lambda: rlpipe.evaluate(policy, seed=-1), ValueError, "seed=-1: expected an integer from 0"),
+        (lambda: rlpipe.evaluate(5), TypeError, "policy=5: expected a LoadedPolicy"),
+        (lambda: policy(np.zeros((4, 7), np.float32)), ValueError, r"obs of shape \(4, 7\) does not fit the bc policy of Pendulum-v1"),
+        (lambda: rlpipe.make_config("ppo", env=5), TypeError, "env=5: expected a string or None"),
+        (lambda: rlpipe.collect(5, episodes=1), TypeError, "env_id=5: expected a string"),
+        (lambda: rlpipe.collect("CartPole-v1", episodes=2.5, store=tmp_path / "store"), TypeError, "episodes=2.5: expected an integer"),
+    ]:
+        with pytest.raises(error, match=message):
+            call()
+    assert not (tmp_path / "store").exists()
 
 
 def test_sampler_draws_what_the_transition_sampler_draws(offline_store: Path) -> None:
@@ -76,6 +87,18 @@ def test_sampler_draws_what_the_transition_sampler_draws(offline_store: Path) ->
     assert set(ours.actions.flatten().tolist()) <= set(np.asarray(data.action, np.float32).flatten().tolist())  # env units
     with pytest.raises(RlpipeError, match="no-such-data"):
         rlpipe.sampler("no-such-data", store=offline_store)
+    sampler = rlpipe.sampler("pendulum-mixed", store=offline_store)
+    for call, error, message in [
+        (lambda: rlpipe.sampler("pendulum-mixed", store=offline_store, seed="x"), TypeError, "seed='x': expected an integer"),
+        (lambda: rlpipe.sampler("pendulum-mixed", store=offline_store, device="tpu"), ValueError, "unknown device 'tpu'"),
+        (lambda: sampler.sample(-1), ValueError, "batch_size=-1: expected an integer from 1 to"),
+        (lambda: sampler.sample(10**12), ValueError, "batch_size=1000000000000: expected an integer from 1 to"),
+    ]:
+        with pytest.raises(error, match=message):
+            call()
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="no CUDA device is available"):
+            rlpipe.sampler("pendulum-mixed", store=offline_store, device="cuda")
 
 
 def page_code() -> str:

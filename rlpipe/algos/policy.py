@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from rlpipe.errors import RlpipeError
+from rlpipe.errors import ArgumentError, RlpipeError
 
 if TYPE_CHECKING:
     from rlpipe.models.checkpoint import Checkpoint
@@ -36,7 +36,12 @@ class LoadedPolicy:
     _fn: Any = field(repr=False)
 
     def __call__(self, obs: np.ndarray) -> np.ndarray:
-        return self._fn(obs)
+        try:
+            return self._fn(obs)
+        except (RuntimeError, ValueError, IndexError, TypeError) as exc:  # torch's shape errors name no argument
+            found = getattr(obs, "shape", type(obs).__name__)
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ArgumentError(f"obs of shape {found} does not fit the {self.algo} policy of {self.env_id} ({first})") from exc
 
     @property
     def frame_stack(self) -> int:

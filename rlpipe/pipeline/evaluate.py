@@ -16,6 +16,7 @@ from rlpipe.algos.registry import get_algo, load_policy
 from rlpipe.datasets.atomic import recover_name
 from rlpipe.envs.multiagent import is_multi_agent
 from rlpipe.errors import RlpipeError
+from rlpipe.limits import MAX_EPISODES, check_count
 from rlpipe.models.checkpoint import read_meta
 from rlpipe.pipeline.experts import load_saved_actor
 from rlpipe.training.run import is_run_dir
@@ -44,6 +45,8 @@ def evaluate_saved_run(
     """Evaluate the run in ``run_dir`` over ``episodes`` episodes (episode k's env reset with
     ``seed + k``); ``adversary_run`` plays the adversaries of a multi-agent run (cross-play);
     ``video`` also records ``video_episodes`` episodes of a single-agent run."""
+    check_count(episodes, "--episodes", MAX_EPISODES)
+    check_count(video_episodes, "--video-episodes", MAX_EPISODES)
     recover_name(run_dir.absolute().parent, run_dir.name, is_run_dir)  # a replace that crashed midway is rolled back first
     if video is not None:
         from rlpipe.pipeline.video import check_video_path

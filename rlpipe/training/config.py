@@ -16,8 +16,18 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_
 import yaml
 
 from rlpipe.envs import base_env_id
-from rlpipe.errors import RlpipeError
-from rlpipe.limits import MAX_BUFFER_SIZE, MAX_LAYER_WIDTH, MAX_UPDATES, check_num_envs, check_seed
+from rlpipe.errors import ArgumentError, ArgumentTypeError, RlpipeError
+from rlpipe.limits import (
+    MAX_BATCH_SIZE,
+    MAX_BUFFER_SIZE,
+    MAX_ENV_STEPS,
+    MAX_EPISODES,
+    MAX_LAYER_WIDTH,
+    MAX_UPDATES,
+    check_num_envs,
+    check_seed,
+    max_torch_threads,
+)
 
 C = TypeVar("C")
 T = TypeVar("T")
@@ -26,7 +36,13 @@ POSITIVE = types.MappingProxyType({"positive": True})  # field metadata: the val
 
 
 # Bounds of fields that every algorithm redeclares with its own default (so not in their metadata).
-FIELD_LIMITS = {"updates": MAX_UPDATES}
+FIELD_LIMITS = {
+    "updates": MAX_UPDATES,
+    "env_steps": MAX_ENV_STEPS,
+    "batch_size": MAX_BATCH_SIZE,
+    "eval_episodes": MAX_EPISODES,
+    "heldout_eval_episodes": MAX_EPISODES,
+}
 
 
 def check_fractions(config: Any, *names: str) -> None:
@@ -91,8 +107,10 @@ def check_device(device: str) -> None:
     """``auto``, ``cpu`` or ``cuda[:N]``, else an RlpipeError: checked when a config is built, so
     a sweep refuses a misspelt device before it writes anything (whether CUDA is there is
     :func:`rlpipe.training.env.resolve_device`'s check, where the run starts)."""
+    if not isinstance(device, str):
+        raise ArgumentTypeError(f"device={device!r}: expected auto, cpu or cuda")
     if device not in ("auto", "cpu") and not device.startswith("cuda"):
-        raise RlpipeError(f"unknown device {device!r}; use auto, cpu or cuda")
+        raise ArgumentError(f"unknown device {device!r}; use auto, cpu or cuda")
 
 
 @dataclass
@@ -249,7 +267,7 @@ def check_values(config: Any) -> None:
                 raise RlpipeError(f"setting {name}={value!r}: expected a finite number")
             if declared.metadata.get("positive") and isinstance(item, (int, float)) and not isinstance(item, bool) and item <= 0:
                 raise RlpipeError(f"setting {name}={value!r}: expected a positive number")
-            at_most = declared.metadata.get("at_most", FIELD_LIMITS.get(name))
+            at_most = max_torch_threads() if name == "torch_threads" else declared.metadata.get("at_most", FIELD_LIMITS.get(name))
             if isinstance(item, int) and at_most is not None and item > at_most:
                 raise RlpipeError(
                     f"setting {name}={value!r}: expected at most {at_most}" + (" per layer" if isinstance(value, tuple) else "")

@@ -28,7 +28,7 @@ from rlpipe.envs.spaces import (
     space_from_json,
     space_to_json,
 )
-from rlpipe.errors import RlpipeError
+from rlpipe.errors import ArgumentError, RlpipeError
 from rlpipe.models.encoders import ARCHITECTURES, FLAT, MINATAR, NATURE, NATURE_MIN_SIZE, channels_last
 from rlpipe.training.config import check_device
 
@@ -55,7 +55,7 @@ def resolve_device(device: str) -> torch.device:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     check_device(device)
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise RlpipeError(f"--device {device} requested but no CUDA device is available; use --device cpu")
+        raise ArgumentError(f"--device {device} requested but no CUDA device is available; use --device cpu")
     return torch.device(device)
 
 

@@ -14,6 +14,7 @@ from rlpipe.envs import make_vec_env
 from rlpipe.envs.goals import flatten_obs, is_goal_space
 from rlpipe.envs.spaces import ActionScaler
 from rlpipe.envs.stepper import VecStepper
+from rlpipe.limits import MAX_EPISODES, check_count
 from rlpipe.models.recurrent import RecurrentPolicy
 
 PolicyFn = Callable[[np.ndarray], np.ndarray]
@@ -184,6 +185,7 @@ def evaluate(policy: PolicyFn, env_id: str, episodes: int = 10, seed: int = 0, m
     (:class:`RewardConditionedPolicy`). In goal envs an episode is a success when its last
     step reports ``info["is_success"]`` (or, without it, terminates).
     """
+    check_count(episodes, "episodes", MAX_EPISODES)
     n = max(1, min(episodes, max_envs))
     quota = np.array([episodes // n + (i < episodes % n) for i in range(n)])
     envs = make_vec_env(env_id, n)

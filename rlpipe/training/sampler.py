@@ -13,6 +13,7 @@ from rlpipe.datasets.loader import TransitionArrays
 from rlpipe.datasets.mapped import MappedTransitions
 from rlpipe.datasets.schema import map_columnar
 from rlpipe.errors import RlpipeError
+from rlpipe.limits import MAX_BATCH_SIZE, check_count
 from rlpipe.training.buffer import Batch, ReturnsToGo
 
 
@@ -136,6 +137,7 @@ class TransitionSampler(_GeneratorState):
 
     def draw(self, batch_size: int) -> torch.Tensor:
         """`batch_size` row indices drawn uniformly with replacement (the sampler's generator)."""
+        check_count(batch_size, "batch_size", MAX_BATCH_SIZE)
         return torch.randint(self.size, (batch_size,), device=self.device, generator=self._generator)
 
     def take(self, index: torch.Tensor) -> Batch:
@@ -165,6 +167,7 @@ class SeedSampler:
 
     def draw(self, batch_size: int) -> torch.Tensor:
         """[K, batch_size] row indices, row k from seed k's generator."""
+        check_count(batch_size, "batch_size", MAX_BATCH_SIZE)
         return torch.stack([torch.randint(self.sampler.size, (batch_size,), device=self.device, generator=g) for g in self._generators])
 
     def take(self, index: torch.Tensor) -> Batch:
@@ -206,6 +209,7 @@ class MappedSampler(_GeneratorState):
 
     def draw(self, batch_size: int) -> torch.Tensor:
         """`batch_size` row indices drawn uniformly with replacement (the sampler's generator)."""
+        check_count(batch_size, "batch_size", MAX_BATCH_SIZE)
         return torch.randint(self.size, (batch_size,), device=self.device, generator=self._generator)
 
     def take(self, index: torch.Tensor) -> Batch:

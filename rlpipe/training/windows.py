@@ -29,6 +29,7 @@ from rlpipe.datasets.frames import MAX_FRAME_STACK, chain_starts, returns_to_go,
 from rlpipe.datasets.loader import TransitionArrays
 from rlpipe.datasets.mapped import MappedTransitions
 from rlpipe.errors import RlpipeError
+from rlpipe.limits import MAX_BATCH_SIZE, check_count
 from rlpipe.training.env import ActionScaler
 from rlpipe.training.offline import OfflineData
 from rlpipe.training.sampler import _GeneratorState, _StackRows, _to_tensor, gather_rows
@@ -116,6 +117,7 @@ class WindowSampler(_GeneratorState):
 
     def draw(self, batch_size: int) -> torch.Tensor:
         """The last rows of ``batch_size`` windows (the sampler's generator)."""
+        check_count(batch_size, "batch_size", MAX_BATCH_SIZE)
         if not self.per_episode:
             return torch.randint(self.size, (batch_size,), device=self.device, generator=self._generator)
         chain = torch.randint(len(self._chain_first), (batch_size,), device=self.device, generator=self._generator)
