@@ -20,6 +20,7 @@ from rlpipe.training import ActionScaler, ReplayBuffer, VecStepper, evaluate, ma
 from rlpipe.training.env import resolve_device
 from rlpipe.training.noise import OUNoise
 from rlpipe.training.onpolicy import compute_gae
+from rlpipe.training.run import EVAL_SEED_OFFSET
 
 
 def test_gae_matches_hand_computed_example() -> None:
@@ -222,3 +223,19 @@ def test_categorical_policy_fn_returns_env_actions() -> None:
     fn = policy_fn(actor, ActionScaler(spaces.Discrete(3, start=10)))
     out = fn(np.zeros((5, 4), np.float32))
     assert out.shape == (5,) and set(out.tolist()) <= {10, 11, 12}
+
+
+def test_eval_sampled_actions_scores_the_policy_as_it_samples() -> None:
+    """With eval_sampled_actions the evaluation (and so stop_at_return) acts with the policy's
+    sampled actions: the same untrained SAC actor (same seed, no updates yet) scores otherwise
+    than with its mode, which the default evaluation scores."""
+    from rlpipe.algos import get_algo
+
+    sac = get_algo("sac")
+    common = dict(env_steps=100, learning_starts=1_000, eval_every=100, eval_episodes=2, heldout_eval_episodes=0, hidden=(16, 16))
+    mode = sac.train(sac.make_config("Pendulum-v1", **common), progress=False)
+    sampled = sac.train(sac.make_config("Pendulum-v1", eval_sampled_actions=True, **common), progress=False)
+    assert all(torch.equal(a, b) for a, b in zip(mode.policy.state_dict().values(), sampled.policy.state_dict().values()))
+    scaler = ActionScaler(gym.make("Pendulum-v1").action_space)
+    assert evaluate(policy_fn(mode.policy, scaler), "Pendulum-v1", 2, EVAL_SEED_OFFSET).mean == mode.metrics["eval_return_mean"]
+    assert sampled.metrics["eval_return_mean"] != mode.metrics["eval_return_mean"]

@@ -164,7 +164,7 @@ def train(
     optimizer = adam(list(actor.parameters()), config.learning_rate, eps=1e-5)
     scaler = ActionScaler(act_space)
     stepper = VecStepper(envs, scaler, config.seed, step_sink)
-    eval_policy = policy_fn(actor, scaler, device)
+    eval_policy = policy_fn(actor, scaler, device, deterministic=not config.eval_sampled_actions)
     run = Run(algo, config, out_dir, progress)
     perm_gen = torch.Generator(device=device).manual_seed(int(rng.integers(2**31)))
     # A rollout is refilled from scratch each iteration, so state saved between iterations is

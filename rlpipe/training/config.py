@@ -119,6 +119,9 @@ class OnlineConfig(RunConfig):
 
     env_steps: int = positive(10_000)
     num_envs: int = positive(1)
+    # Evaluate (and stop at stop_at_return) on the policy's sampled actions instead of its mode:
+    # D4RL chose its medium policies by the return of the actions they then collected with.
+    eval_sampled_actions: bool = False
 
 
 @dataclass

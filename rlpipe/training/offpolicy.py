@@ -175,7 +175,7 @@ def train_off_policy(
     if config.checkpoint_every is not None and (agent.resume_state is None or not hasattr(buffer, "state_dict")):
         env.envs.close()
         raise RlpipeError(f"{algo} does not support --checkpoint-every yet")
-    eval_policy = policy_fn(agent.actor, scaler, env.device)
+    eval_policy = policy_fn(agent.actor, scaler, env.device, deterministic=not config.eval_sampled_actions)
     run = Run(algo, config, out_dir, progress)
     frames = FrameStacks(env.frame_stack) if env.frame_stack > 1 else None
     loop_state = {"buffer": buffer, "stepper": stepper, "rng": env.rng, **({"frames": frames} if frames is not None else {})}

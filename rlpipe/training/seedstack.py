@@ -223,7 +223,10 @@ def train_off_policy_seeds(
     scaler = ActionScaler(setups[0].action_space)
     seeds = [_OnlineSeed(env, config, scaler) for env, config in zip(setups, configs)]
     buffers = [seed.buffer for seed in seeds]
-    policies = [policy_fn(seed_modules["policy"], scaler, setups[0].device) for seed_modules in modules]
+    policies = [
+        policy_fn(seed_modules["policy"], scaler, setups[0].device, deterministic=not config.eval_sampled_actions)
+        for seed_modules, config in zip(modules, configs)
+    ]
     runs: list[Run] = []
     results: dict[int, TrainResult] = {}
     updates = 0
