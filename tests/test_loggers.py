@@ -4,6 +4,7 @@ read back with their own readers; several sinks at once; a missing extra named u
 from __future__ import annotations
 
 import json
+import math
 import struct
 import sys
 from pathlib import Path
@@ -123,6 +124,66 @@ def test_several_loggers_record_the_same_curve(cli, tmp_path: Path) -> None:
     assert len(expected) == 2
     assert [(step, pytest.approx(value, rel=1e-6)) for step, value in expected] == _tensorboard_curve(run)
     assert [(step, value) for step, value in expected] == [(p["_step"], p["eval/return_mean"]) for p in _wandb_history(_wandb_records(run))]
+
+
+@pytest.fixture(scope="module")
+def pendulum_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from rlpipe.pipeline.collect import collect_dataset
+
+    store = tmp_path_factory.mktemp("diagnostics")
+    collect_dataset("Pendulum-v1", episodes=3, name="pendulum", store=store, progress=False)
+    return store
+
+
+# Each family's run (offline, off-policy online, on-policy) and the diagnostics its updates report.
+DIAGNOSED = {
+    "bc": (["--dataset", "pendulum", "--updates", "40"], ["loss"]),
+    "td3bc": (["--dataset", "pendulum", "--updates", "40"], ["critic_loss", "actor_loss", "q_mean", "q_min", "bc_mse"]),
+    "iql": (["--dataset", "pendulum", "--updates", "40"], ["value_loss", "critic_loss", "actor_loss", "q_mean", "advantage_mean"]),
+    "cql": (["--dataset", "pendulum", "--updates", "40"], ["critic_loss", "actor_loss", "alpha", "entropy", "conservative_gap"]),
+    "sac": (
+        ["--env", "Pendulum-v1", "--env-steps", "80", "--set", "learning_starts=40"],
+        ["critic_loss", "actor_loss", "alpha", "entropy"],
+    ),
+    "dqn": (["--env", "CartPole-v1", "--env-steps", "80", "--set", "learning_starts=40"], ["td_loss", "q_mean"]),
+    "ppo": (
+        ["--env", "CartPole-v1", "--env-steps", "128", "--set", "num_steps=64"],
+        ["policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction"],
+    ),
+}
+
+
+@pytest.mark.parametrize("algo", list(DIAGNOSED))
+def test_tensorboard_holds_what_each_family_learns(cli, tmp_path: Path, pendulum_store: Path, algo: str) -> None:
+    """Beside the eval curve, every evaluation logs the means of the updates' diagnostics since
+    the last one under train/, and the run's units per second."""
+    args, names = DIAGNOSED[algo]
+    unit = "updates" if "--dataset" in args else "steps"
+    run = tmp_path / "run"
+    result = cli(
+        "train",
+        algo,
+        *args,
+        "--store",
+        pendulum_store,
+        "--set",
+        "eval_every=40",
+        "--set",
+        "eval_episodes=1",
+        "--set",
+        "heldout_eval_episodes=0",
+        "--set",
+        "hidden=[16,16]",
+        "--logger",
+        "tensorboard",
+        "--no-progress",
+        "--out",
+        run,
+    )
+    assert result.code == 0, result.err
+    for name in [*names, f"{unit}_per_s"]:
+        curve = _tensorboard_curve(run, f"train/{name}")
+        assert curve and all(math.isfinite(value) for _, value in curve), name
 
 
 @pytest.mark.parametrize("logger", ["wandb", "tensorboard"])

@@ -29,6 +29,7 @@ from rlpipe.algos.registry import OFFLINE_OBSERVATION_KINDS, AlgoSpec, Family
 from rlpipe.models.networks import EnsembleQ, TanhGaussianActor
 from rlpipe.training import Batch, OfflineConfig, TrainResult
 from rlpipe.training.config import FinetuneFields, layer_sizes, positive
+from rlpipe.training.diagnostics import Diagnosed
 from rlpipe.training.env import BOX
 from rlpipe.training.offline import fit_obs_normalizer, load_offline, train_offline
 from rlpipe.training.optim import adam, optimizer_step, polyak_update, target_copy
@@ -93,15 +94,17 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
     actor_opt = adam(actor.parameters(), config.actor_lr)
     critic_opt = adam(critic.parameters(), config.critic_lr)
 
-    def update(b: Batch, _: int) -> None:
+    def update(b: Batch, _: int) -> Diagnosed:
         target = q_target(critic_target, actor, b, config.gamma)
-        critic_loss = (critic(b.obs, b.actions) - target).square().mean(1).sum()
+        q_data = critic(b.obs, b.actions)
+        critic_loss = (q_data - target).square().mean(1).sum()
         optimizer_step(critic_opt, critic_loss)
 
         weight = awac_weights(critic, actor, b, config.awac_lambda, config.exp_adv_max)
         actor_loss = -(weight * actor.log_prob(b.obs, b.actions)).mean()
         optimizer_step(actor_opt, actor_loss)
         polyak_update(critic_target, critic, config.tau)
+        return {"critic_loss": critic_loss.detach(), "actor_loss": actor_loss.detach(), "q_mean": q_data.detach().mean()}
 
     modules = {"policy": actor, "critic": critic, "critic_target": critic_target}
     return train_offline(SPEC.name, config, data, actor, modules, update, out_dir, progress)

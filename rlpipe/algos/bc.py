@@ -26,6 +26,7 @@ from rlpipe.models.networks import CategoricalActor, DeterministicActor, TanhGau
 from rlpipe.models.recurrent import RecurrentCategoricalActor
 from rlpipe.training import Batch, OfflineConfig, TrainResult
 from rlpipe.training.config import layer_sizes, positive
+from rlpipe.training.diagnostics import Diagnosed
 from rlpipe.training.env import BOX, DISCRETE, encoder_spec
 from rlpipe.training.offline import IMAGE_OBSERVATION_KINDS, OfflineData, load_offline, require_flat_observations, train_offline
 from rlpipe.training.optim import adam, optimizer_step
@@ -94,9 +95,10 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
             return -actor.log_prob(b.obs, b.actions).mean()
         return (actor(b.obs) - b.actions).square().mean()
 
-    def update(b: Batch, i: int) -> None:
+    def update(b: Batch, i: int) -> Diagnosed:
         loss = loss_of(b)
         optimizer_step(optimizer, loss)
+        return {"loss": loss.detach()}
 
     return train_offline(
         SPEC.name,
@@ -122,9 +124,11 @@ def _train_recurrent(config: Config, data: OfflineData, out_dir: str | Path | No
     actor = RecurrentCategoricalActor(data.obs_dim, data.act_dim, config.recurrent, config.recurrent_hidden, config.hidden).to(data.device)
     optimizer = adam(actor.parameters(), config.learning_rate)
 
-    def update(b: WindowBatch, i: int) -> None:
+    def update(b: WindowBatch, i: int) -> Diagnosed:
         logits, _ = actor(b.obs, actor.initial_state(len(b.obs)), b.starts)
-        optimizer_step(optimizer, F.cross_entropy(logits[b.mask], b.actions[b.mask].long()))
+        loss = F.cross_entropy(logits[b.mask], b.actions[b.mask].long())
+        optimizer_step(optimizer, loss)
+        return {"loss": loss.detach()}
 
     return train_offline(
         SPEC.name,

@@ -34,6 +34,7 @@ from rlpipe.models.encoders import EncoderChoice, build_encoder
 from rlpipe.models.networks import EnsembleQ, mlp, register_policy_class
 from rlpipe.training import Batch, OfflineConfig, TrainResult, Update
 from rlpipe.training.config import check_fractions, layer_sizes, positive
+from rlpipe.training.diagnostics import Diagnosed
 from rlpipe.training.env import BOX, DISCRETE, encoder_spec
 from rlpipe.training.offline import IMAGE_OBSERVATION_KINDS, OfflineData, load_offline, require_flat_observations, train_offline
 from rlpipe.training.optim import adam, frozen, optimizer_step, polyak_update, target_copy
@@ -246,10 +247,11 @@ def discrete_bcq(config: Config, data: OfflineData) -> Variant:
     optimizer = adam(policy.parameters(), config.critic_lr)
     stats: dict[str, torch.Tensor] = {}
 
-    def update(b: Batch, _: int) -> None:
+    def update(b: Batch, _: int) -> Diagnosed:
         loss, stats["td_loss"] = discrete_bcq_loss(config, policy, target, b)
         optimizer_step(optimizer, loss)
         polyak_update(target, policy, config.tau)
+        return {"loss": loss.detach(), "td_loss": stats["td_loss"]}
 
     def extra() -> dict[str, Any]:
         return {name: float(value) for name, value in stats.items()}
@@ -272,7 +274,7 @@ def continuous_bcq(config: Config, data: OfflineData) -> Variant:
     critic_params = list(critic.parameters())
     stats: dict[str, torch.Tensor] = {}
 
-    def update(b: Batch, _: int) -> None:
+    def update(b: Batch, _: int) -> Diagnosed:
         vae_loss = generator_loss(encoder, policy, b.obs, b.actions, config.kl_weight)
         optimizer_step(vae_opt, vae_loss)
 
@@ -292,6 +294,7 @@ def continuous_bcq(config: Config, data: OfflineData) -> Variant:
         polyak_update(critic_target, critic, config.tau)
         polyak_update(perturbation_target, perturbation, config.tau)
         stats.update(vae_loss=vae_loss.detach(), critic_loss=critic_loss.detach())
+        return {**stats, "actor_loss": actor_loss.detach()}
 
     def extra() -> dict[str, Any]:
         return {name: float(value) for name, value in stats.items()}

@@ -41,6 +41,7 @@ from rlpipe.models.encoders import EncoderChoice
 from rlpipe.models.networks import EnsembleQ, GreedyQPolicy, TanhGaussianActor
 from rlpipe.training import Batch, OfflineConfig, TrainResult, Update
 from rlpipe.training.config import FinetuneFields, layer_sizes, positive
+from rlpipe.training.diagnostics import Diagnosed
 from rlpipe.training.env import BOX, DISCRETE, encoder_spec
 from rlpipe.training.losses import of_actions, quantile_huber_loss
 from rlpipe.training.offline import IMAGE_OBSERVATION_KINDS, OfflineData, load_offline, require_flat_observations, train_offline
@@ -206,11 +207,11 @@ def continuous_cql(
     block_rows = _block_rows(data.device)
     stats: dict[str, torch.Tensor] = {}
 
-    def update(b: Batch, _: int) -> None:
+    def update(b: Batch, _: int) -> Diagnosed:
         reference = b.returns_to_go if reference_returns else None
         loss, stats["conservative_gap"], stats["bound_rate"] = critic_loss(config, sac, b, block_rows, reference, floor)
-        sac.critic_step(loss)
-        sac.policy_step(b.obs, config.tau)
+        diagnostics = {**sac.critic_step(loss), **sac.policy_step(b.obs, config.tau), "conservative_gap": stats["conservative_gap"]}
+        return {**diagnostics, "bound_rate": stats["bound_rate"]} if reference_returns else diagnostics
 
     def extra() -> dict[str, Any]:
         metrics = {"alpha": sac.alpha(), "conservative_gap": float(stats.get("conservative_gap", math.nan))}
@@ -262,10 +263,11 @@ def discrete_cql(config: Config, data: OfflineData) -> tuple[nn.Module, dict[str
     optimizer = adam(q_net.parameters(), config.critic_lr)
     stats: dict[str, torch.Tensor] = {}
 
-    def update(b: Batch, _: int) -> None:
+    def update(b: Batch, _: int) -> Diagnosed:
         loss, stats["conservative_gap"] = dqn_loss(config, q_net, q_target, b)
         optimizer_step(optimizer, loss)
         polyak_update(q_target, q_net, config.tau)
+        return {"loss": loss.detach(), "conservative_gap": stats["conservative_gap"]}
 
     def extra() -> dict[str, Any]:
         return {"conservative_gap": float(stats.get("conservative_gap", math.nan))}

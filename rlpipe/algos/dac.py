@@ -40,6 +40,7 @@ from rlpipe.envs import base_env_id
 from rlpipe.errors import RlpipeError
 from rlpipe.training import Batch, DatasetFields, TrainResult
 from rlpipe.training.config import layer_sizes, positive
+from rlpipe.training.diagnostics import Diagnosed
 from rlpipe.training.env import BOX
 from rlpipe.training.offline import dataset_metrics, load_offline
 from rlpipe.training.offpolicy import Agent, setup, train_off_policy
@@ -90,7 +91,7 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
     optimizer = adam(disc.parameters(), config.disc_learning_rate)
     disc_updates, disc_loss = 0, None
 
-    def update(b: Batch, index: int) -> None:
+    def update(b: Batch, index: int) -> Diagnosed:
         nonlocal disc_updates, disc_loss
         if config.constant_reward is not None:
             rewards = torch.full_like(b.rewards, config.constant_reward)
@@ -100,7 +101,8 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
             disc_updates += 1
             with torch.no_grad():
                 rewards = -disc(b.obs, b.actions)  # log D_expert - log D_policy
-        learner.update(b._replace(rewards=rewards), index)
+        learned = learner.update(b._replace(rewards=rewards), index) or {}
+        return {**learned, **({} if disc_loss is None else {"discriminator_loss": torch.as_tensor(disc_loss)})}
 
     def extra_metrics() -> dict[str, Any]:
         learner_metrics = learner.extra_metrics() if learner.extra_metrics else {}

@@ -19,6 +19,7 @@ from rlpipe.algos.registry import AlgoSpec, Family
 from rlpipe.models.networks import DeterministicActor, EnsembleQ
 from rlpipe.training import Batch, OnlineConfig, StepSink, TrainResult
 from rlpipe.training.config import buffer_capacity, layer_sizes, positive
+from rlpipe.training.diagnostics import Diagnosed
 from rlpipe.training.env import BOX
 from rlpipe.training.noise import make_noise
 from rlpipe.training.offpolicy import Agent, OffPolicySetup, noisy_explore, setup, train_off_policy
@@ -77,9 +78,10 @@ def make_agent(config: Config, env: OffPolicySetup) -> Agent:
     critic_opt = adam(critic.parameters(), config.critic_lr)
     critic_params = list(critic.parameters())
 
-    def update(b: Batch, _: int) -> None:
+    def update(b: Batch, _: int) -> Diagnosed:
         target = ddpg_target(actor_target, critic_target, b, config.gamma)
-        critic_loss = (critic(b.obs, b.actions)[0] - target).square().mean()
+        q_data = critic(b.obs, b.actions)[0]
+        critic_loss = (q_data - target).square().mean()
         optimizer_step(critic_opt, critic_loss)
 
         # Actor: follow the critic's action gradient (critic weights frozen).
@@ -88,6 +90,7 @@ def make_agent(config: Config, env: OffPolicySetup) -> Agent:
             optimizer_step(actor_opt, actor_loss)
         polyak_update(critic_target, critic, config.tau)
         polyak_update(actor_target, actor, config.tau)
+        return {"critic_loss": critic_loss.detach(), "actor_loss": actor_loss.detach(), "q_mean": q_data.detach().mean()}
 
     noise = make_noise(config.noise, (config.num_envs, act_dim), config.noise_sigma, env.rng, theta=config.ou_theta, dt=config.ou_dt)
     modules = {"policy": actor, "critic": critic, "policy_target": actor_target, "critic_target": critic_target}

@@ -29,6 +29,7 @@ from rlpipe.models.encoders import EncoderChoice
 from rlpipe.models.networks import GreedyQPolicy
 from rlpipe.training import Batch, OnlineConfig, StepSink, TrainResult
 from rlpipe.training.config import buffer_capacity, check_fractions, layer_sizes, positive
+from rlpipe.training.diagnostics import Diagnosed
 from rlpipe.training.env import BOX, DISCRETE, IMAGE, encoder_spec
 from rlpipe.training.losses import of_actions
 from rlpipe.training.offpolicy import Agent, OffPolicySetup, setup, train_off_policy
@@ -156,11 +157,14 @@ def make_agent(config: Config, env: OffPolicySetup, loss: Loss = huber_loss, qua
     q_target = target_copy(q)
     optimizer = adam(q.parameters(), config.learning_rate)
 
-    def update(b: Batch, i: int) -> None:
+    def update(b: Batch, i: int) -> Diagnosed:
         target = td_target(q, q_target, b, config.gamma, config.double_q)
-        optimizer_step(optimizer, loss(of_actions(q.quantile_values(b.obs), b.actions), target), config.max_grad_norm)
+        taken = of_actions(q.quantile_values(b.obs), b.actions)
+        td_loss = loss(taken, target)
+        optimizer_step(optimizer, td_loss, config.max_grad_norm)
         if (i + 1) % config.target_update_every == 0:
             polyak_update(q_target, q, config.tau)
+        return {"td_loss": td_loss.detach(), "q_mean": taken.detach().mean()}
 
     def explore(obs: np.ndarray, _: np.ndarray, env_steps: int) -> np.ndarray:
         greedy = q.act(torch.as_tensor(obs, dtype=torch.float32, device=env.device)).cpu().numpy()

@@ -28,6 +28,7 @@ from rlpipe.errors import RlpipeError
 from rlpipe.models.networks import ObsNormalizer, register_policy_class
 from rlpipe.training import ActionScaler, OfflineConfig, TrainResult
 from rlpipe.training.config import positive
+from rlpipe.training.diagnostics import Diagnosed
 from rlpipe.training.env import BOX, DISCRETE
 from rlpipe.training.offline import OfflineData, fit_obs_normalizer, load_offline, train_offline
 from rlpipe.training.optim import optimizer_step
@@ -312,12 +313,14 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
     fit_obs_normalizer(model, data)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay)
 
-    def update(b: WindowBatch, i: int) -> None:
+    def update(b: WindowBatch, i: int) -> Diagnosed:
         for group in optimizer.param_groups:  # from the update's index, so a resumed run continues the schedule
             group["lr"] = config.learning_rate * min(1.0, (i + 1) / config.warmup_steps)
         model.train()
-        optimizer_step(optimizer, sequence_loss(model, b), config.grad_clip)
+        loss = sequence_loss(model, b)
+        optimizer_step(optimizer, loss, config.grad_clip)
         model.eval()  # evaluation (between updates) acts without dropout
+        return {"loss": loss.detach()}
 
     return train_offline(
         SPEC.name,

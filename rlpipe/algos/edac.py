@@ -26,6 +26,7 @@ from rlpipe.errors import RlpipeError
 from rlpipe.models.networks import EnsembleQ, edac_init_
 from rlpipe.training import Batch, OfflineConfig, TrainResult, Update
 from rlpipe.training.config import positive
+from rlpipe.training.diagnostics import Diagnosed
 from rlpipe.training.env import BOX
 from rlpipe.training.offline import load_offline, train_offline
 
@@ -102,10 +103,9 @@ def make_update(config: Config, sac: SoftActorCritic) -> tuple[Update, dict[str,
     steps; and the dict where it leaves the latest diversity term."""
     stats: dict[str, torch.Tensor] = {}
 
-    def update(b: Batch, _: int) -> None:
+    def update(b: Batch, _: int) -> Diagnosed:
         loss, stats["diversity"] = critic_loss(config, sac, b)
-        sac.critic_step(loss)
-        sac.policy_step(b.obs, config.tau)
+        return {**sac.critic_step(loss), **sac.policy_step(b.obs, config.tau), "diversity": stats["diversity"]}
 
     return update, stats
 

@@ -176,7 +176,7 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
             # 2. Minibatch epochs over the living agents' steps.
             batch = storage.batch(storage.rewards, config.gamma, config.gae_lambda)
             agent_steps += batch.obs.shape[0]
-            updates += ppo_update(learner, optimizer, batch, clip, config, perm_gen)
+            updates += ppo_update(learner, optimizer, batch, clip, config, perm_gen, run.diagnostics)
 
             run.show(game_steps)
             if run.maybe_evaluate(eval_policy, game_steps):

@@ -23,6 +23,7 @@ from rlpipe.errors import RlpipeError
 from rlpipe.models.networks import DeterministicActor, EnsembleQ, TanhGaussianActor, ValueNet
 from rlpipe.training import Batch, OfflineConfig, TrainResult
 from rlpipe.training.config import FinetuneFields, layer_sizes, positive
+from rlpipe.training.diagnostics import Diagnosed
 from rlpipe.training.env import BOX
 from rlpipe.training.offline import fit_obs_normalizer, load_offline, returns_range_scale, train_offline
 from rlpipe.training.optim import adam, optimizer_step, polyak_update, target_copy
@@ -101,7 +102,7 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
     value_opt = adam(value.parameters(), config.value_lr)
     reward_scale = returns_range_scale(data) if config.scale_rewards else 1.0
 
-    def update(b: Batch, _: int) -> None:
+    def update(b: Batch, _: int) -> Diagnosed:
         # V: an upper expectile of Q over the dataset's actions (no out-of-dataset action).
         with torch.no_grad():
             q = critic_target(b.obs, b.actions).min(0).values
@@ -123,6 +124,13 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
             nll = (actor(b.obs) - b.actions).square().sum(-1)
         actor_loss = (weight * nll).mean()
         optimizer_step(actor_opt, actor_loss)
+        return {
+            "value_loss": value_loss.detach(),
+            "critic_loss": critic_loss.detach(),
+            "actor_loss": actor_loss.detach(),
+            "q_mean": q.mean(),
+            "advantage_mean": advantage.detach().mean(),
+        }
 
     modules = {"policy": actor, "critic": critic, "critic_target": critic_target, "value": value}
     return train_offline(SPEC.name, config, data, actor, modules, update, out_dir, progress)

@@ -22,6 +22,7 @@ from rlpipe.algos.sac import SACFields, SoftActorCritic
 from rlpipe.models.env_fns import reward_fn, termination_fn
 from rlpipe.training import Batch, OfflineConfig, ReplayBuffer, TrainResult
 from rlpipe.training.config import check_fractions, layer_sizes, positive
+from rlpipe.training.diagnostics import Diagnosed
 from rlpipe.training.env import BOX
 from rlpipe.training.model_based import (
     DYNAMICS_MODULE,
@@ -103,7 +104,7 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
     dataset_sampler = data.sampler
     stats = {"rollout_reward": float("nan")}
 
-    def update(b: Batch, i: int) -> None:
+    def update(b: Batch, i: int) -> Diagnosed:
         if i % config.rollout_every == 0:
             before = synthetic.pos
             start = dataset_sampler.sample(config.rollout_batch).obs
@@ -113,8 +114,8 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
             rows = (before + torch.arange(added)) % synthetic.capacity
             stats["rollout_reward"] = float(synthetic.rewards[rows].mean())
         target = sac.soft_target(b, b.rewards, config.gamma)
-        sac.critic_step(0.5 * (sac.critic(b.obs, b.actions) - target).square().mean(1).sum())
-        sac.policy_step(b.obs, config.tau)
+        critic = sac.critic_step(0.5 * (sac.critic(b.obs, b.actions) - target).square().mean(1).sum())
+        return {**critic, **sac.policy_step(b.obs, config.tau)}
 
     # Not a TransitionSampler, so train_offline runs the updates eagerly, never as a CUDA
     # graph: the rollouts every rollout_every updates are host work a graph cannot replay.

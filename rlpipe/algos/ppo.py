@@ -183,7 +183,7 @@ def train(
             rollout.collect(actor, stepper)
             rewards = rollout.rewards if reward_fn is None else reward_fn(rollout.obs, rollout.actions, rollout.valid).detach()
             batch = rollout.batch(rewards, config.gamma, config.gae_lambda)
-            updates += ppo_update(actor, optimizer, batch, clip, config, perm_gen)
+            updates += ppo_update(actor, optimizer, batch, clip, config, perm_gen, run.diagnostics)
             if config.normalize_obs:
                 # Statistics change between rollouts only, so stored log-probs stay exact.
                 actor.obs_norm.update(batch.obs)

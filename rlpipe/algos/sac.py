@@ -26,6 +26,7 @@ from rlpipe.algos.registry import AlgoSpec, Family
 from rlpipe.models.networks import EnsembleQ, TanhGaussianActor
 from rlpipe.training import Batch, OnlineConfig, StepSink, TrainResult, Update
 from rlpipe.training.config import buffer_capacity, layer_sizes, positive
+from rlpipe.training.diagnostics import Diagnosed
 from rlpipe.training.env import BOX
 from rlpipe.training.offpolicy import Agent, OffPolicySetup, setup, train_off_policy
 from rlpipe.training.optim import adam, frozen, optimizer_step, polyak_update, target_copy
@@ -151,17 +152,22 @@ class SoftActorCritic:
         """The temperature's loss: it moves the policy's entropy towards the target."""
         return -(self.temperature.log_alpha * (logp.detach() + self.target_entropy)).mean()
 
-    def critic_step(self, loss: torch.Tensor) -> None:
+    def critic_step(self, loss: torch.Tensor) -> dict[str, torch.Tensor]:
+        """One step of the critics' optimiser on ``loss``; its diagnostics."""
         optimizer_step(self.critic_opt, loss)
+        return {"critic_loss": loss.detach()}
 
-    def policy_step(self, obs: torch.Tensor, tau: float) -> None:
+    def policy_step(self, obs: torch.Tensor, tau: float) -> dict[str, torch.Tensor]:
         """Policy improvement on ``obs``: the actor maximises min Q - alpha * log pi, the
-        temperature moves the entropy towards the target; then the target critics follow."""
+        temperature moves the entropy towards the target; then the target critics follow.
+        Returns the actor's loss, the temperature and the policy's entropy estimate."""
         with frozen(list(self.critic.parameters())):  # no wasted gradients for the critic
             actor_loss, logp = self.actor_loss(obs)
             optimizer_step(self.actor_opt, actor_loss)
+        alpha = self.temperature.log_alpha.detach().exp()
         optimizer_step(self.alpha_opt, self.alpha_loss(logp))
         polyak_update(self.critic_target, self.critic, tau)
+        return {"actor_loss": actor_loss.detach(), "alpha": alpha, "entropy": -logp.detach().mean()}
 
 
 def critic_loss(config: SACFields, sac: SoftActorCritic, b: Batch) -> torch.Tensor:
@@ -234,9 +240,8 @@ def make_agent(config: Config, env: OffPolicySetup) -> Agent:
     """SAC's networks, update and sampling exploration for ``env``'s sizes and device."""
     sac = SoftActorCritic.build(config, env.obs_dim, env.act_dim, env.device)
 
-    def update(b: Batch, _: int) -> None:
-        sac.critic_step(critic_loss(config, sac, b))
-        sac.policy_step(b.obs, config.tau)
+    def update(b: Batch, _: int) -> Diagnosed:
+        return {**sac.critic_step(critic_loss(config, sac, b)), **sac.policy_step(b.obs, config.tau)}
 
     def explore(obs: np.ndarray, *_: Any) -> np.ndarray:
         with torch.no_grad():

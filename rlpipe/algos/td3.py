@@ -22,6 +22,7 @@ from rlpipe.algos.registry import AlgoSpec, Family
 from rlpipe.models.networks import DeterministicActor, EnsembleQ
 from rlpipe.training import Batch, StepSink, TrainResult, Update
 from rlpipe.training.config import positive
+from rlpipe.training.diagnostics import Diagnosed
 from rlpipe.training.env import BOX
 from rlpipe.training.noise import make_noise
 from rlpipe.training.offpolicy import Agent, OffPolicySetup, noisy_explore, setup, train_off_policy
@@ -100,12 +101,14 @@ def td3_update(
     critic_opt = adam(critic.parameters(), config.critic_lr)
     critic_params = list(critic.parameters())
 
-    def update(b: Batch, i: int) -> None:
+    def update(b: Batch, i: int) -> Diagnosed:
         target = td3_target(actor_target, critic_target, b, config, target_penalty)
-        critic_loss = (critic(b.obs, b.actions) - target).square().mean(1).sum()
+        q_data = critic(b.obs, b.actions)
+        critic_loss = (q_data - target).square().mean(1).sum()
         optimizer_step(critic_opt, critic_loss)
+        diagnostics = {"critic_loss": critic_loss.detach(), "q_mean": q_data.detach().mean(), "q_min": q_data.detach().min()}
         if i % config.policy_delay:
-            return
+            return diagnostics
 
         # Delayed actor: improve on Q1 or the twins' minimum (critic weights frozen), then move the targets.
         with frozen(critic_params):
@@ -115,6 +118,7 @@ def td3_update(
             optimizer_step(actor_opt, loss)
         polyak_update(critic_target, critic, config.tau)
         polyak_update(actor_target, actor, config.tau)
+        return {**diagnostics, "actor_loss": loss.detach(), "bc_mse": (pi.detach() - b.actions).square().mean()}
 
     return update, {"policy": actor, "critic": critic, "policy_target": actor_target, "critic_target": critic_target}
 

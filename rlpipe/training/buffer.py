@@ -13,6 +13,7 @@ import torch
 from rlpipe.datasets.frames import discounted_returns_to_go
 from rlpipe.envs.stepper import StepBatch
 from rlpipe.errors import RlpipeError
+from rlpipe.training.diagnostics import Diagnosed
 
 
 class Batch(NamedTuple):
@@ -56,8 +57,9 @@ class ReturnsToGo:
         return discounted_returns_to_go(learnt, starts, self.gamma)
 
 
-# One gradient update on a minibatch; the int is the update's index (0, 1, ...).
-Update = Callable[[Batch, int], None]
+# One gradient update on a minibatch; the int is the update's index (0, 1, ...). It returns its
+# diagnostics (rlpipe.training.diagnostics), or None.
+Update = Callable[[Batch, int], Diagnosed]
 
 
 class ReplayBuffer:

@@ -20,6 +20,7 @@ import torch
 
 from rlpipe.errors import RlpipeError
 from rlpipe.training.buffer import Update
+from rlpipe.training.diagnostics import Diagnosed
 from rlpipe.training.sampler import TransitionSampler
 
 WARMUP_ROUNDS = 3  # eager rounds before capture: optimiser state, cuBLAS workspaces, allocator
@@ -48,6 +49,8 @@ class UpdateStepper:
         self.use_graph = graph
         self.graph: torch.cuda.CUDAGraph | None = None
         self.indices: list[torch.Tensor] = []
+        # The diagnostics of the updates just run (a graph's: its captured outputs, which each replay refreshes).
+        self.last: Diagnosed = None
 
     def __call__(self, done: int) -> int:
         left = self.total - done
@@ -60,7 +63,7 @@ class UpdateStepper:
         # 0..period-1 stand for done..done+period-1.
         if self.use_graph and self.graph is None and left >= WARMUP_ROUNDS * self.period and done % self.period == 0:
             return self._warm_up_and_capture(done)
-        self.update(self.sampler.sample(self.batch_size), done)
+        self.last = self.update(self.sampler.sample(self.batch_size), done)
         return 1
 
     def _warm_up_and_capture(self, done: int) -> int:
@@ -76,9 +79,11 @@ class UpdateStepper:
         self.indices = [torch.zeros_like(index) for _ in range(self.period)]
         graph = torch.cuda.CUDAGraph()
         try:
+            captured: dict[str, torch.Tensor] = {}
             with torch.cuda.graph(graph):
                 for i, index in enumerate(self.indices):
-                    self.update(self.sampler.take(index), i)
+                    captured.update(self.update(self.sampler.take(index), i) or {})
+            self.last = captured or None
         except RuntimeError as exc:
             # No eager fallback: a failed capture leaves the CUDA RNG in capture mode.
             raise RlpipeError(

@@ -32,6 +32,7 @@ from rlpipe.envs.stepper import VecStepper
 from rlpipe.errors import RlpipeError
 from rlpipe.models.networks import ObsNormalizer
 from rlpipe.training.buffer import Batch, ReplayBuffer, ReturnsToGo, Update, join_batches
+from rlpipe.training.diagnostics import Diagnosed
 from rlpipe.training.env import BOX, GOAL, IMAGE, ActionScaler, action_dim, env_spaces, make_vec_env, require_spaces, resolve_device
 from rlpipe.training.evaluation import PolicyFn, policy_fn
 from rlpipe.training.families import dataset_evaluator
@@ -342,7 +343,7 @@ def finetune_online(
             online.store(replace(step, obs=obs, next_obs=next_obs))
             obs = next_obs
             for _ in range(int(step.valid.sum())):
-                update(replay.sample(config.batch_size), updates)
+                run.diagnostics.add(update(replay.sample(config.batch_size), updates))
                 updates += 1
             run.show(updates, stepper.last_return)
             if stepper.env_steps >= next_eval or stepper.env_steps >= config.finetune_env_steps:
@@ -359,7 +360,7 @@ def train_offline(
     data: OfflineData,
     actor: nn.Module,
     modules: dict[str, nn.Module],
-    update: Callable[[Any, int], None],
+    update: Callable[[Any, int], Diagnosed],
     out_dir: str | Path | None,
     progress: bool,
     extra_metrics: Callable[[], dict[str, Any]] | None = None,
@@ -406,6 +407,7 @@ def train_offline(
         updates = (checkpoints.restore() or {}).get("updates", 0)
         while True:
             updates += step(updates)
+            run.diagnostics.add(step.last)
             run.show(updates)
             if run.maybe_evaluate(eval_policy, updates):
                 break

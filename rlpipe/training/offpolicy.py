@@ -201,7 +201,7 @@ def train_off_policy(
             if len(buffer):
                 credit += earned_updates(config, stepper, b)
                 while credit >= 1.0:
-                    agent.update(buffer.sample(config.batch_size), updates)
+                    run.diagnostics.add(agent.update(buffer.sample(config.batch_size), updates))
                     updates += 1
                     credit -= 1.0
             run.show(stepper.env_steps, stepper.last_return)

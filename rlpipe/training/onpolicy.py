@@ -25,6 +25,7 @@ import torch.nn.functional as F
 
 from rlpipe.models.networks import ActorCritic
 from rlpipe.models.recurrent import RecurrentActorCritic
+from rlpipe.training.diagnostics import Diagnostics
 from rlpipe.training.optim import optimizer_step
 
 
@@ -216,11 +217,11 @@ def policy_loss(
     idx: torch.Tensor,
     clip: float,
     settings: PPOSettings,
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """PPO's loss on rows ``idx`` of ``batch``, whose policy heads and values the actor gave
     as ``head`` and ``value``: clipped surrogate + ``vf_coef`` * value MSE - ``ent_coef`` *
-    entropy (the value on every row, the policy terms on the acting rows); also returns the
-    approximate KL to the rollout policy."""
+    entropy (the value on every row, the policy terms on the acting rows); also returns its
+    diagnostics, the approximate KL to the rollout policy (``approx_kl``) among them."""
     v_loss = F.mse_loss(value, batch.returns[idx])
     if batch.acting is not None:
         acting = batch.acting[idx]
@@ -233,13 +234,19 @@ def policy_loss(
         adv = (adv - adv.mean()) / (adv.std() + 1e-8)
     pg_loss = -torch.min(ratio * adv, ratio.clamp(1 - clip, 1 + clip) * adv).mean()
     with torch.no_grad():
-        approx_kl = ((ratio - 1) - log_ratio).mean()
-    return pg_loss + settings.vf_coef * v_loss - settings.ent_coef * entropy.mean(), approx_kl
+        diagnostics = {
+            "policy_loss": pg_loss.detach(),
+            "value_loss": v_loss.detach(),
+            "entropy": entropy.mean().detach(),
+            "approx_kl": ((ratio - 1) - log_ratio).mean(),
+            "clip_fraction": ((ratio - 1).abs() > clip).float().mean(),
+        }
+    return pg_loss + settings.vf_coef * v_loss - settings.ent_coef * entropy.mean(), diagnostics
 
 
 def clipped_loss(
     actor: ActorCritic, batch: PPOBatch, idx: torch.Tensor, clip: float, settings: PPOSettings
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """:func:`policy_loss` on the flattened rows ``idx``."""
     head, value = actor(batch.obs[idx])
     return policy_loss(actor, head, value, batch, idx, clip, settings)
@@ -247,7 +254,7 @@ def clipped_loss(
 
 def sequence_loss(
     actor: RecurrentActorCritic, batch: PPOBatch, rows: torch.Tensor, clip: float, settings: PPOSettings
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """:func:`policy_loss` on the valid steps of the rollout rows ``rows``, the core re-run
     over each row's sequence from its stored initial state."""
     seq = batch.sequences
@@ -265,11 +272,12 @@ def ppo_update(
     clip: float,
     settings: PPOSettings,
     generator: torch.Generator,
+    diagnostics: Diagnostics | None = None,
 ) -> int:
     """``num_epochs`` epochs of shuffled minibatches (about ``minibatch_size`` rows each) of
     the clipped loss; an epoch whose last KL exceeds ``target_kl`` ends the update early.
     With ``batch.sequences`` a minibatch is a group of whole row sequences (at least one).
-    Returns the number of gradient steps taken."""
+    Each gradient step's diagnostics go to ``diagnostics``. Returns the number of gradient steps taken."""
     n = batch.obs.shape[0] if batch.sequences is None else batch.sequences.obs.shape[0]
     n_minibatches = min(n, max(1, round(batch.obs.shape[0] / settings.minibatch_size)))
     loss_of = clipped_loss if batch.sequences is None else sequence_loss
@@ -277,8 +285,11 @@ def ppo_update(
     for _ in range(settings.num_epochs):
         approx_kl = torch.zeros(())
         for idx in torch.randperm(n, generator=generator, device=batch.obs.device).tensor_split(n_minibatches):
-            loss, approx_kl = loss_of(actor, batch, idx, clip, settings)  # type: ignore[arg-type]
+            loss, stats = loss_of(actor, batch, idx, clip, settings)  # type: ignore[arg-type]
             optimizer_step(optimizer, loss, settings.max_grad_norm)
+            approx_kl = stats["approx_kl"]
+            if diagnostics is not None:
+                diagnostics.add(stats)
             steps += 1
         if settings.target_kl is not None and approx_kl > settings.target_kl:
             break

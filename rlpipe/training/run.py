@@ -28,6 +28,7 @@ from rlpipe.envs import env_spec_json
 from rlpipe.errors import RlpipeError
 from rlpipe.models.checkpoint import META_FILE, save_checkpoint
 from rlpipe.training.config import OfflineConfig, OnlineConfig
+from rlpipe.training.diagnostics import Diagnostics
 from rlpipe.training.env import space_to_json
 from rlpipe.training.evaluation import EvalResult, PolicyFn, evaluate
 from rlpipe.training.loggers import MetricSink, end_sinks, open_sinks
@@ -116,6 +117,7 @@ class Run:
         self.total = config.env_steps if isinstance(config, OnlineConfig) else config.updates
         self.out_dir = Path(out_dir) if out_dir is not None else None
         self.history: list[EvalPoint] = []
+        self.diagnostics = Diagnostics(self.unit)  # the loops add each update's; logged with each evaluation
         self.next_eval = config.eval_every
         self.sinks: list[MetricSink] = []  # the curve's destinations (config.loggers), in the staging directory
         self._staging: StagedDirectory | None = None
@@ -163,12 +165,14 @@ class Run:
         )
 
     def evaluate(self, policy: PolicyFn, done: int) -> EvalPoint:
-        """Evaluate now, record the point in the history and the curve's sinks (x = ``done`` units)."""
+        """Evaluate now, record the point in the history and the curve's sinks (x = ``done``
+        units), with the means of the updates' diagnostics since the last evaluation."""
         res = self.evaluator(policy, self.config.eval_episodes, self.config.seed + EVAL_SEED_OFFSET)
         point = EvalPoint(done, self.elapsed(), res.mean, res.std, res.success_rate)
         self.history.append(point)
+        logged = {**self.diagnostics.take(done), **_curve_metrics(point)}
         for sink in self.sinks:
-            sink.log(done, _curve_metrics(point))
+            sink.log(done, logged)
         self._last_draw = 0.0
         self.show(done)
         return point
