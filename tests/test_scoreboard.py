@@ -15,7 +15,7 @@ import yaml
 from rlpipe.errors import RlpipeError
 from rlpipe.pipeline.collect import collect_dataset
 from rlpipe.pipeline.report import BLOCK_END, BLOCK_START, replace_block
-from rlpipe.pipeline.scoreboard import render_table, run_score
+from rlpipe.pipeline.scoreboard import read_published, render_table, run_score
 
 REPO = Path(__file__).resolve().parents[1]
 PROFILE = REPO / "benchmarks" / "d4rl-cpu"
@@ -48,9 +48,28 @@ def test_table_is_mean_and_standard_error_over_seeds_beside_published_figures() 
     # IQL's held-out returns 80, 180, 280 score 10, 20, 30: mean 20, s.e. 10 / sqrt(3)
     assert "| hopper-medium | iql | 3 | 20.0 ± 5.8 | 10.0, 20.0, 30.0 | 2000 | 11 | 67.5 |" in table
     assert "| hopper-medium | bc | 1 | 50.0 ± 0.0 | 50.0 | 1000 | 10 |  |" in table  # no published figure: blank
-    assert "| hopper-medium | 10 | 580.0 | 60.0 |" in table  # the dataset's own episodes
+    assert "| hopper-medium | ours | 1,000 | 10 | 580.0 |  | 60.0 | 100.0 |" in table  # the dataset's own episodes
     # the curve: mean over seeds of (10, 11, 12) at 1000 updates, 20 at 2000; BC evaluated at 1000 only
     assert "| algorithm | 1000 | 2000 |" in table and "| iql | 11.0 | 20.0 |" in table and "| bc | 40.0 |  |" in table
+
+
+def test_the_datasets_statistics_stand_beside_the_published_datasets(tmp_path: Path) -> None:
+    """published.yaml's `datasets:` (D4RL's own files' statistics) is read and shown as a row
+    under ours; a dataset it does not list has our row alone."""
+    published = tmp_path / "published.yaml"
+    published.write_text(
+        "label: CORL\nscores: {}\ndataset_label: D4RL -v2\ndatasets:\n"
+        "  hopper-medium: {transitions: 999906, episodes: 2186, return_mean: 1422.1, return_std: 379.0, return_min: 315.9, "
+        "return_max: 3222.4, score: 44.3, mean_length: 457.4}\n"
+    )
+    data = board()
+    data["published"] = read_published(published)
+    data["datasets"]["hopper-medium"].update(return_std=5.0, return_min=570.0, return_max=590.0)
+    data["datasets"]["hopper-other"] = dict(data["datasets"]["hopper-medium"], episodes=4)
+    table = render_table(data)
+    assert "| hopper-medium | ours | 1,000 | 10 | 580.0 ± 5.0 | 570.0 / 590.0 | 60.0 | 100.0 |" in table
+    assert "| hopper-medium | D4RL -v2 | 999,906 | 2,186 | 1,422.1 ± 379.0 | 315.9 / 3,222.4 | 44.3 | 457.4 |" in table
+    assert "| hopper-other | ours | 1,000 | 4 |" in table and "| hopper-other | D4RL" not in table
 
 
 def test_a_changed_metric_changes_the_table() -> None:

@@ -52,34 +52,50 @@ def _normalise(metadata: Mapping[str, Any], returns: Any, dataset: str) -> np.nd
     return 100.0 * np.asarray(score, np.float64)
 
 
+# The published statistics of a dataset a `datasets:` entry may give, as _dataset_facts names ours.
+DATASET_STATISTICS = ("transitions", "episodes", "return_mean", "return_std", "return_min", "return_max", "score", "mean_length")
+
+
 def read_published(path: str | Path | None) -> dict[str, Any]:
-    """The published figures file: {"label": str, "scores": {dataset: {algo: score}}}."""
+    """The published figures file: {"label": str, "scores": {dataset: {algo: score}}}, and
+    optionally "dataset_label" and "datasets": {dataset: {statistic: number}} (of
+    DATASET_STATISTICS), the published datasets' own statistics shown beside ours."""
     if path is None:
         return {"label": "", "scores": {}}
     try:
         data = yaml.safe_load(Path(path).read_text())
         label, scores = str(data["label"]), data["scores"]
         table = {str(dataset): {str(algo): float(score) for algo, score in by_algo.items()} for dataset, by_algo in scores.items()}
+        statistics = {
+            str(dataset): {str(key): float(facts[key]) for key in DATASET_STATISTICS if key in facts}
+            for dataset, facts in (data.get("datasets") or {}).items()
+        }
     except OSError as exc:
         raise RlpipeError(f"cannot read {path}: {exc}") from None
     except (yaml.YAMLError, TypeError, KeyError, ValueError, AttributeError) as exc:
         raise RlpipeError(f"{path}: expected `label:` and `scores: {{DATASET: {{ALGO: SCORE}}}}` ({exc!r})") from None
-    return {"label": label, "scores": table}
+    published = {"label": label, "scores": table}
+    return {**published, "dataset_label": str(data.get("dataset_label", "published")), "datasets": statistics} if statistics else published
 
 
 def _dataset_facts(dataset: str, store: str | Path) -> dict[str, Any]:
-    """A dataset's row of the scoreboard: its env, size, own episodes' return and score,
-    reference returns and content hash."""
+    """A dataset's rows of the scoreboard: its env, size, own episodes' returns (mean, std
+    with ddof 0, min, max) and normalised mean, mean episode length, reference returns and content hash."""
     from rlpipe.datasets.loader import load_shards
     from rlpipe.datasets.store import open_dataset
 
     info = open_dataset(dataset, store)
     episodes = load_shards(info).episode_returns()
+    transitions = int(info.metadata.get("total_steps", 0)) or None
     return {
         "env_id": info.env_id,
         "episodes": len(episodes),
-        "transitions": int(info.metadata.get("total_steps", 0)) or None,
+        "transitions": transitions,
         "return_mean": float(episodes.mean()),
+        "return_std": float(episodes.std()),
+        "return_min": float(episodes.min()),
+        "return_max": float(episodes.max()),
+        "mean_length": None if transitions is None else transitions / len(episodes),
         "score": float(_normalise(info.metadata, episodes.mean(), dataset)),
         "reference": {key: info.metadata[key] for key in ("ref_min_score", "ref_max_score")},
         "content_hash": info.metadata.get("content_hash"),
@@ -218,9 +234,7 @@ def render_table(data: Mapping[str, Any]) -> str:
             f"| {dataset} | {algo} | {len(runs)} | {mean:.1f} ± {error:.1f} | {per_seed} | {'/'.join(map(str, updates))} "
             f"| {wall:.0f} | {'' if figure is None else f'{figure:.1f}'} |"
         )
-    lines += ["", "| dataset | episodes | mean episode return | normalised score of its episodes |", "| --- | --- | --- | --- |"]
-    for dataset, facts in sorted(data["datasets"].items()):
-        lines.append(f"| {dataset} | {facts['episodes']} | {facts['return_mean']:.1f} | {facts['score']:.1f} |")
+    lines += ["", *dataset_table(data)]
     for dataset, algos in _by_dataset(data).items():
         curves = {algo: dict(zip(*_mean_curve(data, runs))) for algo, runs in algos.items()}
         points = sorted(set().union(*curves.values()))
@@ -230,6 +244,41 @@ def render_table(data: Mapping[str, Any]) -> str:
             f"| {algo} | " + " | ".join(f"{curve[u]:.1f}" if u in curve else "" for u in points) + " |" for algo, curve in curves.items()
         ]
     return "\n".join(lines) + "\n"
+
+
+def dataset_table(data: Mapping[str, Any]) -> list[str]:
+    """The datasets' own episodes, each beside the published dataset's statistics where the
+    published file gives them (blank where a figure is not known)."""
+    published = data["published"].get("datasets", {})
+    label = data["published"].get("dataset_label", "published")
+    lines = [
+        "| dataset | data | transitions | episodes | episode return (mean ± std) | min / max | normalised mean | mean length |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for dataset, facts in sorted(data["datasets"].items()):
+        rows = [("ours", facts)] + ([(label, published[dataset])] if dataset in published else [])
+        for source, row in rows:
+            lines.append(f"| {dataset} | {source} | " + " | ".join(_statistics_cells(row)) + " |")
+    return lines
+
+
+def _statistics_cells(row: Mapping[str, Any]) -> list[str]:
+    def number(key: str, digits: int = 1) -> str:
+        value = row.get(key)
+        return "" if value is None else f"{value:,.{digits}f}"
+
+    if row.get("mean_length") is None and row.get("transitions") and row.get("episodes"):
+        row = {**row, "mean_length": row["transitions"] / row["episodes"]}  # a board written before it was recorded
+    spread = "" if row.get("return_std") is None else f" ± {number('return_std')}"
+    extremes = "" if row.get("return_min") is None else f"{number('return_min')} / {number('return_max')}"
+    return [
+        number("transitions", 0),
+        number("episodes", 0),
+        number("return_mean") + spread,
+        extremes,
+        number("score"),
+        number("mean_length"),
+    ]
 
 
 def _seed_curves(data: Mapping[str, Any], runs: Sequence[Mapping[str, Any]]) -> tuple[list[float], np.ndarray]:
