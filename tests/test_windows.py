@@ -24,7 +24,7 @@ from rlpipe.errors import RlpipeError
 from rlpipe.pipeline.collect import collect_dataset
 from rlpipe.training.env import BOX
 from rlpipe.training.offline import load_offline
-from rlpipe.training.windows import WindowBatch, WindowSampler
+from rlpipe.training.windows import WindowBatch, WindowSampler, shuffled_within_steps
 from tests.test_frame_stacks import PRODUCER, wrapped_rollout
 
 FIELDS = ("obs", "actions", "rewards", "returns_to_go", "timesteps", "terminated", "mask")
@@ -255,3 +255,15 @@ def test_multi_agent_datasets_are_refused_in_ram_and_mapped(store: Path) -> None
     for data in (load_shards(info), MappedTransitions(info)):
         with pytest.raises(RlpipeError, match="single-agent datasets of array observations only"):
             WindowSampler(data, 3)
+
+
+def test_returns_to_go_shuffled_within_steps_keep_each_steps_values() -> None:
+    """The control's shuffle: every row's value comes from a row of the same timestep, each
+    value used once, and with several episodes some rows get another episode's value."""
+    steps = np.array([0, 1, 2, 0, 1, 0, 1, 2, 3])
+    values = np.arange(len(steps), dtype=np.float64) * 10
+    shuffled = shuffled_within_steps(values, steps, seed=3)
+    for step in np.unique(steps):
+        assert sorted(shuffled[steps == step]) == sorted(values[steps == step])
+    assert not np.array_equal(shuffled, values)
+    np.testing.assert_array_equal(shuffled, shuffled_within_steps(values, steps, seed=3))

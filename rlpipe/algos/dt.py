@@ -62,6 +62,9 @@ class Config(OfflineConfig):
     grad_clip: float = positive(0.25)  # max total gradient norm
     return_scale: float = 1e-3  # returns-to-go enter the network times this (CORL's MuJoCo 0.001); 0 ignores them
     target_return: float | None = None  # the return acted for; None: the dataset's best episode return
+    # The control of return conditioning: train on each row's return-to-go taken from a random
+    # row of the same timestep, so the return token carries nothing about its episode.
+    shuffle_returns_to_go: bool = False
     normalize_obs: bool = True  # with the dataset's mean and std (CORL)
 
     def __post_init__(self) -> None:
@@ -294,7 +297,7 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
     """Train a Decision Transformer on ``config.dataset``; with ``out_dir`` also write
     checkpoint, metrics and curve."""
     data = load_offline(SPEC.name, config, ACTION_SPACES, windows=True)
-    windows = window_sampler(data, config.context, config.seed)
+    windows = window_sampler(data, config.context, config.seed, shuffle_returns_to_go=config.shuffle_returns_to_go)
     best_return, longest = episode_extent(data)
     model = DecisionTransformer(
         data.obs_dim,

@@ -73,6 +73,7 @@ class WindowSampler(_GeneratorState):
         seed: int = 0,
         action_map: Callable[[np.ndarray], np.ndarray] | None = None,
         per_episode: bool = False,
+        shuffle_returns_to_go: bool = False,
     ) -> None:
         if not 1 <= window <= MAX_WINDOW:
             raise RlpipeError(f"window must be from 1 to {MAX_WINDOW} steps, got {window}")
@@ -103,10 +104,13 @@ class WindowSampler(_GeneratorState):
         first = np.flatnonzero(starts)
         self._chain_rows = torch.from_numpy(first).to(on)
         self._step_offsets = torch.from_numpy(steps[first].astype(np.int64) - first).to(on)  # a row's timestep less its row number
+        rtg = returns_to_go(reward, starts)
+        if shuffle_returns_to_go:
+            rtg = shuffled_within_steps(rtg, steps, seed)
         del steps  # before the per-row arrays below: 4 bytes a row less at the peak
         self._chain_first = self._chain_rows.to(self.device)  # the same tensor unless gathered on the CPU for another device
         self._stacks = _StackRows(stack_depths(starts, window), window, on)
-        self._returns_to_go = torch.from_numpy(returns_to_go(reward, starts)).to(on)
+        self._returns_to_go = torch.from_numpy(rtg).to(on)
         self._chain_length = torch.from_numpy(np.diff(np.r_[first, len(starts)])).to(self.device)
         self.per_episode = per_episode
         self._generator = torch.Generator(device=self.device).manual_seed(seed)
@@ -160,7 +164,21 @@ class WindowSampler(_GeneratorState):
         return {name: column.reshape(*rows.shape, *column.shape[1:]) for name, column in columns.items()}
 
 
-def window_sampler(data: OfflineData, window: int, seed: int, per_episode: bool = False) -> WindowSampler:
+def window_sampler(
+    data: OfflineData, window: int, seed: int, per_episode: bool = False, shuffle_returns_to_go: bool = False
+) -> WindowSampler:
     """A `WindowSampler` over the dataset `load_offline` opened (in RAM or mapped), on its
     device, with continuous actions mapped to the policy's [-1, 1] range as its sampler maps them."""
-    return WindowSampler(data.arrays, window, data.device, seed, ActionScaler(data.action_space).from_env, per_episode)
+    scaler = ActionScaler(data.action_space)
+    return WindowSampler(data.arrays, window, data.device, seed, scaler.from_env, per_episode, shuffle_returns_to_go)
+
+
+def shuffled_within_steps(values: np.ndarray, steps: np.ndarray, seed: int) -> np.ndarray:
+    """``values`` with each row's taken from a random row of the same timestep (a seeded
+    permutation within each step): returns-to-go keep their distribution at every step, but
+    no longer say anything about the episode they sit in (the control of return conditioning)."""
+    in_order = np.argsort(steps, kind="stable")
+    shuffled = np.lexsort((np.random.default_rng(seed).random(len(steps)), steps))
+    out = np.empty_like(values)
+    out[in_order] = values[shuffled]
+    return out
