@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import torch
 import torch.nn.functional as F
@@ -90,9 +90,9 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
 
     def loss_of(b: Batch) -> torch.Tensor:
         if data.discrete:
-            return -actor.dist(b.obs).log_prob(b.actions.long()).mean()
+            return -cast(CategoricalActor, actor).dist(b.obs).log_prob(b.actions.long()).mean()
         if config.continuous_loss == "gaussian":
-            return -actor.log_prob(b.obs, b.actions).mean()
+            return -cast(TanhGaussianActor, actor).log_prob(b.obs, b.actions).mean()
         return (actor(b.obs) - b.actions).square().mean()
 
     def update(b: Batch, i: int) -> Diagnosed:
@@ -121,7 +121,8 @@ def _train_recurrent(config: Config, data: OfflineData, out_dir: str | Path | No
             f"bc with recurrent={config.recurrent} reads flat observations one at a time (frame_stack=1) and needs "
             f"discrete actions; dataset {data.info.name!r} has {data.observation_space} observations, {data.action_space} actions"
         )
-    actor = RecurrentCategoricalActor(data.obs_dim, data.act_dim, config.recurrent, config.recurrent_hidden, config.hidden).to(data.device)
+    cell = cast(Literal["lstm", "gru"], config.recurrent)  # not "none": train() sends only recurrent configs here
+    actor = RecurrentCategoricalActor(data.obs_dim, data.act_dim, cell, config.recurrent_hidden, config.hidden).to(data.device)
     optimizer = adam(actor.parameters(), config.learning_rate)
 
     def update(b: WindowBatch, i: int) -> Diagnosed:
@@ -136,7 +137,7 @@ def _train_recurrent(config: Config, data: OfflineData, out_dir: str | Path | No
         data,
         actor,
         {"policy": actor},
-        update,  # type: ignore[arg-type]
+        update,
         out_dir,
         progress,
         optimizers={"optimizer": optimizer},

@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import torch
 import torch.nn.functional as F
@@ -108,7 +108,7 @@ def proposal_samples(actor: TanhGaussianActor, obs: torch.Tensor, next_obs: torc
     """K actions per state from each of CQL's proposals: uniform on [-1, 1]^d, pi(.|s) and
     pi(.|s'); [3K, B, d] and their log-densities under their proposal, [3K, B]. Each
     policy's K samples come from one actor pass over the B states."""
-    batch, act_dim = obs.shape[0], actor.spec["act_dim"]
+    batch, act_dim = obs.shape[0], cast(int, actor.spec["act_dim"])
     uniform = torch.rand(k, batch, act_dim, device=obs.device) * 2.0 - 1.0  # not uniform_: batched seeds draw with vmap
     current, current_logp = actor.sample(obs, n=k)
     following, following_logp = actor.sample(next_obs, n=k)
@@ -286,8 +286,9 @@ def batched_continuous_cql(configs: Sequence[Config], data: OfflineData) -> Batc
     losses = partial(critic_loss, configs[0], stacked.template, block_rows=_block_rows(data.device))
     stats: dict[str, torch.Tensor] = {}
 
-    def update(b: Batch, _: int) -> None:  # per seed: the steps of `continuous_cql`'s update
-        _, stats["conservative_gap"], _ = stacked.update(losses, b)
+    def update(b: Batch, _i: int) -> Diagnosed:  # per seed: the steps of `continuous_cql`'s update
+        (_, stats["conservative_gap"], _), diagnostics = stacked.update(losses, b)
+        return {**diagnostics, "conservative_gap": stats["conservative_gap"]}
 
     def extra(k: int) -> dict[str, Any]:  # read after the stack is unstacked into the seeds' modules
         return {"alpha": stacked.seeds[k].alpha(), "conservative_gap": float(stats["conservative_gap"][k]) if stats else math.nan}
@@ -307,15 +308,16 @@ def batched_discrete_cql(configs: Sequence[Config], data: OfflineData) -> Batche
     losses = partial(dqn_loss, config, modules[0]["policy"], modules[0]["q_target"])
     stats: dict[str, torch.Tensor] = {}
 
-    def update(b: Batch, _: int) -> None:
+    def update(b: Batch, _: int) -> Diagnosed:
         loss, stats["conservative_gap"] = stack.call(losses, b, train="policy")
         optimizer_step(optimizer, loss.sum())
         polyak_update(stack.parameters("q_target"), stack.parameters("policy"), config.tau)
+        return {"loss": loss.detach(), "conservative_gap": stats["conservative_gap"]}
 
     def extra(k: int) -> dict[str, Any]:
         return {"conservative_gap": float(stats["conservative_gap"][k]) if stats else math.nan}
 
-    return stack, modules, update, extra
+    return stack, cast("list[dict[str, nn.Module]]", modules), update, extra  # GreedyQPolicy modules
 
 
 def train(config: Config, out_dir: str | Path | None = None, *, progress: bool = True) -> TrainResult:

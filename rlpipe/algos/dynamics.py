@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
+from gymnasium import spaces
 
 from rlpipe.algos.registry import PLANNER_LOADER, AlgoSpec, Family
 from rlpipe.models.env_fns import reward_fn, termination_fn
@@ -60,7 +61,8 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
     run = Run(SPEC.name, config, out_dir, progress)
     try:
         fit = fit_on(model, optimizer, dataset_batch(data), config, generator, known_reward=reward is not None, max_updates=config.updates)
-        planner = CEMPlanner(ModelEnv(model, data.action_space, terminated, reward, generator), config, data.act_dim, generator)
+        action_space = cast(spaces.Box, data.action_space)  # ACTION_SPACES: a Box
+        planner = CEMPlanner(ModelEnv(model, action_space, terminated, reward, generator), config, data.act_dim, generator)
         eval_policy = planner_policy(planner, ActionScaler(data.action_space), data.device)
         extra = {
             **dataset_metrics(data),

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import torch
@@ -55,7 +55,7 @@ class HerFields:
     k: int = 4  # relabelled goals per real one: a share k / (k + 1) of every minibatch is relabelled
 
     def __post_init__(self) -> None:
-        super().__post_init__()  # the base algorithm's config (next in the MRO) checks its fields
+        super().__post_init__()  # type: ignore[misc]  # the base algorithm's config (next in the MRO) checks its fields
         if self.strategy not in STRATEGIES:
             raise RlpipeError(f"unknown HER strategy {self.strategy!r}: choose one of {', '.join(STRATEGIES)}")
         if self.k < 1:
@@ -135,7 +135,8 @@ class HerReplayBuffer:
         device: torch.device | str = "cpu",
         rng: np.random.Generator | None = None,
     ) -> None:
-        obs_dim, goal_dim = observation_space["observation"].shape[0], observation_space["desired_goal"].shape[0]
+        obs_dim = cast(spaces.Box, observation_space["observation"]).shape[0]  # a goal Dict's Boxes
+        goal_dim = cast(spaces.Box, observation_space["desired_goal"]).shape[0]
         shapes = {
             "observation": (obs_dim,),
             "desired_goal": (goal_dim,),
@@ -250,7 +251,7 @@ def train(
     agent = BASES[config.base].make_agent(config, env)
     buffer = HerReplayBuffer(
         min(config.buffer_size, config.env_steps + config.num_envs),
-        env.envs.single_observation_space,
+        cast(spaces.Dict, env.envs.single_observation_space),  # OBSERVATION_SPACES: a goal Dict
         env.act_dim,
         config.num_envs,
         compute_reward,

@@ -171,12 +171,12 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
             clip = frac * config.clip_coef if config.anneal else config.clip_coef
 
             # 1. Rollout: every agent of every game acts with the shared policy.
-            storage.collect(learner, rows)
+            storage.collect(learner, rows)  # type: ignore[arg-type]  # CentralCriticActorCritic: ActorCritic's interface
             game_steps += config.num_steps * config.num_envs
             # 2. Minibatch epochs over the living agents' steps.
             batch = storage.batch(storage.rewards, config.gamma, config.gae_lambda)
             agent_steps += batch.obs.shape[0]
-            updates += ppo_update(learner, optimizer, batch, clip, config, perm_gen, run.diagnostics)
+            updates += ppo_update(learner, optimizer, batch, clip, config, perm_gen, run.diagnostics)  # type: ignore[arg-type]  # as above
 
             run.show(game_steps)
             if run.maybe_evaluate(eval_policy, game_steps):

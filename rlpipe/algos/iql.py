@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import torch
+from torch import nn
 
 from rlpipe.algos.registry import OFFLINE_OBSERVATION_KINDS, AlgoSpec, Family
 from rlpipe.errors import RlpipeError
@@ -119,7 +120,7 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
         # Actor: advantage-weighted regression onto the dataset's actions.
         weight = awr_weights(advantage.detach(), config.beta, config.max_weight)
         if config.actor == "gaussian":
-            nll = -actor.log_prob(b.obs, b.actions)
+            nll = -cast(TanhGaussianActor, actor).log_prob(b.obs, b.actions)
         else:
             nll = (actor(b.obs) - b.actions).square().sum(-1)
         actor_loss = (weight * nll).mean()
@@ -132,5 +133,5 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
             "advantage_mean": advantage.detach().mean(),
         }
 
-    modules = {"policy": actor, "critic": critic, "critic_target": critic_target, "value": value}
+    modules: dict[str, nn.Module] = {"policy": actor, "critic": critic, "critic_target": critic_target, "value": value}
     return train_offline(SPEC.name, config, data, actor, modules, update, out_dir, progress)

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -132,7 +132,7 @@ class AgentActors(nn.Module):
         ensemble: int = 1,
     ) -> None:
         super().__init__()
-        self.spec = {
+        self.spec: dict[str, Any] = {
             "agents": list(agents),
             "obs_dims": list(obs_dims),
             "n_actions": list(n_actions),
@@ -233,7 +233,7 @@ class NStepWindow:
         out = []
         while self.pending and (len(self.pending) == self.n or episode_end):
             m = len(self.pending)
-            ret = sum(self.gamma**k * r for k, (_, _, r) in enumerate(self.pending))
+            ret = cast(np.ndarray, sum(self.gamma**k * r for k, (_, _, r) in enumerate(self.pending)))  # pending is not empty
             out.append((self.pending[0][0], self.pending[0][1], ret, next_obs, 0.0 if terminated else self.gamma**m))
             self.pending.pop(0)
         return out
@@ -253,7 +253,7 @@ class Critics(nn.Module):
 
     def forward(self, i: int, obs: list[torch.Tensor], actions: list[torch.Tensor], copy: int = 0) -> torch.Tensor:
         x = torch.cat([*obs, *actions] if self.centralised else [obs[i], actions[i]], dim=-1)
-        return (self.twins if copy else self.nets)[i](x).squeeze(-1)
+        return cast(nn.ModuleList, self.twins if copy else self.nets)[i](x).squeeze(-1)  # copy 1 only with twins (``copies``)
 
     def agent_parameters(self, i: int) -> list[nn.Parameter]:
         """Agent i's critic parameters (both copies with ``twin``)."""
@@ -283,7 +283,7 @@ def critic_loss(
         next_q = torch.stack([target_critics(i, batch["next_obs"], next_actions, k) for k in range(critics.copies)]).min(0).values
         target = batch["rewards"][:, i] + batch["discount"] * next_q
     actions = [F.one_hot(batch["actions"][:, j], n).float() for j, n in enumerate(n_actions)]
-    return sum(F.mse_loss(critics(i, batch["obs"], actions, k), target) for k in range(critics.copies))
+    return cast(torch.Tensor, sum(F.mse_loss(critics(i, batch["obs"], actions, k), target) for k in range(critics.copies)))
 
 
 def actor_loss(
@@ -351,6 +351,7 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
         polyak_update(target_critics, critics, config.tau)
 
     run = Run(SPEC.name, config, out_dir, progress, evaluator=evaluator)  # independent DDPG: metrics' "centralised" is False
+    no_policy: Any = None  # what the run's evaluations are given: `evaluator` plays the actors itself
     steps = updates = episodes = 0
     stop = False
     try:
@@ -375,13 +376,14 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
                 if replay.size >= config.learning_starts and steps % config.update_every == 0:
                     update(replay.sample(config.batch_size, rng, device))
                     updates += 1
-                stop = run.maybe_evaluate(None, steps)
+                stop = run.maybe_evaluate(no_policy, steps)
                 run.show(steps, episode_return)
             episodes += 1
-        run.evaluate_final(None, steps)
+        run.evaluate_final(no_policy, steps)
         final = evals[-1]
+        assert final.agent_returns is not None  # evaluate_sides reports every agent's return
         return run.finish(
-            None,
+            no_policy,
             actors,
             {"policy": actors, "critics": critics},
             env.action_space(agents[0]),

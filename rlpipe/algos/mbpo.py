@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
+from gymnasium import spaces
 
 from rlpipe.algos.registry import AlgoSpec, Family
 from rlpipe.algos.sac import SACFields, make_agent
@@ -23,6 +24,7 @@ from rlpipe.envs.stepper import EpisodeReturns
 from rlpipe.errors import RlpipeError
 from rlpipe.models.dynamics import FitReport
 from rlpipe.models.env_fns import reward_fn, termination_fn
+from rlpipe.models.networks import TanhGaussianActor
 from rlpipe.training import Batch, OnlineConfig, ReplayBuffer, StepBatch, TrainResult
 from rlpipe.training.config import buffer_capacity, check_fractions, positive
 from rlpipe.training.env import BOX
@@ -115,7 +117,7 @@ class ModelAugmentedReplay:
         self.model, self.optimizer = build_ensemble(config, env.obs_dim, env.act_dim, env.device)
         terminated, reward = termination_fn(SPEC.name, config.env_id), reward_fn(SPEC.name, config.env_id, config.reward)
         self.known_reward = reward is not None
-        self.model_env = ModelEnv(self.model, env.action_space, terminated, reward, generator)
+        self.model_env = ModelEnv(self.model, cast(spaces.Box, env.action_space), terminated, reward, generator)  # ACTION_SPACES: a Box
         self.batches = MixedBatches(self.real.sample, self.synthetic, config.real_ratio)
         self.fits: list[FitReport] = []
         self.next_refit = config.learning_starts if config.real_ratio < 1.0 else float("inf")
@@ -133,7 +135,7 @@ class ModelAugmentedReplay:
         contents = buffer_contents(self.real)
         self.fits.append(fit_on(self.model, self.optimizer, contents, self.config, self.generator, known_reward=self.known_reward))
         start = self.real.sample(self.config.rollout_batch).obs
-        policy = lambda obs: self.agent.actor.sample(obs)[0]  # noqa: E731
+        policy = lambda obs: cast(TanhGaussianActor, self.agent.actor).sample(obs)[0]  # noqa: E731  # SAC's actor (make_agent)
         branched_rollout(self.model_env, policy, start, self.config.rollout_length_at(len(self.real)), self.synthetic)
 
     def sample(self, batch_size: int) -> Batch:
@@ -148,6 +150,7 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
     replay = ModelAugmentedReplay(config, env, agent, torch.Generator(device=env.device).manual_seed(config.seed + MODEL_SEED_OFFSET))
     episodes = EpisodeReturns()
     sac_metrics = agent.extra_metrics
+    assert sac_metrics is not None  # SAC's agent reports its temperature
 
     def extra_metrics() -> dict[str, Any]:
         return {**sac_metrics(), "episode_returns": episodes.returns, **fits_metrics(replay.fits)}

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import torch
+from gymnasium import spaces
 
 from rlpipe.algos.registry import AlgoSpec, Family
 from rlpipe.algos.sac import SACFields, SoftActorCritic
@@ -96,7 +97,7 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
     terminated, reward = termination_fn(SPEC.name, config.env_id), reward_fn(SPEC.name, config.env_id, config.reward)
     generator = torch.Generator(device=data.device).manual_seed(config.seed)
     model, model_metrics = dynamics_for(config, data, generator, known_reward=reward is not None)
-    model_env = ModelEnv(model, data.action_space, terminated, reward, generator)
+    model_env = ModelEnv(model, cast(spaces.Box, data.action_space), terminated, reward, generator)  # ACTION_SPACES: a Box
     sac = SoftActorCritic.build(config, data.obs_dim, data.act_dim, data.device)
     synthetic = ReplayBuffer(
         config.model_retain * config.rollout_batch * config.rollout_length, data.obs_dim, data.act_dim, data.device, seed=config.seed + 1

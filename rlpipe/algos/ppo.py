@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import torch
 from gymnasium import spaces
@@ -24,7 +24,7 @@ from torch import nn
 
 from rlpipe.algos.registry import AlgoSpec, Family
 from rlpipe.errors import RlpipeError
-from rlpipe.models.networks import ActorCritic
+from rlpipe.models.networks import ActorCritic, ObsNormalizer
 from rlpipe.models.recurrent import RecurrentActorCritic
 from rlpipe.training import (
     ActionScaler,
@@ -140,7 +140,7 @@ def train(
     device = resolve_device(config.device)
     rng = seed_everything(config.seed, config.torch_threads)
     discrete = isinstance(act_space, spaces.Discrete)
-    obs_dim, n_act = obs_space.shape[0], action_dim(act_space)
+    obs_dim, n_act = cast(spaces.Box, obs_space).shape[0], action_dim(act_space)  # a flat Box: require_spaces checked
 
     actor: ActorCritic | RecurrentActorCritic
     rollout: RolloutStorage
@@ -186,7 +186,7 @@ def train(
             updates += ppo_update(actor, optimizer, batch, clip, config, perm_gen, run.diagnostics)
             if config.normalize_obs:
                 # Statistics change between rollouts only, so stored log-probs stay exact.
-                actor.obs_norm.update(batch.obs)
+                cast(ObsNormalizer, actor.obs_norm).update(batch.obs)
 
             run.show(stepper.env_steps, stepper.last_return)
             if run.maybe_evaluate(eval_policy, stepper.env_steps):

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from enum import Enum
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from rlpipe.envs.spaces import BOX, require_spaces
 from rlpipe.errors import RlpipeError
@@ -198,11 +198,14 @@ def declared_specs(module: str) -> tuple[AlgoSpec, ...]:
         tree = ast.parse(head, found.origin)
     except SyntaxError as exc:
         raise RlpipeError(f"cannot read the SPEC of {module}: {exc}") from None
-    assigned = {
-        ast.unparse(node.targets[0] if isinstance(node, ast.Assign) else node.target): node.value
-        for node in tree.body
-        if (isinstance(node, ast.Assign) and len(node.targets) == 1) or (isinstance(node, ast.AnnAssign) and node.value is not None)
-    }
+    assigned = cast(  # annotated names without a value are left out
+        "dict[str, ast.expr]",
+        {
+            ast.unparse(node.targets[0] if isinstance(node, ast.Assign) else node.target): node.value
+            for node in tree.body
+            if (isinstance(node, ast.Assign) and len(node.targets) == 1) or (isinstance(node, ast.AnnAssign) and node.value is not None)
+        },
+    )
     for name in ("SPEC", "SPECS"):
         if name in assigned:
             value = assigned[name]

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -59,6 +59,18 @@ class SACFields:
     init_alpha: float = 1.0
     target_entropy: float | None = None  # None: -action_dim
     hidden: tuple[int, ...] = layer_sizes((256, 256))
+
+
+class SACNetworkSettings(Protocol):
+    """What :meth:`SoftActorCritic.build` reads of a config: :class:`SACFields`' networks and
+    learning rates (CQL's config declares its own)."""
+
+    hidden: tuple[int, ...]
+    init_alpha: float
+    target_entropy: float | None
+    actor_lr: float
+    critic_lr: float
+    alpha_lr: float
 
 
 @dataclass
@@ -110,7 +122,7 @@ class SoftActorCritic:
     alpha_opt: torch.optim.Optimizer
 
     @classmethod
-    def build(cls, config: SACFields, obs_dim: int, act_dim: int, device: torch.device, n_critics: int = 2) -> SoftActorCritic:
+    def build(cls, config: SACNetworkSettings, obs_dim: int, act_dim: int, device: torch.device, n_critics: int = 2) -> SoftActorCritic:
         """From ``config``'s hidden, init_alpha, target_entropy (None: -act_dim) and the
         actor, critic and alpha learning rates; ``n_critics`` fused critics (SAC's twins; EDAC's N)."""
         actor = TanhGaussianActor(obs_dim, act_dim, config.hidden).to(device)
@@ -212,18 +224,24 @@ class StackedSoftActorCritic:
     def template(self) -> SoftActorCritic:
         return self.seeds[0]
 
-    def update(self, seed_critic_loss: Callable[[Batch], tuple[torch.Tensor, ...]], b: Batch) -> tuple[torch.Tensor, ...]:
+    def update(
+        self, seed_critic_loss: Callable[[Batch], tuple[torch.Tensor, ...]], b: Batch
+    ) -> tuple[tuple[torch.Tensor, ...], dict[str, torch.Tensor]]:
         """One update of every seed on its slice of ``b`` ([K, B, ...]): the steps of a
         single seed's update, in the same order. ``seed_critic_loss(b)`` is per-seed code
         (reading :attr:`template`) returning the critic loss first, then any statistics;
-        returns its outputs for all seeds ([K] each)."""
+        returns its outputs for all seeds ([K] each) and the diagnostics a single seed's
+        update reports (`SoftActorCritic.critic_step`, `policy_step`), [K] each."""
         outputs = self.stack.call(seed_critic_loss, b, train="critic")
         optimizer_step(self.critic_opt, outputs[0].sum())  # the seeds share no weights: each gets its own gradient
         actor_loss, logp = self.stack.call(self.template.actor_loss, b.obs, train="actor")
         optimizer_step(self.actor_opt, actor_loss.sum())
+        (log_alpha,) = self.stack.parameters("temperature")
+        alpha = log_alpha.detach().exp()
         optimizer_step(self.alpha_opt, self.stack.call(self.template.alpha_loss, logp, train="temperature").sum())
         polyak_update(self.stack.parameters("critic_target"), self.stack.parameters("critic"), self.tau)
-        return outputs
+        diagnostics = {"critic_loss": outputs[0].detach(), "actor_loss": actor_loss.detach(), "alpha": alpha}
+        return outputs, {**diagnostics, "entropy": -logp.detach().mean(-1)}
 
     @torch.no_grad()
     def explore(self, obs: np.ndarray) -> np.ndarray:
@@ -236,7 +254,7 @@ class StackedSoftActorCritic:
         return [{"policy": sac.actor, "critic": sac.critic, "critic_target": sac.critic_target} for sac in self.seeds]
 
 
-def make_agent(config: Config, env: OffPolicySetup) -> Agent:
+def make_agent(config: SACFields, env: OffPolicySetup) -> Agent:
     """SAC's networks, update and sampling exploration for ``env``'s sizes and device."""
     sac = SoftActorCritic.build(config, env.obs_dim, env.act_dim, env.device)
 
@@ -278,8 +296,8 @@ def make_stacked_agent(configs: Sequence[Config], env: OffPolicySetup) -> tuple[
     def seed_loss(b: Batch) -> tuple[torch.Tensor]:
         return (critic_loss(configs[0], stacked.template, b),)
 
-    def update(b: Batch, _: int) -> None:
-        stacked.update(seed_loss, b)
+    def update(b: Batch, _: int) -> Diagnosed:
+        return stacked.update(seed_loss, b)[1]
 
     return stacked, update
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 import torch
@@ -31,13 +31,16 @@ class Batch(NamedTuple):
 
     def map_columns(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> Batch:
         """``fn`` applied to each column (an absent optional column stays None)."""
-        return Batch(*(None if column is None else fn(column) for column in self))
+        return Batch._make(None if column is None else fn(column) for column in self)
 
 
-def join_batches(parts: Sequence[Batch], join: Callable[[Sequence[torch.Tensor]], torch.Tensor] = torch.cat) -> Batch:
+def join_batches(parts: Sequence[Batch], join: Callable[[tuple[torch.Tensor, ...]], torch.Tensor] = torch.cat) -> Batch:
     """Batches joined column by column (``torch.cat``, or ``torch.stack`` for a seed axis); a
     column that some part lacks (None) is None."""
-    return Batch(*(None if any(column is None for column in columns) else join(columns) for columns in zip(*parts)))
+    # A column that is not None in any part holds tensors only.
+    return Batch._make(
+        None if any(column is None for column in columns) else join(cast("tuple[torch.Tensor, ...]", columns)) for columns in zip(*parts)
+    )
 
 
 @dataclass(frozen=True)
@@ -151,7 +154,7 @@ class ReplayBuffer:
         episode = {} if self.values is None else {"episode_rows": self.episode_rows}
         return {**rows, **episode, "pos": self.pos, "size": self.size, "generator": self.generator.get_state()}
 
-    def load_state_dict(self, state: dict[str, object]) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self.pos, self.size = state["pos"], state["size"]
         for name in self.columns:
             getattr(self, name)[: self.size] = state[name]

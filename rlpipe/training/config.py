@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import types
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
@@ -29,7 +30,7 @@ from rlpipe.limits import (
     max_torch_threads,
 )
 
-C = TypeVar("C")
+C = TypeVar("C", bound="RunConfig")
 T = TypeVar("T")
 
 POSITIVE = types.MappingProxyType({"positive": True})  # field metadata: the value (each element of a tuple) must be > 0
@@ -279,7 +280,7 @@ def check_values(config: Any) -> None:
         check_num_envs(config.num_envs, "setting num_envs")
 
 
-def config_for_env(cls: type[C], tuned: dict[str, dict[str, Any]], env_id: str, **overrides: Any) -> C:
+def config_for_env(cls: type[C], tuned: Mapping[str, Mapping[str, Any]], env_id: str, **overrides: Any) -> C:
     """Build ``cls(env_id=..)`` from the per-env tuned table, then non-None ``overrides``.
 
     Unknown keys are an RlpipeError naming the field (typos must not be silently ignored).

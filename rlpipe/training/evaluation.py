@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 import numpy as np
 import torch
@@ -41,6 +41,13 @@ class RewardConditionedPolicy(Protocol):
     def __call__(self, obs: np.ndarray) -> np.ndarray: ...
 
     def record_rewards(self, rewards: np.ndarray) -> None: ...
+
+
+class Acting(Protocol):
+    """An actor network's acting interface (`rlpipe.models.networks`): a batch of observations
+    -> a batch of actions in the policy's range."""
+
+    def act(self, obs: torch.Tensor, deterministic: bool) -> torch.Tensor: ...
 
 
 @dataclass(frozen=True)
@@ -147,7 +154,7 @@ class ActorPolicy:
     def __init__(self, actor: nn.Module, scaler: ActionScaler, device: torch.device | str = "cpu", deterministic: bool = True) -> None:
         self.actor, self.scaler, self.device, self.deterministic = actor, scaler, torch.device(device), deterministic
         self.frame_stack = policy_frame_stack(actor)
-        encoder = actor.spec.get("encoder") if self.frame_stack > 1 else None
+        encoder = cast("dict[str, Any]", actor.spec).get("encoder") if self.frame_stack > 1 else None  # a dict: policy_frame_stack read it
         self._frame_rank = len(encoder["shape"]) if encoder else 0
         self._frames = FrameStacks(self.frame_stack) if self.frame_stack > 1 else None
         self._hidden = HiddenStates(actor) if isinstance(actor, RecurrentPolicy) else None
@@ -167,7 +174,8 @@ class ActorPolicy:
             array = array.copy()  # one batch of observations, cheap beside the forward pass
         with torch.no_grad():
             obs_t = torch.as_tensor(array, device=self.device)
-            action = self.actor.act(obs_t, self.deterministic) if self._hidden is None else self._hidden.act(obs_t, self.deterministic)
+            actor = cast(Acting, self.actor)
+            action = actor.act(obs_t, self.deterministic) if self._hidden is None else self._hidden.act(obs_t, self.deterministic)
             return self.scaler.to_env(action.cpu().numpy())
 
 

@@ -21,7 +21,7 @@ import torch
 from rlpipe.errors import RlpipeError
 from rlpipe.training.buffer import Update
 from rlpipe.training.diagnostics import Diagnosed
-from rlpipe.training.sampler import TransitionSampler
+from rlpipe.training.sampler import SeedSampler, TransitionSampler
 
 WARMUP_ROUNDS = 3  # eager rounds before capture: optimiser state, cuBLAS workspaces, allocator
 
@@ -42,7 +42,7 @@ class UpdateStepper:
     """
 
     def __init__(
-        self, update: Update, sampler: TransitionSampler, batch_size: int, total: int, graph: bool = False, period: int = 1
+        self, update: Update, sampler: TransitionSampler | SeedSampler, batch_size: int, total: int, graph: bool = False, period: int = 1
     ) -> None:
         self.update, self.sampler, self.batch_size, self.total = update, sampler, batch_size, total
         self.period = max(1, period)

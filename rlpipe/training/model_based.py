@@ -8,11 +8,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 import torch
 
+from rlpipe.datasets.loader import TransitionArrays
 from rlpipe.errors import RlpipeError
 from rlpipe.models.checkpoint import load_checkpoint
 from rlpipe.models.dynamics import FitReport, GaussianEnsemble, fit_ensemble, transitions_to_xy
@@ -107,7 +108,7 @@ def buffer_contents(buffer: ReplayBuffer) -> Batch:
 
 def dataset_batch(data: OfflineData) -> Batch:
     """Every transition of an opened dataset as one batch on its device (actions in [-1, 1])."""
-    a = data.arrays
+    a = cast(TransitionArrays, data.arrays)  # read as arrays (a memory-mapped dataset's MappedTransitions has no such attributes)
     as_t = lambda x: torch.as_tensor(np.asarray(x, np.float32), device=data.device)  # noqa: E731
     actions = ActionScaler(data.action_space).from_env(np.asarray(a.action))
     return Batch(as_t(a.obs), as_t(actions), as_t(a.reward), as_t(a.next_obs), as_t(a.terminated))

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property, partial
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -34,7 +34,7 @@ from rlpipe.models.networks import ObsNormalizer
 from rlpipe.training.buffer import Batch, ReplayBuffer, ReturnsToGo, Update, join_batches
 from rlpipe.training.diagnostics import Diagnosed
 from rlpipe.training.env import BOX, GOAL, IMAGE, ActionScaler, action_dim, env_spaces, make_vec_env, require_spaces, resolve_device
-from rlpipe.training.evaluation import PolicyFn, policy_fn
+from rlpipe.training.evaluation import Acting, PolicyFn, policy_fn
 from rlpipe.training.families import dataset_evaluator
 from rlpipe.training.graphs import UpdateStepper, graphs_enabled
 from rlpipe.training.resume import Checkpointer
@@ -86,6 +86,7 @@ def require_dataset_fits_env(info: DatasetInfo) -> None:
     if info.metadata.get("multi_agent", False):
         env_obs, env_act = dataset_evaluator(info).spaces()
     else:
+        assert info.env_id is not None  # the dataset names its env: load_offline checks only those
         env_obs, env_act = env_spaces(trusted_env_id(info.env_id, f"dataset {info.name!r}"))
     for what, stored, actual in (("observation", info.observation_space, env_obs), ("action", info.action_space, env_act)):
         if _layout(stored) != _layout(actual):
@@ -106,9 +107,8 @@ def subset_rows(data: TransitionArrays, max_samples: int, seed: int) -> np.ndarr
 
 def take_rows(data: TransitionArrays, rows: np.ndarray) -> TransitionArrays:
     """A new TransitionArrays holding `rows` of `data`."""
-    return TransitionArrays(
-        **{name: None if values is None else map_columnar(values, lambda a: a[rows]) for name, values in vars(data).items()}
-    )
+    columns = {name: None if values is None else map_columnar(values, lambda a: a[rows]) for name, values in vars(data).items()}
+    return TransitionArrays(**cast("dict[str, Any]", columns))  # each column of the kind it was
 
 
 @dataclass
@@ -194,9 +194,8 @@ def load_offline(
             raise RlpipeError(f"{algo} needs the dataset's {column}: not gathered from the memory maps of {info.name!r}")
         mapped = MappedTransitions(info)
         make_sampler = partial(MappedSampler, mapped, device, seed=config.seed, action_map=scaler.from_env, frame_stack=frame_stack)
-        opened = OfflineData(
-            info, mapped, make_sampler, obs_space, act_space, math.prod(obs_space.shape), action_dim(act_space), device, frame_stack
-        )
+        box = cast(spaces.Box, obs_space)  # not a goal Dict (those load in RAM): a Box, as require_spaces checked
+        opened = OfflineData(info, mapped, make_sampler, box, act_space, math.prod(box.shape), action_dim(act_space), device, frame_stack)
     else:
         opened = _load_in_ram(info, config, device, scaler, frame_stack, next_actions, returns_to_go)
     if not windows:
@@ -234,9 +233,8 @@ def _load_in_ram(
         frame_stack=frame_stack,
         returns_to_go=returns_to_go,
     )
-    return OfflineData(
-        info, data, make_sampler, obs_space, act_space, math.prod(obs_space.shape), action_dim(act_space), device, frame_stack
-    )
+    box = cast(spaces.Box, obs_space)  # a goal Dict flattened above; else a Box, as require_spaces checked
+    return OfflineData(info, data, make_sampler, box, act_space, math.prod(box.shape), action_dim(act_space), device, frame_stack)
 
 
 def require_flat_observations(algo: str, config: Any, data: OfflineData) -> None:
@@ -282,7 +280,9 @@ class DatasetAndOnline:
     each batch from the dataset and the rest from the online rows (CORL's offline-to-online
     settings; the dataset alone while nothing has been collected)."""
 
-    def __init__(self, dataset: TransitionSampler, online: ReplayBuffer, seed: int, mixing_ratio: float | None = None) -> None:
+    def __init__(
+        self, dataset: TransitionSampler | MappedSampler, online: ReplayBuffer, seed: int, mixing_ratio: float | None = None
+    ) -> None:
         self.dataset, self.online, self.mixing_ratio = dataset, online, mixing_ratio
         self.generator = torch.Generator(device=dataset.device).manual_seed(seed)
 
@@ -337,7 +337,7 @@ def finetune_online(
     try:
         while stepper.env_steps < config.finetune_env_steps:
             with torch.no_grad():
-                actions = actor.act(torch.as_tensor(obs, dtype=torch.float32, device=data.device), False)
+                actions = cast(Acting, actor).act(torch.as_tensor(obs, dtype=torch.float32, device=data.device), False)
             step = stepper.step(actions.cpu().numpy())
             next_obs = flatten_obs(step.next_obs)
             online.store(replace(step, obs=obs, next_obs=next_obs))

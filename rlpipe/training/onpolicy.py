@@ -30,12 +30,21 @@ from rlpipe.training.optim import optimizer_step
 
 
 class RowStep(Protocol):
-    """One step's outcome per row (what a vector-env step batch provides)."""
+    """One step's outcome per row (what a vector-env step batch provides), read only (a
+    frozen dataclass's fields do)."""
 
-    rewards: np.ndarray
-    terminated: np.ndarray
-    truncated: np.ndarray
-    valid: np.ndarray  # False on the reset steps of the NEXT_STEP autoreset
+    @property
+    def rewards(self) -> np.ndarray: ...
+
+    @property
+    def terminated(self) -> np.ndarray: ...
+
+    @property
+    def truncated(self) -> np.ndarray: ...
+
+    @property
+    def valid(self) -> np.ndarray: ...  # False on the reset steps of the NEXT_STEP autoreset
+
     # A step may also have ``acting`` (bool array): False for valid rows the policy does not
     # act on (a team's dead agent whose row carries the team's later rewards); their value
     # is learnt, their action is not. Without it every valid row acts.

@@ -13,7 +13,7 @@ from torch import nn
 ModuleT = TypeVar("ModuleT", bound=nn.Module)
 
 
-def adam(params: Iterable[torch.nn.Parameter], lr: float, eps: float = 1e-8) -> torch.optim.Adam:
+def adam(params: Iterable[torch.Tensor], lr: float, eps: float = 1e-8) -> torch.optim.Adam:
     """Adam with the fused kernel (one op for all parameters: far less per-step overhead);
     on CUDA capturable, so its steps can be part of a CUDA graph."""
     params = list(params)

@@ -12,6 +12,7 @@ operand, so the whole step is a few large matmuls regardless of the number of me
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import torch
@@ -77,7 +78,9 @@ class ModelEnv:
         the rollout reads (MOPO's penalty; Δobs only where the known reward replaces the
         model's)."""
         mean, std = self.model(obs, actions)
-        pick = self.model.elites[torch.randint(0, self.model.num_elites, (len(obs),), generator=self.generator, device=obs.device)]
+        pick = cast(torch.Tensor, self.model.elites)[
+            torch.randint(0, self.model.num_elites, (len(obs),), generator=self.generator, device=obs.device)
+        ]
         rows = torch.arange(len(obs), device=obs.device)
         draw = mean[pick, rows] + std[pick, rows] * torch.randn(mean.shape[1:], generator=self.generator, device=obs.device)
         next_obs, reward = obs + draw[:, :-1], draw[:, -1]
@@ -148,7 +151,7 @@ class CEMPlanner:
         """Observations [B, o] -> the first action [B, a] of each env's planned sequence."""
         s, (batch, device) = self.s, (obs.shape[0], obs.device)
         model = self.env.model
-        members = None if model.num_elites == model.members else model.elites
+        members = None if model.num_elites == model.members else cast(torch.Tensor, model.elites)  # a registered buffer
         layers = model.member_layers(members)
         k = layers[0][0].shape[0]
         rows = batch * s.population * s.particles

@@ -206,7 +206,7 @@ def _digest(header: Mapping[str, str], tensors: Mapping[str, torch.Tensor]) -> s
     for name in sorted(tensors):
         tensor = tensors[name]
         h.update(json.dumps([name, str(tensor.dtype), list(tensor.shape)]).encode())
-        h.update(tensor.reshape(-1).view(torch.uint8).numpy())
+        h.update(tensor.reshape(-1).view(torch.uint8).numpy())  # type: ignore[arg-type]  # ndarray: a buffer numpy stubs omit
     return h.hexdigest()
 
 
@@ -328,6 +328,7 @@ class Checkpointer:
         """Save once ``done`` passed the next checkpoint point; ``loop`` holds the loop's counters."""
         if self.dir is None or done < self.next_save:
             return
+        assert self.every is not None  # a resume dir is set only with checkpoint_every
         while self.next_save <= done:
             self.next_save += self.every
         self.dir.mkdir(parents=True, exist_ok=True)

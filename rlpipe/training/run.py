@@ -11,6 +11,7 @@ of an old checkpoint and a new partial curve.
 from __future__ import annotations
 
 import copy
+import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -26,6 +27,7 @@ from torch import nn
 from rlpipe.datasets.atomic import StagedDirectory, json_text
 from rlpipe.envs import env_spec_json
 from rlpipe.errors import RlpipeError
+from rlpipe.files import check_output_dir
 from rlpipe.models.checkpoint import META_FILE, save_checkpoint
 from rlpipe.training.config import OfflineConfig, OnlineConfig
 from rlpipe.training.diagnostics import Diagnostics
@@ -47,9 +49,11 @@ def is_run_dir(path: Path) -> bool:
 
 
 def _check_run_target(out_dir: Path) -> None:
-    """An existing ``--out`` is replaced only if it is empty or an earlier run's directory."""
-    if out_dir.name in ("", ".", "..") or out_dir.is_symlink() or (out_dir.exists() and not out_dir.is_dir()):
+    """An existing ``--out`` is replaced only if it is empty or an earlier run's directory; a
+    new one must be one that can be made (`check_output_dir`: no name too long, no file above)."""
+    if out_dir.name in ("", ".", "..") or os.path.islink(out_dir) or (os.path.exists(out_dir) and not os.path.isdir(out_dir)):
         raise RlpipeError(f"--out {out_dir} must name a directory (not a file, a link or a root)")
+    check_output_dir(out_dir, "--out")
     # A `.gitignore` alone is what DVC leaves of a stage's run directory whose files are its outputs.
     contents = [path for path in out_dir.iterdir() if path.name != ".gitignore"] if out_dir.is_dir() else []
     if contents and not any((out_dir / n).exists() for n in (META_FILE, METRICS_FILE, "dvclive")):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -114,7 +115,8 @@ class TransitionSampler(_GeneratorState):
         self.frame_stack = frame_stack
         self._stacks = None if depths is None else _StackRows(depths, frame_stack, self.device)
         actions = np.asarray(data.action) if action_map is None else action_map(np.asarray(data.action))
-        self._columns = {
+        # Tensors on the device (a Dict observation's column: a dict of them, as map_columnar leaves it).
+        self._columns: dict[str, Any] = {
             "obs": map_columnar(data.obs, lambda a: _to_tensor(np.asarray(a), self.device)),
             "actions": _to_tensor(actions, self.device),
             "rewards": _to_tensor(np.asarray(data.reward), self.device),
@@ -143,7 +145,8 @@ class TransitionSampler(_GeneratorState):
     def take(self, index: torch.Tensor) -> Batch:
         """The rows at `index` (on the device) as a Batch: one gather per column."""
         if self._stacks is None:
-            return Batch(**{name: map_columnar(column, lambda t: gather_rows(t, index)) for name, column in self._columns.items()})
+            gathered = {name: map_columnar(column, lambda t: gather_rows(t, index)) for name, column in self._columns.items()}
+            return Batch(**cast("dict[str, Any]", gathered))  # tensors, which map_columnar's Columnar does not name
         columns = {name: gather_rows(column, index) for name, column in self._columns.items() if name != "obs"}
         columns["obs"] = gather_rows(self._columns["obs"], self._stacks.rows(index))
         columns["next_obs"] = self._stacks.following(columns["obs"], columns["next_obs"], index.dim())
@@ -215,15 +218,18 @@ class MappedSampler(_GeneratorState):
     def take(self, index: torch.Tensor) -> Batch:
         """The rows at `index` as a Batch on the device."""
         at = index.cpu().numpy()
+        # Every column an array: goal Dict observations are sampled in RAM, flattened (`load_offline`).
         if self._depths is None:
-            rows = self.data.take(at)
+            rows = cast("dict[str, np.ndarray]", self.data.take(at))
         else:  # the stacks' frames in one gather; next_obs stacks reuse them
-            rows = self.data.take(at, ("action", "reward", "next_obs", "terminated"))
+            rows = cast("dict[str, np.ndarray]", self.data.take(at, ("action", "reward", "next_obs", "terminated")))
             frames = stack_rows(at, self._depths, self.frame_stack)
-            rows["obs"] = self.data.take(frames.reshape(-1), ("obs",))["obs"].reshape(frames.shape + rows["next_obs"].shape[1:])
+            rows["obs"] = cast(np.ndarray, self.data.take(frames.reshape(-1), ("obs",))["obs"]).reshape(
+                frames.shape + rows["next_obs"].shape[1:]
+            )
         actions = rows["action"] if self.action_map is None else self.action_map(rows["action"])
-        obs = map_columnar(rows["obs"], lambda a: _to_tensor(a, self.device))
-        next_obs = map_columnar(rows["next_obs"], lambda a: _to_tensor(a, self.device))
+        obs: Any = map_columnar(rows["obs"], lambda a: _to_tensor(a, self.device))  # tensors
+        next_obs: Any = map_columnar(rows["next_obs"], lambda a: _to_tensor(a, self.device))
         return Batch(
             obs=obs,
             actions=_to_tensor(actions, self.device),

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -35,6 +35,7 @@ from rlpipe.envs.goals import flatten_obs
 from rlpipe.envs.stepper import VecStepper
 from rlpipe.errors import RlpipeError
 from rlpipe.training.buffer import Batch, ReplayBuffer, Update, join_batches
+from rlpipe.training.diagnostics import Diagnosed
 from rlpipe.training.env import ActionScaler
 from rlpipe.training.evaluation import policy_fn
 from rlpipe.training.graphs import UpdateStepper, graphs_enabled
@@ -110,6 +111,13 @@ def sample_seeds(buffers: Sequence[ReplayBuffer], batch_size: int) -> Batch:
     return join_batches([buffer.sample(batch_size) for buffer in buffers], torch.stack)
 
 
+def add_per_seed(runs: Sequence[Run], diagnostics: Diagnosed, finished: Mapping[int, Any]) -> None:
+    """Seed k's slice of a batched update's diagnostics ([K] each) to its run, for the seeds not ``finished``."""
+    for k, run in enumerate(runs):
+        if diagnostics and k not in finished:
+            run.diagnostics.add({name: values[k] for name, values in diagnostics.items()})
+
+
 def check_seed_configs(algo: str, configs: Sequence[Any]) -> None:
     """An RlpipeError unless ``configs`` differ only in their (distinct) seeds and none asks
     for checkpoints to resume from."""
@@ -155,6 +163,7 @@ def train_offline_seeds(
             runs.append(Run(algo, config, out_dir, progress and k == 0))
         while len(results) < len(runs):
             updates += step(updates)
+            add_per_seed(runs, step.last, results)
             runs[0].show(updates)
             evaluating = [k for k in range(len(runs)) if k not in results and updates >= runs[k].next_eval]
             if evaluating or updates >= first.updates:
@@ -187,7 +196,8 @@ class _OnlineSeed:
         """Step the envs (uniform random actions from the seed's generator while warming up,
         else ``policy_actions``), store the transitions, earn update credit per transition
         after the warm-up."""
-        b = self.stepper.step(warmup_actions(self.env, self.stepper.num_envs) if self.warming_up else policy_actions)
+        # policy_actions is None only while every seed warms up
+        b = self.stepper.step(warmup_actions(self.env, self.stepper.num_envs) if self.warming_up else cast(np.ndarray, policy_actions))
         self.buffer.store(b)
         self.credit += earned_updates(self.config, self.stepper, b)
 
@@ -242,7 +252,7 @@ def train_off_policy_seeds(
                     seeds[k].step(actions[k])
             earned = int(min(seed.credit for seed in active))
             for _ in range(earned):
-                update(sample_seeds(buffers, batch_size), updates)
+                add_per_seed(runs, update(sample_seeds(buffers, batch_size), updates), results)
                 updates += 1
             for seed in seeds:
                 seed.credit -= earned
