@@ -202,3 +202,22 @@ def test_cql_and_bcq_cli_round_trip_and_bad_input(offline_store: Path, tmp_path:
         result = cli("train", *args, "--store", offline_store, "--out", tmp_path / "bad", "--no-progress")
         assert result.code == 2 and message in result.err, (args, result.err)
     assert not (tmp_path / "bad").exists()
+
+
+def test_backup_entropy_off_leaves_the_next_actions_entropy_out_of_the_target() -> None:
+    """CQL's `backup_entropy=false` (CORL's and d3rlpy's target): the same sampled next
+    actions, the target without SAC's -alpha * log pi(a'|s') term."""
+    from rlpipe.algos.cql import Config
+    from rlpipe.algos.sac import SoftActorCritic
+    from rlpipe.training import Batch
+
+    config = Config(dataset="x", hidden=(8, 8), init_alpha=0.5)
+    sac = SoftActorCritic.build(config, 3, 1, torch.device("cpu"))
+    b = Batch(torch.randn(6, 3), torch.rand(6, 1) * 2 - 1, torch.randn(6), torch.randn(6, 3), torch.tensor([0.0, 1, 0, 0, 1, 0]))
+    torch.manual_seed(1)
+    soft = sac.soft_target(b, b.rewards, 0.9)
+    torch.manual_seed(1)
+    plain = sac.soft_target(b, b.rewards, 0.9, entropy=False)
+    torch.manual_seed(1)
+    _, next_logp = sac.actor.sample(b.next_obs)
+    torch.testing.assert_close(plain - soft, 0.9 * (1 - b.terminated) * 0.5 * next_logp.detach())

@@ -72,6 +72,9 @@ class Config(FinetuneFields, OfflineConfig):
     alpha_lr: float = positive(3e-4)
     init_alpha: float = 1.0
     target_entropy: float | None = None  # None: -action_dim
+    # Subtract alpha * log pi(a'|s') in the critic's target, as SAC does; CORL's and d3rlpy's CQL
+    # leave it out (false). Kept on by default: every documented CQL and Cal-QL result used it.
+    backup_entropy: bool = True
     hidden: tuple[int, ...] = layer_sizes((256, 256))
     beta: float = 5.0  # weight of the conservative term (the text: 5)
     num_sampled_actions: int = positive(5)  # per proposal (uniform, pi(s), pi(s')) and state (the text: 5)
@@ -168,7 +171,7 @@ def critic_loss(
     the fraction of the policy proposals' Q values below ``reference`` [B] (the rows'
     returns-to-go; 0 without). With ``floor`` (Cal-QL) those values enter the gap raised to
     the reference (`bounded_policy_q`); without it, or without a reference, CQL's gap."""
-    target = sac.soft_target(b, (b.rewards + config.reward_shift) * config.reward_scale, config.gamma)
+    target = sac.soft_target(b, (b.rewards + config.reward_shift) * config.reward_scale, config.gamma, config.backup_entropy)
     with torch.no_grad():
         sampled, log_density = proposal_samples(sac.actor, b.obs, b.next_obs, config.num_sampled_actions)
     # The data actions and all 3*K*B sampled ones (valued at s) in one critic pass.

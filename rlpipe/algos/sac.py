@@ -148,10 +148,13 @@ class SoftActorCritic:
         return float(self.temperature.log_alpha.detach().exp())
 
     @torch.no_grad()
-    def soft_target(self, b: Batch, rewards: torch.Tensor, gamma: float) -> torch.Tensor:
-        """The soft Bellman target from the min over the target critics."""
+    def soft_target(self, b: Batch, rewards: torch.Tensor, gamma: float, entropy: bool = True) -> torch.Tensor:
+        """The soft Bellman target from the min over the target critics; without ``entropy``
+        the next action's ``alpha * log pi`` is not subtracted (CORL's and d3rlpy's CQL)."""
         next_action, next_logp = self.actor.sample(b.next_obs)
-        next_q = self.critic_target(b.next_obs, next_action).min(0).values - self.temperature.log_alpha.exp() * next_logp
+        next_q = self.critic_target(b.next_obs, next_action).min(0).values
+        if entropy:
+            next_q = next_q - self.temperature.log_alpha.exp() * next_logp
         return rewards + gamma * (1.0 - b.terminated) * next_q
 
     def actor_loss(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
