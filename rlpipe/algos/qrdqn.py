@@ -2,9 +2,11 @@
 action's return instead of its mean, learnt with the quantile Huber loss; the Q-value
 that acts greedily is the quantiles' mean.
 
-Everything else (replay, target network, double-Q action choice, epsilon-greedy
-exploration, the loop) is DQN's (``dqn.py``), and the loss is shared with discrete CQL
-(rlpipe.training.losses); this module holds the settings QR-DQN adds and its tuned defaults.
+Everything else (replay, target network, epsilon-greedy exploration, the loop) is DQN's
+(``dqn.py``), and the loss is shared with discrete CQL (rlpipe.training.losses); this module
+holds the settings QR-DQN adds and its tuned defaults. The next action is the target network's
+greedy one (by its quantiles' mean), as in the paper and SB3-contrib; ``double_q=true`` picks
+it with the online network instead, as DQN here does.
 """
 
 from __future__ import annotations
@@ -36,10 +38,12 @@ SPEC = AlgoSpec(
 @dataclass
 class Config(dqn.Config):
     """DQN's settings plus the quantiles (the text's and SB3-contrib's default: 200) and
-    the Huber loss's threshold kappa (the text's QR-DQN-1: 1)."""
+    the Huber loss's threshold kappa (the text's QR-DQN-1: 1); the target network's own
+    greedy next action unless ``double_q``."""
 
     quantiles: int = positive(200)
     kappa: float = positive(1.0)
+    double_q: bool = False  # the paper's target: the target network picks and values the next action
 
 
 TUNED: dict[str, dict[str, Any]] = {
