@@ -28,6 +28,9 @@ from rlpipe.errors import OutputError
 
 _HASH_CHUNK = 1 << 22
 MAX_JSON_BYTES = 64 << 20  # metadata, checkpoint records and caches are kilobytes to a few MiB
+# What rlpipe adds to an output's name for the files it makes beside it: `.tmp-<pid>-<id>-NAME`
+# (22 bytes at most), a replaced run's `.rm-<id>-.trash-<id>-NAME` (29), `.rlpipe-lock-NAME`.
+NAME_ROOM = 32
 
 
 def sha256_file(path: str | os.PathLike) -> str:
@@ -94,13 +97,57 @@ def _not_writable_kind(mode: int) -> str | None:
     return f"it is {kind} (outputs are regular files, character devices or FIFOs)"
 
 
+def _name_length_problem(path: Path, folder: Path) -> str | None:
+    """Why the names of ``path`` below ``folder``, its nearest existing directory, cannot be
+    made there, or None: a folder name longer than the file system allows, or a last name
+    without room for the temporary and lock names rlpipe makes beside it (``NAME_ROOM``).
+    Checked up front, as the open or mkdir would fail only after the work (or half the folders)."""
+    try:
+        limit = os.pathconf(folder, "PC_NAME_MAX")
+    except OSError:  # a file system that does not say: the write itself reports it
+        return None
+    for part in path.parts[len(folder.parts) : -1]:
+        if len(os.fsencode(part)) > limit:
+            return f"a folder name of {len(os.fsencode(part))} bytes is longer than the file system allows ({limit})"
+    size = len(os.fsencode(path.name))
+    if size > limit - NAME_ROOM:
+        return f"its name is {size} bytes long: at most {limit - NAME_ROOM} here (the file system's {limit} less {NAME_ROOM} for temporary names)"
+    return None
+
+
+def check_output_dir(path: str | os.PathLike, what: str) -> None:
+    """Fail now, before any work and without creating anything, if ``path`` cannot be a
+    directory to write into (made with its parents where missing): an OutputError naming
+    ``what`` (``--out``, ``dataset store``) for a path that is, or lies below, something other
+    than a directory (a file, a FIFO, a device; links followed), that cannot be looked up (a
+    name too long, a link loop, no permission), or whose names `_name_length_problem` refuses."""
+    path = Path(path)
+    existing = path
+    while True:
+        try:
+            mode = os.stat(existing).st_mode
+            break
+        except (FileNotFoundError, NotADirectoryError) as exc:  # missing, or below a non-directory: look further up
+            if existing == existing.parent:
+                raise OutputError(f"{what} {path}: {exc.strerror}") from None
+            existing = existing.parent
+        except (OSError, ValueError) as exc:  # a name too long, a link loop, no permission, a NUL
+            raise OutputError(f"{what} {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    if not stat.S_ISDIR(mode):
+        raise OutputError(f"{what} {path} is not a directory" if existing == path else f"{what} {path}: {existing} is not a directory")
+    problem = _name_length_problem(path, existing)
+    if problem:
+        raise OutputError(f"{what} {path}: {problem}")
+
+
 def check_output_file(path: str | os.PathLike, option: str | None = None, make_parents: bool = False) -> bool:
     """Fail now, before any work and without creating anything, if ``path`` cannot be written
     by :func:`atomic_output`: an OutputError (one line naming ``option``, e.g. ``--out``) for a
     directory, a block device or a socket, a missing parent (unless ``make_parents``: then the
-    nearest existing ancestor must be a directory to make them in), or a directory where no
-    file can be created (read-only, no permission, /proc). Returns whether ``path`` is a
-    character device or a FIFO, which is written through."""
+    nearest existing ancestor must be a directory to make them in), a name too long
+    (`_name_length_problem`), or a directory where no file can be created (read-only, no
+    permission, /proc). Returns whether ``path`` is a character device or a FIFO, which is
+    written through."""
     path = Path(path)
     where = f"{path} ({option})" if option else str(path)
 
@@ -128,6 +175,9 @@ def check_output_file(path: str | os.PathLike, option: str | None = None, make_p
         folder = folder.parent
     if not folder.is_dir():
         raise refuse(f"{folder} is not a directory")
+    problem = _name_length_problem(path, folder)
+    if problem:
+        raise refuse(problem)
     probe = folder / f".tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}-probe"
     try:
         os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))

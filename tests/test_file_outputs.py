@@ -22,8 +22,11 @@ from pathlib import Path
 import pytest
 
 from rlpipe.errors import OutputError, RlpipeError
-from rlpipe.files import atomic_output, atomic_write_text, check_output_file
+from rlpipe.files import atomic_output, atomic_write_text, check_output_dir, check_output_file
 from tests.test_collector import collect_dataset, train_tiny_ppo
+
+LONG = "a" * 300  # past the file system's 255 bytes
+NEAR = "b" * 240  # within them, but not with a temporary file's `.tmp-<pid>-<id>-` before it
 
 
 @pytest.fixture(scope="module")
@@ -142,6 +145,9 @@ def test_check_output_file_refuses_in_one_line_and_makes_nothing(tmp_path: Path,
         (tmp_path / "blocker" / "deeper" / "x.json", True, "Not a directory"),
         (Path("/proc/rlpipe-output.json"), True, "cannot create a file in /proc"),
         (Path("/proc/self/status"), False, "cannot create a file in /proc/self"),  # a regular file no rename can replace
+        (tmp_path / LONG, False, "File name too long"),
+        (tmp_path / NEAR, False, f"its name is {len(NEAR)} bytes long: at most 223 here"),  # no room for `.tmp-<pid>-<id>-NAME`
+        (tmp_path / "new" / LONG / "x.json", True, f"a folder name of {len(LONG)} bytes is longer than the file system allows"),
     ):
         with pytest.raises(OutputError) as refused:
             check_output_file(path, "--out", make_parents=make_parents)
@@ -150,6 +156,32 @@ def test_check_output_file_refuses_in_one_line_and_makes_nothing(tmp_path: Path,
     assert entries(tmp_path) == before
     # Control: with make_parents, missing folders under a writable one pass, and are not made yet.
     assert check_output_file(tmp_path / "new" / "deeper" / "x.json", "--out", make_parents=True) is False
+    assert entries(tmp_path) == before
+
+
+def test_check_output_dir_refuses_in_one_line_and_makes_nothing(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("kept")
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "link").symlink_to(tmp_path / "file")
+    before = entries(tmp_path)
+    for path, message in (
+        (tmp_path / "file", f"--out {tmp_path / 'file'} is not a directory"),
+        (tmp_path / "fifo", "is not a directory"),
+        (tmp_path / "link", "is not a directory"),  # followed: a link to a file
+        (Path("/dev/null"), "--out /dev/null is not a directory"),
+        (tmp_path / "file" / "run", f"--out {tmp_path / 'file' / 'run'}: {tmp_path / 'file'} is not a directory"),
+        (tmp_path / "fifo" / "a" / "b", f": {tmp_path / 'fifo'} is not a directory"),
+        (tmp_path / LONG, f"--out {tmp_path / LONG}: File name too long"),
+        (tmp_path / NEAR, f"its name is {len(NEAR)} bytes long: at most 223 here (the file system's 255 less 32 for temporary names)"),
+        (tmp_path / "new" / LONG / "run", f"a folder name of {len(LONG)} bytes is longer than the file system allows (255)"),
+    ):
+        with pytest.raises(OutputError) as refused:
+            check_output_dir(path, "--out")
+        assert message in str(refused.value) and "\n" not in str(refused.value), str(refused.value)
+    assert entries(tmp_path) == before and (tmp_path / "file").read_text() == "kept"
+    # Control: an existing directory, and missing ones under it, pass; nothing is made yet.
+    check_output_dir(tmp_path, "--out")
+    check_output_dir(tmp_path / "new" / "deeper" / "run", "--out")
     assert entries(tmp_path) == before
 
 
@@ -253,6 +285,12 @@ def test_video_writes_through_a_fifo(cli, world: Path, tmp_path: Path) -> None:
         ("report --markdown", "FOLDER", "(--markdown): it is a directory"),
         ("report --markdown", "/proc/rlpipe.md", "(--markdown): cannot create a file in /proc"),
         ("report --markdown", "SOCKET", "(--markdown): it is a socket"),
+        ("ope --out", "LONG", "(--out): File name too long"),
+        ("ope --out", "MISSING/LONG/x.json", "(--out): a folder name of 300 bytes"),
+        ("collect --metrics", "LONG", "(--metrics): File name too long"),
+        ("export --onnx", "LONG", "(--onnx): File name too long"),
+        ("export --onnx", "NEAR", "(--onnx): its name is 240 bytes long"),
+        ("report --markdown", "LONG", "(--markdown): File name too long"),
     ],
 )
 def test_a_refused_output_is_one_line_and_leaves_nothing(
@@ -261,8 +299,9 @@ def test_a_refused_output_is_one_line_and_leaves_nothing(
     (tmp_path / "folder").mkdir()
     (tmp_path / "blocker").write_text("a file where a folder should be")
     names = {"FOLDER": tmp_path / "folder", "BLOCKER": tmp_path / "blocker", "MISSING": tmp_path / "missing", "SOCKET": unix_socket}
+    names.update({"LONG": tmp_path / LONG, "NEAR": tmp_path / NEAR})
     head, _, rest = target.partition("/")
-    path = (names[head] / rest if rest else names[head]) if head in names else Path(target)
+    path = (names[head] / rest.replace("LONG", LONG) if rest else names[head]) if head in names else Path(target)
     before, world_before = entries(tmp_path), tree(world)
     one_line_exit_2(cli(*OUTPUT_COMMANDS[kind](world, scratch, path)), f"cannot write {path} {message}")
     assert entries(tmp_path) == before and entries(tmp_path / "folder") == [] and tree(world) == world_before
@@ -302,3 +341,66 @@ def test_a_refused_run_directory_leaves_no_lock_or_marker(cli, tmp_path: Path, t
         "--set", "heldout_eval_episodes=0", "--out", parent / "run", "--no-progress", "--device", "cpu",
     )  # fmt: skip
     assert trained.code == 0 and (parent / "run" / "metrics.json").is_file(), trained.err
+
+
+QUICK_PPO = ["--env", "CartPole-v1", "--env-steps", "64", "--no-progress", "--device", "cpu"]
+
+
+# (id, command line, message): TMP is tmp_path, WORLD the world, LONG a name of 300 bytes, NEAR one of 240.
+NAMES_TOO_LONG = [
+    ("train --out", ["train", "ppo", *QUICK_PPO, "--out", "TMP/LONG"], "--out TMP/LONG: File name too long"),
+    ("train --out near", ["train", "ppo", *QUICK_PPO, "--out", "TMP/NEAR"], "--out TMP/NEAR: its name is 240 bytes long"),
+    ("train --out folder", ["train", "ppo", *QUICK_PPO, "--out", "TMP/new/LONG/run"], "--out TMP/new/LONG/run: a folder name of 300 bytes"),
+    ("train --resume", ["train", "ppo", "--resume", "TMP/LONG"], "--resume TMP/LONG: File name too long"),
+    ("report --out", ["report", "WORLD/run", "--out", "TMP/LONG"], "--out TMP/LONG: File name too long"),
+    ("sweep --root", ["sweep", "ppo", "--env", "CartPole-v1", "--root", "TMP/LONG"], "sweep directory TMP/LONG/ppo-CartPole-v1: File name"),
+    (
+        "collect --store",
+        ["collect", "--env", "CartPole-v1", "--episodes", "1", "--store", "TMP/LONG"],
+        "dataset store TMP/LONG: File name too long",
+    ),
+    (
+        "collect --expert-run",
+        ["collect", "--env", "CartPole-v1", "--episodes", "1", "--expert", "ppo", "--expert-run", "TMP/LONG"],
+        "--expert-run TMP/LONG: File name",
+    ),
+    ("eval", ["eval", "TMP/LONG"], "TMP/LONG/checkpoint.json: File name too long"),  # an input: one line too
+    ("export", ["export", "TMP/LONG", "--onnx", "TMP/p.onnx"], "TMP/LONG/checkpoint.json: File name too long"),
+]
+
+
+@pytest.mark.parametrize(("command", "message"), [case[1:] for case in NAMES_TOO_LONG], ids=[case[0] for case in NAMES_TOO_LONG])
+def test_a_name_past_the_file_systems_limit_is_one_line_and_leaves_nothing(
+    cli, world: Path, tmp_path: Path, command: list[str], message: str
+) -> None:
+    """A 300-byte name (past the file system's 255 bytes) where a command writes a directory,
+    or reads a run, was a traceback (an OSError from Path.exists or a mkdir); one of 240 bytes
+    would have failed only when the temporaries beside it were made, after the work."""
+
+    def filled(text: str) -> str:
+        return text.replace("TMP", str(tmp_path)).replace("WORLD", str(world)).replace("LONG", LONG).replace("NEAR", NEAR)
+
+    world_before = tree(world)
+    one_line_exit_2(cli(*map(filled, command)), filled(message))
+    assert entries(tmp_path) == [] and tree(world) == world_before  # no folder, lock, store or run made
+
+
+@pytest.mark.parametrize("kind", ["fifo", "/dev/null", "file", "link to a file", "below a file"])
+def test_a_sweep_root_that_is_not_a_directory_is_one_line(cli, tmp_path: Path, kind: str) -> None:
+    """`sweep --root` a FIFO, a device, a file or a link to one was a NotADirectoryError when
+    the sweep directory was made; now one line naming it, before any trial, nothing changed."""
+    (tmp_path / "file").write_text("kept")
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "link").symlink_to(tmp_path / "file")
+    root, blocker = {
+        "fifo": (tmp_path / "fifo", tmp_path / "fifo"),
+        "/dev/null": (Path("/dev/null"), Path("/dev/null")),
+        "file": (tmp_path / "file", tmp_path / "file"),
+        "link to a file": (tmp_path / "link", tmp_path / "link"),
+        "below a file": (tmp_path / "file" / "sweeps", tmp_path / "file"),
+    }[kind]
+    before = entries(tmp_path)
+    result = cli("sweep", "ppo", "--env", "CartPole-v1", "--seeds", "0", "--set", "env_steps=64", "--root", root, "--name", "s")
+    one_line_exit_2(result, f"sweep directory {root / 's'}: {blocker} is not a directory")
+    assert entries(tmp_path) == before and (tmp_path / "file").read_text() == "kept" and stat.S_ISFIFO(os.lstat(tmp_path / "fifo").st_mode)
+    assert_dev_null_intact()

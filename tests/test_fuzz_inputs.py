@@ -377,3 +377,42 @@ def test_every_checkpoint_field_of_every_type(cli, schema_originals: Path, tmp_p
 @pytest.mark.parametrize("path", METRICS_FIELDS, ids=field_id)
 def test_every_metrics_field_of_every_type(cli, schema_originals: Path, tmp_path: Path, path) -> None:
     mutate_run_file(cli, schema_originals, tmp_path, "metrics.json", path, ("report", "scoreboard"))
+
+
+@pytest.fixture(scope="module")
+def spec_runs(schema_originals: Path) -> dict[str, Path]:
+    """`schema_originals`' PPO run (an actor-critic, an online config) and a discrete BCQ run
+    trained for 2 updates on its `data` (a threshold in its spec, `dataset` and `store` in its config)."""
+    from rlpipe.algos import get_algo
+
+    bcq = get_algo("bcq")
+    config = bcq.make_config(
+        "CartPole-v1",
+        dataset="data",
+        store=str(schema_originals / "store"),
+        updates=2,
+        eval_every=2,
+        eval_episodes=1,
+        heldout_eval_episodes=0,
+        device="cpu",
+    )
+    bcq.train(config, schema_originals / "bcq-run", progress=False)
+    return {"ppo": schema_originals / "run", "bcq": schema_originals / "bcq-run"}
+
+
+@pytest.mark.parametrize("section", [("policy", "spec"), ("config",)], ids=field_id)
+@pytest.mark.parametrize("run", ["ppo", "bcq"])
+def test_every_policy_spec_and_config_field_of_every_type(cli, spec_runs: dict[str, Path], tmp_path: Path, run: str, section) -> None:
+    """Each field of the run's own policy spec and config, set to every other JSON type,
+    through `rlpipe eval` and `rlpipe export`: it works or is one line (an activation of the
+    wrong type was a KeyError, BCQ's threshold of null a TypeError, a store of 7 a TypeError)."""
+    shutil.copytree(spec_runs[run], tmp_path / "run")
+    original = json.loads((tmp_path / "run" / "checkpoint.json").read_text())
+    fields = field_at(original, section)
+    assert fields, "the run records no such fields"
+    for key, value in fields.items():
+        for kind in other_types(value):
+            mutated = json.loads(json.dumps(original))
+            set_field(mutated, (*section, key), JSON_TYPES[kind])
+            (tmp_path / "run" / "checkpoint.json").write_text(json.dumps(mutated))
+            run_commands(cli, tmp_path, ("eval", "export-policy"), None)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -173,6 +175,86 @@ def test_a_checkpoints_policy_class_registers_with_its_algorithms_module() -> No
 
     with pytest.raises(RlpipeError, match="policy kind 'categorical' is registered twice"):
         register_policy_class(Impostor)
+
+
+def small_policies() -> list[nn.Module]:
+    """One small policy of every registered kind (their modules imported, so every kind is registered)."""
+    from rlpipe.algos.bcq import BCQPolicy, DiscreteBCQPolicy
+    from rlpipe.algos.dt import DecisionTransformer
+    from rlpipe.algos.maddpg import AgentActors
+    from rlpipe.models.networks import CategoricalActor, GreedyQPolicy
+    from rlpipe.models.recurrent import RecurrentActorCritic, RecurrentCategoricalActor
+    from rlpipe.training.families.combat import CombatActorCritic
+
+    return [
+        TanhGaussianActor(3, 1, (8,)),
+        DeterministicActor(3, 1, (8,)),
+        CategoricalActor(4, 2, (8,)),
+        ActorCritic(4, 2, True, (8,)),
+        GreedyQPolicy(4, 2, (8,)),
+        RecurrentActorCritic(4, 2, True, hidden_size=8, hidden=(8,)),
+        RecurrentCategoricalActor(4, 2, hidden_size=8, hidden=(8,)),
+        BCQPolicy(3, 1, (8,), (8,), 2, 0.05, 4),
+        DiscreteBCQPolicy(4, 2, (8,)),
+        DecisionTransformer(3, 1, False, context=4, max_timestep=10, target_return=1.0, return_scale=1.0, embedding_dim=8, layers=1),
+        CombatActorCritic(150, 7, 2, (8,)),
+        AgentActors(["a", "b"], [3, 3], [2, 2], (8,)),
+    ]
+
+
+def spec_of(policies: list[nn.Module], kind: str) -> dict:
+    """The spec of the policy of ``kind``, as a checkpoint holds it (through JSON)."""
+    return next(json.loads(json.dumps(policy.spec)) for policy in policies if policy.kind == kind)
+
+
+# Every JSON type, and integers a dimension cannot be.
+SPEC_VALUES = {
+    "null": None,
+    "bool": True,
+    "int": 7,
+    "float": 0.5,
+    "string": "x",
+    "list": [1],
+    "object": {"k": 1},
+    "zero": 0,
+    "negative": -1,
+}
+
+
+@pytest.mark.filterwarnings("ignore:Initializing zero-element tensors")  # the 0 dims
+def test_build_policy_refuses_a_spec_value_of_any_other_type_in_one_line() -> None:
+    """A checkpoint's policy spec with any field of any JSON type rebuilds or is an
+    RlpipeError in one line, for every kind: a wrong type is named before the class sees it
+    (an activation of 7 was a KeyError, a BCQ threshold of null a TypeError when acting)."""
+    from rlpipe.errors import RlpipeError
+    from rlpipe.models.networks import _POLICY_CLASSES
+
+    policies = small_policies()
+    assert sorted(policy.kind for policy in policies) == sorted(_POLICY_CLASSES)
+    for policy in policies:
+        spec = spec_of(policies, policy.kind)
+        assert build_policy(policy.kind, spec).spec == policy.spec  # control: its own spec, through JSON
+        for key in spec:
+            for value in SPEC_VALUES.values():
+                try:
+                    build_policy(policy.kind, {**spec, key: value})
+                except RlpipeError as exc:
+                    assert str(exc).startswith(f"checkpoint policy spec does not fit {policy.kind}: ") and "\n" not in str(exc)
+    for kind, key, value, message in [
+        ("actor_critic", "activation", 7, "'activation' is 7, not a string"),
+        ("actor_critic", "activation", "x", "unknown activation 'x'"),
+        ("discrete_bcq", "threshold", None, "'threshold' is null, not a number"),
+        ("discrete_bcq", "threshold", {"k": 1}, 'is {"k": 1}, not a number'),
+        ("greedy_q", "encoder", "x", "'encoder' is \"x\", not an object or null"),
+        ("greedy_q", "hidden", [8, "x"], "'hidden' is [8, \"x\"], not a list of integers"),
+        ("recurrent_categorical", "cell", "rnn", '\'cell\' is "rnn", not "lstm" or "gru"'),
+        ("agent_actors", "agents", "ab", "'agents' is \"ab\", not a list of strings"),
+        ("tanh_gaussian", "obs_dim", True, "'obs_dim' is true, not an integer"),
+        ("tanh_gaussian", "hidden", [*range(1, 30), "x"], "'hidden' is [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 1..., not a list"),
+    ]:
+        with pytest.raises(RlpipeError, match=re.escape(message)):
+            build_policy(kind, {**spec_of(policies, kind), key: value})
+    assert build_policy("discrete_bcq", {**spec_of(policies, "discrete_bcq"), "threshold": 1}).threshold == 1  # an integer is a number
 
 
 def test_actor_critic_matches_torch_distributions() -> None:

@@ -102,21 +102,79 @@ def rm_command(name: str = typer.Argument(..., help="Dataset name."), store: Pat
     typer.echo(f"removed {remove_dataset(name, store)}")
 
 
+def _column_names(text: str | None) -> tuple[str, ...] | None:
+    return None if text is None else tuple(part.strip() for part in text.split(","))
+
+
 @datasets_app.command("import")
 def import_command(
-    minari_id: str = typer.Argument(
-        ..., help="Id of a local Minari dataset, ns/name-vN (either backend; Tuple and Text spaces are refused)."
+    source: str = typer.Argument(
+        ..., help="A local Minari dataset's id, ns/name-vN (--from minari; either backend), or the file to import."
     ),
-    name: str | None = typer.Option(None, "--name", help="Dataset name (default: the Minari id with '/' as '-')."),
+    source_format: str = typer.Option(
+        "minari", "--from", help="Source format: minari, parquet, csv, arrow (IPC), npz (D4RL's names), d4rl (HDF5) or ogbench (.npz)."
+    ),
+    name: str | None = typer.Option(None, "--name", help="Dataset name (default: the Minari id with '/' as '-', or the file's stem)."),
+    env: str | None = typer.Option(None, "--env", help="Env id of the data: its spaces, evaluation in training (default: none)."),
     fmt: str = typer.Option("both", "--format", help="arrow, hdf5 or both."),
     force: bool = typer.Option(False, "--force", help="Replace an existing dataset of the same name."),
     store: Path | None = STORE_OPTION,
+    obs_columns: str | None = typer.Option(
+        None, "--obs-columns", "--obs-column", help="Observation columns, a,b,c (scalars, concatenated) or one list column."
+    ),
+    next_obs_columns: str | None = typer.Option(
+        None, "--next-obs-columns", "--next-obs-column", help="Next-observation columns (default: the next row's observation)."
+    ),
+    action_column: str | None = typer.Option(None, "--action-column", help="Action column (or scalar columns a,b)."),
+    reward_column: str | None = typer.Option(None, "--reward-column", help="Reward column."),
+    terminated_column: str | None = typer.Option(None, "--terminated-column", help="Termination flags (0/1 or booleans)."),
+    truncated_column: str | None = typer.Option(None, "--truncated-column", help="Truncation (time-out) flags."),
+    episode_column: str | None = typer.Option(
+        None, "--episode-column", help="Episode ids (default: episode_id or episode; without one, episodes end at flags)."
+    ),
+    step_column: str | None = typer.Option(None, "--step-column", help="Step within the episode, checked to count up by 1."),
+    ignore_columns: str | None = typer.Option(None, "--ignore-columns", help="Table columns to leave out, a,b."),
+    action_space: str | None = typer.Option(
+        None, "--action-space", help="box:LOW,HIGH or discrete:N (default: the env's, else inferred from the data)."
+    ),
 ) -> None:
-    """Convert a local Minari dataset into an rlpipe dataset."""
-    from rlpipe.datasets.minari_io import import_from_minari
+    """Import a Minari dataset or a file of logged data.
 
-    path = import_from_minari(minari_id, minari_id.replace("/", "-") if name is None else name, store=store, fmt=fmt, force=force)
-    typer.echo(f"imported {minari_id} -> {path}")
+    Files are tables of transitions (parquet, csv, arrow) or arrays (npz, d4rl, ogbench). Columns have default names (obs, action, reward, terminated, truncated, episode_id, step, or D4RL's); without next observations an episode's terminated last row keeps its own and a truncated one is dropped. An inconsistent row is one line and nothing is written.
+    """
+    if source_format == "minari":
+        from rlpipe.datasets.minari_io import import_from_minari
+
+        given = (env, obs_columns, next_obs_columns, action_column, reward_column, terminated_column, truncated_column)
+        if any(option is not None for option in (*given, episode_column, step_column, ignore_columns, action_space)):
+            raise RlpipeError("--env, --action-space and the column options are for files; a Minari dataset keeps its own")
+        path = import_from_minari(source, source.replace("/", "-") if name is None else name, store=store, fmt=fmt, force=force)
+    else:
+        from rlpipe.datasets.imports import import_file
+
+        roles = {
+            "obs": obs_columns,
+            "next_obs": next_obs_columns,
+            "action": action_column,
+            "reward": reward_column,
+            "terminated": terminated_column,
+            "truncated": truncated_column,
+            "episode": episode_column,
+            "step": step_column,
+        }
+        path = import_file(
+            source,
+            Path(source).stem if name is None else name,
+            source_format=source_format,
+            columns={role: names for role, text in roles.items() if (names := _column_names(text))},
+            ignore_columns=_column_names(ignore_columns) or (),
+            action_space=action_space,
+            env_id=env,
+            store=store,
+            fmt=fmt,
+            force=force,
+        )
+    typer.echo(f"imported {source} -> {path}")
 
 
 @datasets_app.command("export")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import signal
 import sys
 
@@ -24,6 +25,11 @@ def main() -> None:
     except typer.TyperException as exc:  # usage errors: typer vendors click's exceptions
         typer.echo(f"error: {exc.format_message()} (see rlpipe --help)", err=True)
         sys.exit(exc.exit_code)
+    except OSError as exc:  # a path given to read (a run, a store) with a name longer than the file system allows, wherever first looked up
+        if exc.errno != errno.ENAMETOOLONG:
+            raise
+        typer.echo(f"error: {exc.filename}: {exc.strerror}", err=True)
+        sys.exit(2)
     except (MemoryError, RuntimeError) as exc:  # a size setting beyond this machine (the counts users give most are bounded up front)
         if not _out_of_memory(exc):
             raise

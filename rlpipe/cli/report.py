@@ -29,12 +29,11 @@ def report_command(
     The seeds of one setting are drawn as their mean with a min-max band; OUT/index.html holds the comparison table.
     """
     from rlpipe.datasets.store import store_root
-    from rlpipe.files import check_output_file
+    from rlpipe.files import check_output_dir, check_output_file
     from rlpipe.pipeline.report import write_report
 
     # The options' own problems first, before any run is read or anything is written.
-    if out.exists() and not out.is_dir():
-        raise RlpipeError(f"--out {out} is not a directory")
+    check_output_dir(out, "--out")
     if datasets is not None and not store_root(datasets).is_dir():
         raise RlpipeError(f"--datasets {datasets}: no such dataset store (not a directory)")
     if markdown is not None:

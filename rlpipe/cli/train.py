@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import typer
 
 from rlpipe.algos.registry import SPECS
 from rlpipe.cli.app import TRUST_ENV_SPEC_OPTION, app, seed_option
 from rlpipe.errors import RlpipeError
+
+if TYPE_CHECKING:
+    from rlpipe.training.config import DatasetFields
 
 _ALGOS = (
     f"online, with --env: {', '.join(s.name for s in SPECS if s.online)}; "
@@ -96,7 +100,7 @@ def train(
     )
     if resume is not None:
         run = prepare_resume(algo, resume)
-        dataset = run.config.dataset if not run.spec.online else None
+        dataset = cast("DatasetFields", run.config).dataset if not run.spec.online else None  # offline configs name their dataset
     else:
         run = prepare_run(algo, env_id=env, dataset=dataset, store=store, options=options, settings=settings, run_dir=out)
     result = train_run(run, progress=progress)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -119,7 +120,7 @@ class RowChecks:
         """Check one shard's columns (as `loader.read_shard` returns them). `checked`: the
         shard passed these checks before (with this `fingerprint`), so only what depends on
         the shards before it is checked: where its episode ids start, and the counts."""
-        episode_id = columns["episode_id"]
+        episode_id = cast(np.ndarray, columns["episode_id"])  # scalar columns are plain arrays
         if checked:
             return self._counted(episode_id, self._start_problems(episode_id))
         problems = []
@@ -138,9 +139,10 @@ class RowChecks:
         return problems
 
     def _chunk(self, rows: dict[str, Columnar]) -> list[str]:
-        flags = {name: rows[name] for name in ("episode_id", "step", "terminated", "truncated")}
+        flags = {name: cast(np.ndarray, rows[name]) for name in ("episode_id", "step", "terminated", "truncated")}  # scalar columns
+        found: dict[str, list[str] | list[str | None]]
         if self.multi_agent:
-            found = {"rows": multi_agent_row_problems(self.last_episode, agent=rows["agent"], **flags)}
+            found = {"rows": multi_agent_row_problems(self.last_episode, agent=cast(np.ndarray, rows["agent"]), **flags)}
         else:
             found = {"rows": row_order_problems(self.kind, self.last_episode, **flags)}
         found["finite"] = [non_finite_problem(rows, self.rows)]
@@ -153,7 +155,7 @@ class RowChecks:
             if messages and check not in self._reported:
                 self._reported.add(check)
                 problems += messages[:1] if check != "rows" else messages
-        return self._counted(rows["episode_id"], problems)
+        return self._counted(cast(np.ndarray, rows["episode_id"]), problems)
 
     def _start_problems(self, episode_id: np.ndarray) -> list[str]:
         """Whether a shard's first episode id follows the rows before it."""
@@ -180,10 +182,11 @@ class RowChecks:
 
     def _chain_problem(self, rows: dict[str, Columnar], current: str, following: str) -> str | None:
         """Where `following` at row t is not `current` at row t + 1 inside an episode (per agent)."""
-        ids = rows["episode_id"]
-        groups = [slice(None)]  # single-agent rows follow each other; a multi-agent episode's, per agent:
+        ids = cast(np.ndarray, rows["episode_id"])  # scalar columns are plain arrays
+        groups: list[slice | np.ndarray] = [slice(None)]  # single-agent rows follow each other; a multi-agent episode's, per agent:
         if self.multi_agent:
-            groups = [np.flatnonzero(rows["agent"] == name) for name in np.unique(rows["agent"])]
+            groups = [np.flatnonzero(rows["agent"] == name) for name in np.unique(cast(np.ndarray, rows["agent"]))]
+        row: np.ndarray | int
         breaks = []
         for at in groups:
             same = ids[at][1:] == ids[at][:-1]
@@ -219,6 +222,8 @@ def action_problem(action: Columnar, space: gym.Space, first_row: int = 0) -> st
     leaf by leaf; Box bounds are not checked, see the module doc)."""
     if isinstance(space, gym.spaces.Dict):
         return next(filter(None, (action_problem(action[key], sub, first_row) for key, sub in space.spaces.items())), None)
+    low: np.integer[Any] | np.ndarray
+    high: np.integer[Any] | np.ndarray
     if isinstance(space, gym.spaces.Discrete):
         low, high = np.int64(space.start), np.int64(space.start + space.n - 1)
     elif isinstance(space, gym.spaces.MultiDiscrete):
@@ -227,6 +232,7 @@ def action_problem(action: Columnar, space: gym.Space, first_row: int = 0) -> st
         low, high = np.int8(0), np.int8(1)
     else:
         return None
+    action = cast(np.ndarray, action)  # a non-Dict space's column is one array
     if len(action) == 0 or (np.all(action.min(axis=0) >= low) and np.all(action.max(axis=0) <= high)):
         return None
     row = int(np.flatnonzero(((action < low) | (action > high)).reshape(len(action), -1).any(axis=1))[0])

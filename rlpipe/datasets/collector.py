@@ -11,7 +11,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import gymnasium as gym
 import numpy as np
@@ -186,6 +186,7 @@ class EpisodeAssembler:
             else:
                 buffer[at : at + len(value)] = value
 
+        assert self._buffers is not None  # add_step makes them before storing a row
         for name, value in values.items():
             put(self._buffers[name], value)
 
@@ -194,7 +195,7 @@ class EpisodeAssembler:
         if self._buffers is None or self._size == 0:
             return
         size, buffers = self._size, self._buffers
-        keys = buffers["key"][:size]
+        keys = cast(np.ndarray, buffers["key"])[:size]  # key and step are plain arrays
         if self._done_keys:
             done_keys = np.concatenate(self._done_keys)
             first_id = self.episodes_done - len(done_keys)
@@ -204,7 +205,7 @@ class EpisodeAssembler:
             complete = done_keys[sorter[position]] == keys
             rows = np.flatnonzero(complete)
             episode_id = first_id + sorter[position[rows]]
-            order = np.lexsort((buffers["step"][rows], episode_id))
+            order = np.lexsort((cast(np.ndarray, buffers["step"])[rows], episode_id))
             rows, episode_id = rows[order], episode_id[order]
             self._done_keys = []
             out = {name: map_columnar(buffers[name], lambda a: a[rows]) for name in buffers if name != "key"}
@@ -235,7 +236,7 @@ def probe_info_space(env_id: str, keys: tuple[str, ...]) -> gym.spaces.Dict | No
         infos = [envs.reset(seed=0)[1], envs.step(envs.action_space.sample())[-1]]
     finally:
         envs.close()
-    found = {}
+    found: dict[str, gym.Space] = {}
     for key in keys:
         values = [info[key][0] for info in infos if key in info and info.get(f"_{key}", np.ones(1, bool))[0]]
         space = info_value_space(values[0]) if values else None
@@ -249,7 +250,7 @@ def info_columns(info: dict, space: gym.spaces.Dict, num_envs: int) -> dict[str,
     report a key this step gets 0/False (gymnasium marks reports in `_<key>`)."""
     columns = {}
     for key, sub in space.spaces.items():
-        column = np.zeros((num_envs,) + sub.shape, sub.dtype)
+        column = np.zeros((num_envs,) + cast("tuple[int, ...]", sub.shape), sub.dtype)  # info spaces hold Boxes
         if key in info:
             reported = np.asarray(info.get(f"_{key}", np.ones(num_envs, bool)), bool)
             column[reported] = np.asarray(info[key])[reported]
@@ -273,7 +274,7 @@ def check_budget(episodes: int | None, steps: int | None) -> None:
     2**63 - 1 (the per-env quotas and counters are int64)."""
     if (episodes is None) == (steps is None):
         raise RlpipeError("give exactly one of --episodes and --steps")
-    budget = episodes if episodes is not None else steps
+    budget = cast(int, episodes if episodes is not None else steps)  # exactly one is given (checked above)
     if budget < 1:
         raise RlpipeError("--episodes/--steps must be at least 1")
     if budget >= 2**63:
@@ -391,7 +392,8 @@ class OneEnvRollout:
         return CollectStats(len(self.returns), self.kept_steps, self.kept_steps, time.perf_counter() - start, float(np.mean(self.returns)))
 
     def _budget_used(self) -> bool:
-        return len(self.returns) >= self.episodes if self.episodes is not None else self.kept_steps >= self.steps
+        # the callers checked that one of episodes and steps is given (check_budget)
+        return len(self.returns) >= self.episodes if self.episodes is not None else self.kept_steps >= cast(int, self.steps)
 
     def _episode(self, env: gym.Env, policy: Policy, obs: Any, info: dict) -> tuple[Any, dict]:
         """Run one episode from `obs`; return the first observation (and info) of the next."""
@@ -410,7 +412,7 @@ class OneEnvRollout:
                 observations[-1] = obs.copy()
             actions.append(action)
             rewards.append(reward)
-            total += reward
+            total += reward  # type: ignore[operator]  # a number (SupportsFloat): summed as the env returns it
             length += 1
             obs = next_obs
             if terminated or truncated:
@@ -477,11 +479,12 @@ def _stack(rows: list) -> Columnar:
     return np.stack(rows)
 
 
-def _info_stream(values: list[tuple], space: gym.spaces.Dict) -> dict[str, np.ndarray]:
+def _info_stream(values: list[tuple], space: gym.spaces.Dict) -> dict[str, Columnar]:
     """Per-step info tuples (in `space`'s key order) as one array per key."""
     columns = zip(*values)
     return {
-        key: np.asarray(list(column), sub.dtype).reshape((-1,) + sub.shape) for (key, sub), column in zip(space.spaces.items(), columns)
+        key: np.asarray(list(column), sub.dtype).reshape((-1,) + cast("tuple[int, ...]", sub.shape))  # info spaces hold Boxes
+        for (key, sub), column in zip(space.spaces.items(), columns)
     }
 
 
@@ -491,7 +494,7 @@ class _Meter:
     def __init__(self, progress: Progress, description: str, episodes: int | None, steps: int | None, start: float) -> None:
         self.progress, self.start, self.next_update = progress, start, start
         self.by_episodes = episodes is not None
-        self.total = episodes if episodes is not None else steps
+        self.total = cast(int, episodes if episodes is not None else steps)  # one is given (check_budget)
         self.task = progress.add_task(description, total=self.total, rate="", ret="")
 
     def show(self, env_steps: int, episodes: int, steps: int, recent_returns: Any) -> None:

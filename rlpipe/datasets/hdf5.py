@@ -12,9 +12,9 @@ import contextlib
 import ctypes
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import gymnasium as gym
 import minari
@@ -105,7 +105,7 @@ def _chained(obs: Columnar, next_obs: Columnar, starts: np.ndarray, count: int) 
     inner[starts[1:] - 1] = False
     if isinstance(obs, dict):
         return all(_chained(obs[key], next_obs[key], starts, count) for key in obs)
-    return bool(np.array_equal(next_obs[:-1][inner], obs[1:][inner]))
+    return bool(np.array_equal(cast(np.ndarray, next_obs)[:-1][inner], obs[1:][inner]))  # shaped like obs
 
 
 class _HDF5Calls:
@@ -133,6 +133,17 @@ class _HDF5Calls:
         "H5Screate_simple": (_HID, [ctypes.c_int, ctypes.POINTER(ctypes.c_uint64), ctypes.c_void_p]),
         "H5Sclose": (ctypes.c_int, [_HID]),
     }
+    # the functions above, set on each instance by __init__
+    H5Gcreate2: Callable[..., int]
+    H5Gclose: Callable[..., int]
+    H5Acreate2: Callable[..., int]
+    H5Awrite: Callable[..., int]
+    H5Aclose: Callable[..., int]
+    H5Dcreate2: Callable[..., int]
+    H5Dwrite: Callable[..., int]
+    H5Dclose: Callable[..., int]
+    H5Screate_simple: Callable[..., int]
+    H5Sclose: Callable[..., int]
 
     def __init__(self) -> None:
         import h5py  # only writing HDF5 needs it (0.1-0.5 s of start-up)
@@ -282,7 +293,7 @@ def write_minari_layout(
     with calls.create_file(data_dir / MINARI_HDF5_FILE) as file_id:
         for shard in shard_paths:
             rows = read_shard(shard, obs_space, act_space, info_space)
-            episode_id, count = rows["episode_id"], len(rows["reward"])
+            episode_id, count = cast(np.ndarray, rows["episode_id"]), len(rows["reward"])  # a scalar column: one array
             starts = np.flatnonzero(np.r_[True, episode_id[1:] != episode_id[:-1]])
             if episode_id[0] != total_episodes or not np.array_equal(episode_id[starts], np.arange(len(starts)) + total_episodes):
                 raise RlpipeError("Minari's HDF5 layout needs episode ids 0, 1, 2, ... in order: use --format arrow")
@@ -302,12 +313,19 @@ def write_minari_layout(
             ]
             lengths = np.diff(np.r_[starts, count])
             numbers = np.arange(len(starts), dtype=np.int64) + total_episodes
-            attributes = {"id": numbers, "total_steps": lengths.astype(np.int64), **_episode_statistics(rows["reward"], starts, lengths)}
+            attributes = {
+                "id": numbers,
+                "total_steps": lengths.astype(np.int64),
+                **_episode_statistics(cast(np.ndarray, rows["reward"]), starts, lengths),
+            }
             seed_values = [seeds.get(str(number)) for number in numbers.tolist()]
             has_seed = np.array([_fits_64_bits(seed) for seed in seed_values], dtype=bool)
             if has_seed.any():  # two's complement: the same 8 bytes read as int64, or as uint64 for seeds from 2**63
-                attributes["seed"] = np.array([seed % 2**64 if fits else 0 for seed, fits in zip(seed_values, has_seed)], dtype=np.uint64)
-                signed_seed = np.array([fits and seed < 2**63 for seed, fits in zip(seed_values, has_seed)], dtype=bool)
+                # `fits`: the seed is an int (_fits_64_bits)
+                attributes["seed"] = np.array(
+                    [cast(int, seed) % 2**64 if fits else 0 for seed, fits in zip(seed_values, has_seed)], dtype=np.uint64
+                )
+                signed_seed = np.array([fits and cast(int, seed) < 2**63 for seed, fits in zip(seed_values, has_seed)], dtype=bool)
                 int64_type = calls.type_id(np.dtype(np.int64))
             # Minari reads attributes by name; a fixed order keeps the bytes fixed
             attribute_leaves = [(key.encode(), _leaves(calls, attributes[key]), key == "seed") for key in sorted(attributes)]
@@ -386,7 +404,7 @@ def _episodes_problem(file_id: Any, info: DatasetInfo, info_space: gym.spaces.Di
         return f"holds {file_id.get_num_objs()} objects, the dataset has {info.metadata['total_episodes']} episodes"
     for rel in info.shard_rels:
         rows = read_shard(info.path / rel, info.observation_space, info.action_space, info_space)
-        episode_id, count = rows["episode_id"], len(rows["reward"])
+        episode_id, count = cast(np.ndarray, rows["episode_id"]), len(rows["reward"])  # a scalar column: one array
         starts = np.flatnonzero(np.r_[True, episode_id[1:] != episode_id[:-1]])
         columns = {
             b"observations": (_with_final_observations(rows["obs"], rows["next_obs"], starts, count), True),

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -72,7 +72,7 @@ def check_goal_space(space: gym.Space, name: str) -> None:
 def goal_functions(env_id: str | None) -> tuple[Callable[..., np.ndarray], Callable[..., np.ndarray]]:
     """The env's vectorised `compute_reward` and `compute_terminated` (never terminated if absent)."""
     try:
-        env = gym.make(env_id).unwrapped
+        env = gym.make(env_id).unwrapped  # type: ignore[arg-type]  # None raises the TypeError reported below
     except (gym.error.Error, TypeError) as exc:
         raise RlpipeError(f"cannot rebuild env {env_id!r} to recompute rewards: {exc}") from None
     if not hasattr(env, "compute_reward"):
@@ -111,22 +111,24 @@ def _relabelled_rows(
     block_of_row = np.repeat(np.arange(len(block)), lengths)
     rows = starts[block_of_row] + np.arange(len(block_of_row)) - np.repeat(np.cumsum(np.r_[0, lengths])[:-1], lengths)
     targets = goal_rows(strategy, rows, starts[block_of_row], starts[block_of_row] + lengths[block_of_row] - 1, rng, len(data))
-    goal = data.next_obs["achieved_goal"][targets]
-    achieved = data.next_obs["achieved_goal"][rows]
+    # goal datasets hold Dict observations (check_goal_space)
+    obs, next_obs = cast("dict[str, np.ndarray]", data.obs), cast("dict[str, np.ndarray]", data.next_obs)
+    goal = next_obs["achieved_goal"][targets]
+    achieved = next_obs["achieved_goal"][rows]
     terminated = compute_terminated(achieved, goal, None).astype(bool)
 
-    def with_goal(obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        out = {key: values[rows] for key, values in obs.items()}
+    def with_goal(obs: dict[str, np.ndarray]) -> dict[str, Columnar]:
+        out: dict[str, Columnar] = {key: values[rows] for key, values in obs.items()}
         out["desired_goal"] = goal
         return out
 
     return {
         "episode_id": len(episode_bounds) - 1 + block[block_of_row],
         "step": data.step[rows],
-        "obs": with_goal(data.obs),
+        "obs": with_goal(obs),
         "action": map_columnar(data.action, lambda a: a[rows]),
         "reward": np.asarray(compute_reward(achieved, goal, None), dtype=np.float32),
-        "next_obs": with_goal(data.next_obs),
+        "next_obs": with_goal(next_obs),
         "terminated": terminated,
         "truncated": data.truncated[rows] & ~terminated,
     }

@@ -19,6 +19,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -220,7 +221,8 @@ def _columns(
         obs = columns.get("obs")
         if obs is None:
             obs = _columns(batch, observation_space, action_space, info_space, ("obs",))["obs"]
-        columns["next_obs"] = fill_chained(columns["next_obs"], batch.column("next_obs"), obs)
+        # compressed frames are image arrays, never dicts
+        columns["next_obs"] = fill_chained(cast(np.ndarray, columns["next_obs"]), batch.column("next_obs"), cast(np.ndarray, obs))
     return columns
 
 
@@ -278,7 +280,7 @@ def load_shards(info: DatasetInfo) -> TransitionArrays:
     parts = [verifier.read(rel) for rel in info.shard_rels]
     verifier.finish()
     merged = {key: concat_columnar([part[key] for part in parts]) for key in parts[0]}
-    return TransitionArrays(**merged)
+    return TransitionArrays(**cast("dict[str, Any]", merged))
 
 
 def load_dataset(name: str, store: str | os.PathLike | None = None) -> TransitionArrays:

@@ -28,6 +28,7 @@ import mmap
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -92,7 +93,7 @@ class PreadColumn:
 
     def read_into(self, out: np.ndarray) -> None:
         """Every row into `out` (contiguous, this column's shape), without an intermediate copy."""
-        view, done = memoryview(out).cast("B"), 0
+        view, done = memoryview(out).cast("B"), 0  # type: ignore[arg-type]  # numpy's stubs omit ndarray's buffer protocol
         while done < len(view):  # Linux reads at most ~2 GiB per call
             read = os.preadv(self.fd, [view[done : done + (1 << 30)]], self.offset + done)
             if read <= 0:
@@ -130,7 +131,7 @@ class FrameColumn:
         starts, ends = self.bounds[rows].tolist(), self.bounds[rows + 1].tolist()
         if self.blocks is None:
             pread, fd, offset = os.pread, self.fd, self.offset
-            blocks: list[bytes] | list[memoryview] = [pread(fd, end - start, offset + start) for start, end in zip(starts, ends)]
+            blocks: list[bytes | memoryview] = [pread(fd, end - start, offset + start) for start, end in zip(starts, ends)]
         else:
             held, base = self.blocks, int(self.bounds[0])
             blocks = [held[start - base : end - base] for start, end in zip(starts, ends)]
@@ -210,7 +211,8 @@ class MappedTransitions:
         self.multi_agent = bool(info.metadata.get("multi_agent", False))  # agents' rows interleave: no chains of steps
         self._maps: list[mmap.mmap] = []
         self._files: list[int] = []
-        self._shards: list[dict[str, Columnar | PackedBits | FrameColumn]] = []
+        # each column of each shard: a PackedBits, a FrameColumn, or a PreadColumn (or a dict of them, for Dict spaces)
+        self._shards: list[dict[str, Any]] = []
         sizes = []
         for path in verified_shard_paths(info):  # every check load_shards runs, one shard in memory at a time
             batch = self._map(path)
@@ -275,6 +277,7 @@ class MappedTransitions:
         """`FollowingRows` when next_obs follows obs in every shard (bytes compared exactly,
         reading each column once; compressed frames: where next_obs is null); None otherwise
         (e.g. relabelled transitions)."""
+        breaks: np.ndarray | list[np.ndarray]
         if isinstance(self._shards[0]["next_obs"], FrameColumn):
             breaks = np.concatenate([shard["next_obs"].stored + start for shard, start in zip(self._shards, self._starts)])
             return FollowingRows(breaks, _StoredFrames(self, breaks))
@@ -304,7 +307,7 @@ class MappedTransitions:
         needed = [name for name in self.columns if not (name == "next_obs" and self._following is not None)]
         size = {name: sum(_nbytes(shard[name]) for shard in self._shards) for name in needed}
         held = 0
-        for name in sorted(needed, key=size.get):
+        for name in sorted(needed, key=size.get):  # type: ignore[arg-type]  # every name is in size
             if held + size[name] > resident_bytes:
                 break
             self._resident[name] = self.column(name)
@@ -408,7 +411,7 @@ class _StoredFrames:
         return self.data._gather("next_obs", self.breaks[positions])
 
 
-def _nbytes(column: Columnar | PackedBits | PreadColumn | FrameColumn) -> int:
+def _nbytes(column: PackedBits | PreadColumn | FrameColumn | dict[str, Any]) -> int:
     """A column's bytes (bit-packed for booleans, decoded for compressed frames)."""
     if isinstance(column, PackedBits):
         return column.data.nbytes
@@ -421,5 +424,5 @@ def _reorder(chunks: list[Columnar], inverse: np.ndarray | None) -> Columnar:
     """Concatenate per-shard chunks, then put the rows back in the requested order."""
     if isinstance(chunks[0], dict):
         return {key: _reorder([chunk[key] for chunk in chunks], inverse) for key in chunks[0]}
-    joined = chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
+    joined = chunks[0] if len(chunks) == 1 else np.concatenate(cast("list[np.ndarray]", chunks))
     return joined if inverse is None else joined[inverse]

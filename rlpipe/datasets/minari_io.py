@@ -13,6 +13,7 @@ metadata, episode seeds and infos.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -30,7 +31,7 @@ from rlpipe.datasets.store import MINARI_DIR, MINARI_HDF5_FILE, MINARI_METADATA_
 from rlpipe.datasets.validate import require_valid
 from rlpipe.datasets.writer import write_rows
 from rlpipe.errors import RlpipeError
-from rlpipe.files import loads_json
+from rlpipe.files import check_output_dir, loads_json
 
 
 def minari_root() -> Path:
@@ -59,8 +60,9 @@ def export_to_minari(info: DatasetInfo, dataset_id: str | None = None, force: bo
     target = minari_root() / dataset_id
 
     def check_target(path: Path) -> None:
-        if path.is_symlink() or (path.exists() and not _is_minari_dataset(path)):
+        if os.path.islink(path) or (os.path.exists(path) and not _is_minari_dataset(path)):
             raise RlpipeError(f"{path} exists and is not a Minari dataset (a namespace or another directory); refusing to replace it")
+        check_output_dir(path, "Minari dataset")  # a name too long, a namespace that is a file
         if path.exists() and not force:
             raise RlpipeError(f"Minari dataset {dataset_id!r} already exists at {target} (use --force to replace it)")
 
@@ -100,6 +102,7 @@ def _info_space(infos: dict[str, Any], length: int) -> gym.spaces.Dict | None:
     observation (Minari's layout: the reset info, then one per step), nested Dicts included."""
     kept: dict[str, gym.Space] = {}
     for key, value in sorted(infos.items()):
+        space: gym.Space | None
         if isinstance(value, dict):
             space = _info_space(value, length)
         else:
@@ -172,7 +175,7 @@ def _episode_part(episode: Any, number: int, info_space: gym.spaces.Dict | None)
     if length == 0:
         return None
     observations = episode.observations
-    part = {
+    part: dict[str, Columnar] = {
         "episode_id": np.full(length, number, dtype=np.int64),
         "step": np.arange(length, dtype=np.int32),
         "obs": map_columnar(observations, lambda a: np.asarray(a)[:-1]),

@@ -10,7 +10,7 @@ compressed frames instead (`rlpipe.datasets.codec`) when the dataset's metadata 
 from __future__ import annotations
 
 import os
-from typing import Any, Union
+from typing import Any, Union, cast
 
 import gymnasium as gym
 import numpy as np
@@ -50,7 +50,7 @@ def leaf_dtype(space: gym.Space) -> np.dtype:
 
 def leaf_shape(space: gym.Space) -> tuple[int, ...]:
     """The per-row shape of a (non-Dict) space's values."""
-    return () if isinstance(space, gym.spaces.Discrete) else tuple(space.shape)
+    return () if isinstance(space, gym.spaces.Discrete) else tuple(cast("tuple[int, ...]", space.shape))  # set for non-Dict spaces
 
 
 def arrow_type(space: gym.Space) -> pa.DataType:
@@ -72,8 +72,9 @@ def step_schema(
     """The Arrow schema of a dataset's step table (`info`/`next_info` columns when `info_space`
     is given; compressed image columns, next_obs nullable, with a `frame_codec`)."""
     check_frame_codec(frame_codec, observation_space)
+    frame_shape = cast("tuple[int, ...]", observation_space.shape)  # with a frame_codec, a uint8 image Box (checked above)
     obs, next_obs = (
-        (frame_field("obs", observation_space.shape), frame_field("next_obs", observation_space.shape, nullable=True))
+        (frame_field("obs", frame_shape), frame_field("next_obs", frame_shape, nullable=True))
         if frame_codec
         else (pa.field(name, arrow_type(observation_space), nullable=False) for name in ("obs", "next_obs"))
     )
@@ -101,7 +102,7 @@ def info_value_space(value: np.ndarray) -> gym.spaces.Box | None:
     are not numbers or booleans (strings, objects), which are not stored."""
     value = np.asarray(value)
     if value.dtype == np.bool_:
-        return gym.spaces.Box(0, 1, value.shape, np.bool_)
+        return gym.spaces.Box(0, 1, value.shape, np.bool_)  # type: ignore[arg-type]  # gymnasium annotates float and int dtypes only
     if np.issubdtype(value.dtype, np.integer):
         bounds = np.iinfo(value.dtype)
         return gym.spaces.Box(bounds.min, bounds.max, value.shape, value.dtype)
@@ -157,7 +158,7 @@ def concat_columnar(parts: list[Columnar]) -> Columnar:
     """Concatenate column values along the row axis, leaf by leaf."""
     if isinstance(parts[0], dict):
         return {key: concat_columnar([part[key] for part in parts]) for key in parts[0]}
-    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+    return parts[0] if len(parts) == 1 else np.concatenate(cast("list[np.ndarray]", parts))
 
 
 # Opt-in for data with NaN or infinite floats (refused by default: they train silently into NaN weights).

@@ -16,7 +16,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard, cast
 
 import gymnasium as gym
 import numpy as np
@@ -26,7 +26,7 @@ from rlpipe.datasets import atomic
 from rlpipe.datasets.schema import FORMAT_NAME, FORMAT_VERSION, step_schema
 from rlpipe.envs.spaces import space_from_json
 from rlpipe.errors import RlpipeError
-from rlpipe.files import loads_json, read_limited, sha256_file
+from rlpipe.files import check_output_dir, loads_json, read_limited, sha256_file
 
 METADATA_FILE = "metadata.json"
 STEPS_DIR = "steps"
@@ -41,10 +41,10 @@ _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 def store_root(store: str | os.PathLike | None = None) -> Path:
     """The store directory: `store` if given, else `$RLPIPE_DATASETS`, else `./datasets`.
 
-    A path that exists but is not a directory is an RlpipeError."""
+    A path that is or lies below something other than a directory, or that cannot be made
+    (`check_output_dir`: a name too long), is an RlpipeError."""
     root = Path(store) if store is not None else Path(os.environ.get("RLPIPE_DATASETS") or "datasets")
-    if root.exists() and not root.is_dir():
-        raise RlpipeError(f"dataset store {root} is not a directory")
+    check_output_dir(root, "dataset store")
     return root
 
 
@@ -118,7 +118,7 @@ class DatasetInfo:
         files = sum(entry["bytes"] for rel, entry in self.metadata["files"].items() if rel.startswith(STEPS_DIR + "/"))
         if self.frame_codec is None:
             return files
-        return files + 2 * self.metadata["total_steps"] * int(np.prod(self.observation_space.shape))
+        return files + 2 * self.metadata["total_steps"] * int(np.prod(cast(gym.spaces.Box, self.observation_space).shape))  # a uint8 image
 
     @property
     def shard_rels(self) -> list[str]:
@@ -160,7 +160,7 @@ def read_metadata(path: Path) -> dict[str, Any]:
     return metadata
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     """An integer that fits int64, as every count and version in metadata does (JSON has no limit)."""
     return isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63
 
@@ -233,7 +233,7 @@ def _metadata_problem(metadata: dict[str, Any], dir_name: str) -> str | None:
             parsed["observation_space"],
             parsed["action_space"],
             metadata["multi_agent"],
-            parsed.get("info_space"),
+            cast("gym.spaces.Dict | None", parsed.get("info_space")),  # checked above
             metadata.get("frame_codec"),
         )
     except RlpipeError as exc:
@@ -243,7 +243,7 @@ def _metadata_problem(metadata: dict[str, Any], dir_name: str) -> str | None:
     return _lineage_problem(metadata)
 
 
-_KIND_WORDS = {str: "a string", dict: "an object", list: "a list"}
+_KIND_WORDS: dict[type, str] = {str: "a string", dict: "an object", list: "a list"}
 
 
 def _lineage_problem(metadata: dict[str, Any]) -> str | None:

@@ -44,7 +44,7 @@ def action_table(info: DatasetInfo) -> pl.DataFrame:
     space = info.action_space
     if isinstance(space, gym.spaces.Discrete):
         return steps.group_by("action").agg(pl.len().alias("count")).sort("action").collect()
-    width = int(np.prod(space.shape))
+    width = int(np.prod(space.shape))  # type: ignore[arg-type]  # shape is None only for Dict action spaces
     return steps.select([pl.col("action").arr.get(i).alias(f"action[{i}]") for i in range(width)]).collect().describe()
 
 

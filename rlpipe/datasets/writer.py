@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -217,14 +217,15 @@ class DatasetWriter:
         arrays = []
         for field in self.schema:
             if field.name in ("obs", "next_obs") and self.frame_codec:
-                skip = chained_rows(rows["obs"], rows["next_obs"], rows["episode_id"]) if field.name == "next_obs" else None
-                arrays.append(encode_frames(rows[field.name], skip))
+                frames = cast("dict[str, np.ndarray]", rows)  # compressed image observations are arrays, never dicts
+                skip = chained_rows(frames["obs"], frames["next_obs"], frames["episode_id"]) if field.name == "next_obs" else None
+                arrays.append(encode_frames(frames[field.name], skip))
             elif field.name in ("obs", "next_obs"):
                 arrays.append(to_arrow(rows[field.name], self.observation_space))
             elif field.name == "action":
                 arrays.append(to_arrow(rows[field.name], self.action_space))
             elif field.name in INFO_COLUMNS:
-                arrays.append(to_arrow(rows[field.name], self.info_space))
+                arrays.append(to_arrow(rows[field.name], cast(gym.spaces.Dict, self.info_space)))  # the schema has info columns
             elif field.name == "agent":
                 arrays.append(pa.array(np.asarray(rows["agent"], dtype=str), type=pa.string()))
             else:

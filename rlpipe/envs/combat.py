@@ -35,7 +35,7 @@ is the PettingZoo ``ParallelEnv`` over one game of the same engine.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from gymnasium import spaces
@@ -227,7 +227,8 @@ class CombatGames:
         truncated = ~terminated & (self.steps >= r.max_steps)
         win = agents_alive & ~bots_alive
         rewards = agent_hits.astype(np.float32) - was_hit + np.where(win, r.win_reward, r.step_reward)[:, None]
-        return rewards.astype(np.float32), terminated, truncated, win
+        # `.any(-1)` over [N, team_size] arrays gives arrays (numpy types it as a scalar too)
+        return rewards.astype(np.float32), cast(np.ndarray, terminated), truncated, cast(np.ndarray, win)
 
 
 class CombatVectorEnv:

@@ -9,7 +9,7 @@ Torch-free, like the rest of ``rlpipe.envs``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from gymnasium import spaces
@@ -23,15 +23,16 @@ def is_goal_space(space: spaces.Space) -> bool:
     return (
         isinstance(space, spaces.Dict)
         and set(GOAL_KEYS) <= set(space.spaces)
-        and all(isinstance(space[key], spaces.Box) and len(space[key].shape) == 1 for key in NETWORK_KEYS)
+        and all(isinstance(sub := space[key], spaces.Box) and len(sub.shape) == 1 for key in NETWORK_KEYS)
     )
 
 
 def flat_observation_space(space: spaces.Space) -> spaces.Box:
     """The Box the networks see: ``space`` itself, or a goal Dict's observation + desired goal."""
     if not is_goal_space(space):
-        return space
-    parts = [space[key] for key in NETWORK_KEYS]
+        return space  # type: ignore[return-value]  # any other space passes through: callers check it (require_spaces, ope)
+    assert isinstance(space, spaces.Dict)  # is_goal_space checked it
+    parts = [cast(spaces.Box, space[key]) for key in NETWORK_KEYS]  # is_goal_space checked they are Boxes
     low = np.concatenate([p.low for p in parts]).astype(np.float32)
     high = np.concatenate([p.high for p in parts]).astype(np.float32)
     return spaces.Box(low, high, dtype=np.float32)

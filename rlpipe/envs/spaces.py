@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from gymnasium import spaces
@@ -78,7 +78,7 @@ def require_spaces(
 
 def action_dim(space: spaces.Space) -> int:
     """Policy output size: number of actions (Discrete) or action dimensions (Box)."""
-    return int(space.n) if isinstance(space, spaces.Discrete) else int(space.shape[0])
+    return int(space.n) if isinstance(space, spaces.Discrete) else int(cast(spaces.Box, space).shape[0])
 
 
 class ActionScaler:
@@ -91,9 +91,10 @@ class ActionScaler:
     def __init__(self, space: spaces.Space) -> None:
         self.discrete = isinstance(space, spaces.Discrete)
         if self.discrete:
-            self.start = int(space.start)
+            self.start = int(cast(spaces.Discrete, space).start)
             return
-        low, high = np.asarray(space.low, np.float64), np.asarray(space.high, np.float64)
+        box = cast(spaces.Box, space)  # policies act in Discrete or Box spaces (require_spaces)
+        low, high = np.asarray(box.low, np.float64), np.asarray(box.high, np.float64)
         self.bounded = np.isfinite(low) & np.isfinite(high)
         self.low = np.where(self.bounded, low, -1.0)
         self.high = np.where(self.bounded, high, 1.0)
@@ -156,6 +157,7 @@ def _space_elements(description: Any) -> int:
     summed through Dict and Tuple), from its shapes alone: what deserializing would allocate."""
     if not isinstance(description, dict):
         return 0
+    kind: Any
     kind, subspaces = description.get("type"), description.get("subspaces")
     if kind in ("Dict", "Tuple"):
         children = subspaces.values() if isinstance(subspaces, dict) else subspaces if isinstance(subspaces, list) else []
@@ -182,9 +184,9 @@ def require_policy_fits_env(meta: dict[str, Any], env_id: str, run_dir: Any) -> 
     saved = space_from_json(meta["action_space"], f"{Path(run_dir) / 'checkpoint.json'} 'action_space'")
     obs_dim = meta["policy"]["spec"].get("obs_dim")
     same_actions = type(saved) is type(act_space) and (
-        saved.n == act_space.n if isinstance(saved, spaces.Discrete) else saved.shape == act_space.shape
+        saved.n == cast(spaces.Discrete, act_space).n if isinstance(saved, spaces.Discrete) else saved.shape == act_space.shape
     )
-    if obs_dim != int(np.prod(obs_space.shape)) or not same_actions:
+    if obs_dim != int(np.prod(obs_space.shape)) or not same_actions:  # type: ignore[arg-type]  # shape is None only for non-goal Dicts
         raise RlpipeError(
             f"checkpoint in {run_dir} does not fit {env_id}: the policy takes {obs_dim} observation values and "
             f"acts in {saved}, the env has observations {obs_space.shape} and actions {act_space}"

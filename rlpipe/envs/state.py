@@ -76,7 +76,7 @@ def _is_constant(value: Any) -> bool:
 
 def _is_object_container(value: Any) -> bool:
     """A non-empty list, tuple or dict of envs or spaces (a vector env's sub-envs, a Dict space's spaces)."""
-    items = list(value.values()) if type(value) is dict else value if type(value) in (list, tuple) else None
+    items: Any = list(value.values()) if type(value) is dict else value if type(value) in (list, tuple) else None
     return bool(items) and all(isinstance(item, _OBJECTS) for item in items)
 
 

@@ -103,8 +103,12 @@ def _meta_problem(meta: dict[str, Any]) -> str | None:
     space = meta.get("action_space")
     if not (isinstance(space, dict) and space.get("type") in ("Discrete", "Box")):
         return "'action_space' is missing or not a Discrete or Box description"
-    if not isinstance(meta.get("config", {}), dict):
+    config = meta.get("config", {})
+    if not isinstance(config, dict):
         return "'config' is not an object"
+    for key in ("dataset", "store"):  # where an offline run's dataset is found again (`rlpipe eval`'s normalised score)
+        if not isinstance(config.get(key), (str, type(None))):
+            return f"'config.{key}' is not a string or null"
     return None
 
 

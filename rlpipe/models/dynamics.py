@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -40,6 +41,10 @@ class GaussianEnsemble(nn.Module):
     units; every layer is one ``baddbmm`` over members ([E, N, in] -> [E, N, out])."""
 
     kind = "gaussian-ensemble"
+    in_mean: torch.Tensor  # buffers (register_buffer)
+    in_std: torch.Tensor
+    target_logvar: torch.Tensor
+    elites: torch.Tensor
 
     def __init__(
         self, obs_dim: int, act_dim: int, members: int = 5, hidden: Sequence[int] = (200, 200, 200, 200), elites: int | None = None
@@ -72,13 +77,15 @@ class GaussianEnsemble(nn.Module):
 
     def weight_penalty(self) -> torch.Tensor:
         """The L2 penalty of the fit: sum over layers of decay * ||weight||^2 / 2, every member."""
-        return sum(decay * 0.5 * layer.weight.square().sum() for decay, layer in zip(self.weight_decay, self.layers))  # type: ignore[return-value]
+        layers = cast("list[EnsembleLinear]", self.layers)
+        return sum(decay * 0.5 * layer.weight.square().sum() for decay, layer in zip(self.weight_decay, layers))  # type: ignore[return-value]
 
     def member_layers(self, members: torch.Tensor | None = None) -> Layers:
         """The layers' parameters of ``members`` (None: all), with the input normalisation
         folded into the first layer, so they map raw ``concat(obs, action)``: one op per
         layer on the planner's path instead of a separate subtract and divide per step."""
-        layers = [(layer.weight, layer.bias) if members is None else (layer.weight[members], layer.bias[members]) for layer in self.layers]
+        linear = cast("list[EnsembleLinear]", self.layers)
+        layers = [(layer.weight, layer.bias) if members is None else (layer.weight[members], layer.bias[members]) for layer in linear]
         weight, bias = layers[0]
         scaled = weight / self.in_std[:, None]
         layers[0] = (scaled, bias - (self.in_mean @ scaled).unsqueeze(1))
@@ -99,7 +106,7 @@ class GaussianEnsemble(nn.Module):
     def normalized(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Normalised inputs [E, N, in] -> mean and bounded log-variance [E, N, out] of every
         member (what the fit trains)."""
-        return self._mlp(x, [(layer.weight, layer.bias) for layer in self.layers])
+        return self._mlp(x, [(layer.weight, layer.bias) for layer in cast("list[EnsembleLinear]", self.layers)])
 
     def forward(self, obs: torch.Tensor, actions: torch.Tensor, layers: Layers | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Mean and std of (Δobs, reward) in data units, [K, N, obs_dim + 1], for inputs
@@ -156,9 +163,9 @@ def fit_ensemble(
     holdout_fraction: float = 0.2,
     max_holdout: int = 5000,
     batch_size: int = 256,
-    max_epochs: int | None = None,
+    max_epochs: float | None = None,
     patience: int = 5,
-    max_updates: int | None = None,
+    max_updates: float | None = None,
     scored_outputs: slice = slice(None),
     generator: torch.Generator | None = None,
 ) -> FitReport:

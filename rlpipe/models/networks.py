@@ -11,9 +11,11 @@ that wrote it (:func:`rlpipe.algos.registry.import_algorithm`), so its classes a
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from types import UnionType
+from typing import Any, Literal, TypeVar, Union, cast, get_args, get_origin, get_type_hints
 
 import torch
 import torch.nn.functional as F
@@ -31,7 +33,7 @@ PolicyClass = TypeVar("PolicyClass", bound=type[nn.Module])
 
 def register_policy_class(cls: PolicyClass) -> PolicyClass:
     """Class decorator: checkpoints whose policy ``kind`` is ``cls.kind`` are rebuilt as ``cls(**spec)``."""
-    kind = cls.kind
+    kind = cls.kind  # type: ignore[attr-defined]  # each policy class declares its kind
     if _POLICY_CLASSES.setdefault(kind, cls) is not cls:
         raise RlpipeError(f"policy kind {kind!r} is registered twice: {_POLICY_CLASSES[kind].__qualname__} and {cls.__qualname__}")
     return cls
@@ -80,6 +82,10 @@ class ObsNormalizer(nn.Module):
 
     Identity until :meth:`update` is called (PPO's optional observation normalisation).
     """
+
+    mean: torch.Tensor  # buffers (register_buffer)
+    var: torch.Tensor
+    count: torch.Tensor
 
     def __init__(self, obs_dim: int, clip: float = 10.0, eps: float = 1e-8) -> None:
         super().__init__()
@@ -316,6 +322,8 @@ class EnsembleMLP(nn.Module):
     ) -> None:
         super().__init__()
         self.n = n
+        if activation not in _INPLACE_ACTIVATIONS:
+            raise ValueError(f"unknown activation {activation!r}; choose from {sorted(_INPLACE_ACTIVATIONS)}")
         # In place: baddbmm's backward needs its inputs, not its output, so the activation may
         # overwrite it (one large tensor less to allocate and write per layer).
         self.act = _INPLACE_ACTIVATIONS[activation]
@@ -324,7 +332,7 @@ class EnsembleMLP(nn.Module):
         self.norms = nn.ModuleList(EnsembleLayerNorm(n, h) for h in hidden) if layer_norm else None
         if out_gains is not None:
             with torch.no_grad():
-                for j, layer in enumerate(self.layers):
+                for j, layer in enumerate(cast("list[EnsembleLinear]", self.layers)):
                     last = j == len(self.layers) - 1
                     for i in range(n):
                         # orthogonal_ on [out, in] like nn.Linear's weight; stored transposed.
@@ -489,10 +497,57 @@ class GreedyQPolicy(nn.Module):
 
 
 def build_policy(kind: str, spec: dict[str, Any]) -> nn.Module:
-    """Rebuild an actor from the JSON ``(kind, spec)`` pair stored in a checkpoint."""
+    """Rebuild an actor from the JSON ``(kind, spec)`` pair stored in a checkpoint. Each value
+    must have the type its class's parameter is annotated with: one of another type (a spec
+    edited by hand, or damaged) fails deep inside the class, or only when the policy acts."""
     if kind not in _POLICY_CLASSES:
         raise RlpipeError(f"unknown policy kind {kind!r}")
+    cls = _POLICY_CLASSES[kind]
+    hints = get_type_hints(cls.__init__)
+    for key, value in spec.items():
+        if key in hints and key != "return" and not _fits(value, hints[key]):
+            raise RlpipeError(
+                f"checkpoint policy spec does not fit {kind}: {key!r} is {_json_excerpt(value)}, not {_described(hints[key])}"
+            )
     try:
-        return _POLICY_CLASSES[kind](**spec)
-    except (TypeError, ValueError, RuntimeError) as exc:  # a spec edited by hand or for another version
+        return cls(**spec)
+    except (TypeError, ValueError, RuntimeError, ArithmeticError) as exc:  # an unknown or missing key; a value out of range (a 0 dim)
         raise RlpipeError(f"checkpoint policy spec does not fit {kind}: {exc}") from None
+
+
+_JSON_NAMES: dict[Any, str] = {bool: "boolean", int: "integer", float: "number", str: "string", dict: "object"}
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    """Whether a JSON value has the annotated type ``hint`` (an integer is a number too; a boolean is no integer)."""
+    origin, args = get_origin(hint), get_args(hint)
+    if origin is Literal:
+        return any(type(value) is type(option) and value == option for option in args)
+    if origin in (Union, UnionType):
+        return any(_fits(value, option) for option in args)
+    if origin in (Sequence, list, tuple):
+        return isinstance(value, (list, tuple)) and all(_fits(item, args[0]) for item in value)
+    if hint is float:
+        return type(value) in (int, float)
+    return type(value) is (origin or hint)
+
+
+def _described(hint: Any) -> str:
+    """An annotated type in JSON's words: "a list of integers", "an object or null"."""
+    origin, args = get_origin(hint), get_args(hint)
+    if origin is Literal:
+        return " or ".join(map(json.dumps, args))
+    if origin in (Union, UnionType):
+        return " or ".join(map(_described, args))
+    if origin in (Sequence, list, tuple):
+        return f"a list of {_JSON_NAMES[args[0]]}s"
+    if hint is type(None):
+        return "null"
+    name = _JSON_NAMES[origin or hint]
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
+
+
+def _json_excerpt(value: Any, limit: int = 40) -> str:
+    """``value`` as JSON, cut to ``limit`` characters (a spec value may be a long list)."""
+    text = json.dumps(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -20,6 +20,7 @@ from rlpipe.datasets.writer import DatasetWriter
 from rlpipe.envs import env_slug, env_spaces, has_native_vector_env
 from rlpipe.envs.multiagent import is_multi_agent
 from rlpipe.errors import RlpipeError
+from rlpipe.files import check_output_dir
 from rlpipe.limits import check_num_envs, check_seed
 
 if TYPE_CHECKING:
@@ -164,6 +165,8 @@ def collect_dataset(
     check_seed(seed)
     if name is not None:
         check_name(name)  # before any work: an empty name is refused, not replaced by the default
+    if expert_run is not None:
+        check_output_dir(expert_run, "--expert-run")  # a missing expert is trained there: a name too long fails now
     if num_envs is not None:
         check_num_envs(num_envs)
     if expert_settings and (expert is None or is_multi_agent(env_id)):
@@ -205,13 +208,14 @@ def collect_dataset(
         force=force,
         info_space=info_space,
     ) as writer:
+        producer: Producer
         if backend is not None or workers is not None:
             producer, expert_return = _collect_in_tasks(
                 expert, env_id, writer, expert_run, overrides, stochastic, rollout, backend or "local", workers or 1
             )
         elif expert is None:
             rollout.run(env_id, lambda space, n: RandomPolicy(space, n, seed=seed), writer.write)
-            producer: Producer = RandomProducer(seed, num_envs, rollout.budget)
+            producer = RandomProducer(seed, num_envs, rollout.budget)
             expert_return = None
         elif from_training:
             producer = _store_training_run(expert, env_id, writer, expert_run, overrides, progress)

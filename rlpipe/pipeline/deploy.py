@@ -19,7 +19,7 @@ import os
 import warnings
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -54,13 +54,18 @@ class EnvActions(torch.nn.Module):
     """Policy actions -> env actions, as ``ActionScaler.to_env``: Discrete indices offset by
     the space's start, Box actions in [-1, 1] scaled to its finite bounds."""
 
+    low: torch.Tensor  # buffers (register_buffer) of a Box
+    span: torch.Tensor
+    bounded: torch.Tensor
+
     def __init__(self, action_space: spaces.Space) -> None:
         super().__init__()
         self.discrete = isinstance(action_space, spaces.Discrete)
         if self.discrete:
-            self.start = int(action_space.start)
+            self.start = int(cast(spaces.Discrete, action_space).start)
             return
-        low, high = np.asarray(action_space.low, np.float64), np.asarray(action_space.high, np.float64)
+        box = cast(spaces.Box, action_space)  # exported policies act in Discrete or Box spaces
+        low, high = np.asarray(box.low, np.float64), np.asarray(box.high, np.float64)
         bounded = np.isfinite(low) & np.isfinite(high)
         self.register_buffer("low", torch.as_tensor(np.where(bounded, low, -1.0), dtype=torch.float32))
         self.register_buffer("span", torch.as_tensor(np.where(bounded, high - low, 2.0), dtype=torch.float32))
@@ -87,8 +92,8 @@ class DeployedPolicy(torch.nn.Module):
         obs_dtype: torch.dtype = torch.float32,
     ) -> None:
         super().__init__()
-        self.actor = actor
-        self.obs_shape = obs_shape or (int(actor.spec["obs_dim"]),)
+        self.actor: Any = actor  # a policy class: act() and spec (recurrent ones: step() and initial_state())
+        self.obs_shape = obs_shape or (int(cast("dict[str, Any]", actor.spec)["obs_dim"]),)
         self.obs_dtype = obs_dtype
         self.to_env = EnvActions(action_space)
 
@@ -119,16 +124,17 @@ class DeployedRecurrentPolicy(DeployedPolicy):
 def input_layout(actor: torch.nn.Module, observation_space: spaces.Space) -> tuple[tuple[int, ...], torch.dtype]:
     """The shape of one observation the exported policy reads and its dtype: flat float32
     [obs_dim], or the frames its encoder reads ([k, *frame] when stacked) in the env's dtype."""
-    encoder = actor.spec.get("encoder")
+    spec = cast("dict[str, Any]", actor.spec)  # every policy class keeps its spec
+    encoder = spec.get("encoder")
     if encoder is None:
-        return (int(actor.spec["obs_dim"]),), torch.float32
+        return (int(spec["obs_dim"]),), torch.float32
     frame, stack = tuple(encoder["shape"]), encoder["frame_stack"]
     dtype = torch.from_numpy(np.empty(0, observation_space.dtype)).dtype if is_image_space(observation_space) else torch.float32
     return ((stack, *frame) if stack > 1 else frame), dtype
 
 
 def _deployable(run_dir: str | os.PathLike) -> tuple[LoadedPolicy, DeployedPolicy, dict[str, Any]]:
-    policy = load_policy(run_dir)
+    policy = load_policy(run_dir)  # type: ignore[arg-type]  # any path: load_policy's annotation says str | Path
     kind = getattr(policy.actor, "kind", None)
     if kind not in EXPORTABLE_KINDS:
         reason = UNEXPORTABLE_REASONS.get(str(kind), "samples candidate actions even when acting deterministically")
@@ -139,7 +145,7 @@ def _deployable(run_dir: str | os.PathLike) -> tuple[LoadedPolicy, DeployedPolic
 
     observation_space = env_spaces(policy.env_id)[0]
     obs_shape, obs_dtype = input_layout(policy.actor, observation_space)
-    layout = "obs_dim" if policy.actor.spec.get("encoder") is None else ", ".join(map(str, obs_shape))
+    layout = "obs_dim" if cast("dict[str, Any]", policy.actor.spec).get("encoder") is None else ", ".join(map(str, obs_shape))
     metadata = {
         "algo": policy.algo,
         "env_id": policy.env_id,
@@ -164,7 +170,7 @@ def _check_output(path: Path, force: bool, option: str) -> None:
     an extension (torch.jit.save names the archive inside after the name less its extension),
     what :func:`check_output_file` refuses, and an existing file without ``force``. A
     character device or a FIFO is written through, so it needs no ``force``."""
-    if path.is_symlink():
+    if os.path.islink(path):  # not Path.is_symlink: a name too long is check_output_file's to refuse
         raise RlpipeError(f"{path} is a directory or a symbolic link; choose a file name")
     if option == "--torchscript" and not path.suffix:
         raise RlpipeError(f"cannot write {path} ({option}): TorchScript needs a file name with an extension, e.g. policy.pt")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -94,9 +94,11 @@ def _policy_actions(policies: Sequence[LoadedPolicy], data: TransitionArrays, ro
         if k == 1:
             return map_columnar(data.next_obs if after else data.obs, lambda a: np.asarray(a)[chunk])
         depths = stack_depths(starts, k)
-        return stacked_next(data.obs, data.next_obs, chunk, depths, k) if after else stacked(data.obs, chunk, depths, k)
+        obs, next_obs = cast(np.ndarray, data.obs), cast(np.ndarray, data.next_obs)  # stacked frames: image arrays
+        return stacked_next(obs, next_obs, chunk, depths, k) if after else stacked(obs, chunk, depths, k)
 
-    return np.stack([np.concatenate([policy(observations(policy.frame_stack, chunk)) for chunk in chunks]) for policy in policies])
+    # LoadedPolicy annotates array observations, but it takes goal Dict ones too
+    return np.stack([np.concatenate([policy(observations(policy.frame_stack, chunk)) for chunk in chunks]) for policy in policies])  # type: ignore[arg-type]
 
 
 def require_dataset_fits(policies: Sequence[LoadedPolicy], info: DatasetInfo) -> None:
@@ -166,9 +168,9 @@ def fitted_q_evaluation(policies: Sequence[LoadedPolicy], data: TransitionArrays
     }
     next_actions = encode(_policy_actions(policies, data, np.arange(len(data)), after=True))  # [K, N, ...]: pi(s') once per row
     k, obs_dim = len(policies), columns["obs"].shape[1]
-    in_dim = obs_dim if discrete else obs_dim + int(np.prod(space.shape))
-    q_net = EnsembleMLP(k, in_dim, int(space.n) if discrete else 1, config.hidden)
-    target = EnsembleMLP(k, in_dim, int(space.n) if discrete else 1, config.hidden)
+    in_dim = obs_dim if discrete else obs_dim + int(np.prod(cast(spaces.Box, space).shape))
+    q_net = EnsembleMLP(k, in_dim, int(cast(spaces.Discrete, space).n) if discrete else 1, config.hidden)
+    target = EnsembleMLP(k, in_dim, int(cast(spaces.Discrete, space).n) if discrete else 1, config.hidden)
     target.load_state_dict(q_net.state_dict())
     optimizer = torch.optim.Adam(q_net.parameters(), lr=config.learning_rate)
 

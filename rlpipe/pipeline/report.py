@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from rlpipe.errors import RlpipeError
-from rlpipe.files import atomic_output, atomic_write_text, loads_json, read_limited
+from rlpipe.files import atomic_output, atomic_write_text, check_output_dir, loads_json, read_limited
 from rlpipe.limits import MAX_RUN_FILE_BYTES
 from rlpipe.models.checkpoint import META_FILE
 from rlpipe.training.run import METRICS_FILE
@@ -613,8 +613,7 @@ def output_directory(path: str | Path) -> Path:
     """``path`` as a directory to write into, made if missing; something else there (a file, a
     device) or a directory that cannot be made is an RlpipeError, before anything is written."""
     out = Path(path)
-    if out.exists() and not out.is_dir():
-        raise RlpipeError(f"--out {out} is not a directory")
+    check_output_dir(out, "--out")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -21,6 +21,7 @@ from rlpipe.datasets.store import open_dataset
 from rlpipe.envs import env_spaces, trusted_env_id
 from rlpipe.envs.multiagent import is_multi_agent
 from rlpipe.errors import RlpipeError
+from rlpipe.files import check_output_dir
 from rlpipe.names import confined_path
 from rlpipe.training.config import RunConfig, typed_value
 from rlpipe.training.loggers import check_loggers
@@ -144,6 +145,7 @@ def prepare_resume(algo: str, run_dir: str | os.PathLike) -> PreparedRun:
     saved config, so :func:`train_run` continues it from its last saved state."""
     from rlpipe.training.resume import read_resume_info
 
+    check_output_dir(run_dir, "--resume")  # its state's folder is named after it: a name too long fails here, in one line
     info = read_resume_info(run_dir)
     if info["algo"] != algo:
         raise RlpipeError(f"{run_dir} is a {info['algo']} run, not {algo}")

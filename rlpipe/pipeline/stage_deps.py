@@ -79,6 +79,7 @@ def scan_imports(path: Path, known: Mapping[str, Path]) -> ModuleImports:
         return name or None
 
     def visit(node: ast.AST, when: str) -> None:
+        child: ast.AST
         if isinstance(node, ast.If) and _is_type_checking(node.test):
             for child in node.body:
                 visit(child, "typing")

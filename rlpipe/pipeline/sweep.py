@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rlpipe.errors import RlpipeError
-from rlpipe.files import atomic_write_text
+from rlpipe.files import atomic_write_text, check_output_dir
 from rlpipe.limits import check_seed
 from rlpipe.names import confined_path
 from rlpipe.training.config import parse_settings
@@ -239,7 +239,7 @@ def _run_ray(spec: SweepSpec, trials: Sequence[Trial], workers: int, root: Path,
     )
     results = tuner.fit()
     by_index: dict[int, dict[str, Any]] = {}
-    for result in results:
+    for result in results:  # type: ignore[attr-defined]  # ResultGrid iterates through __getitem__ and __len__
         if result.error is not None:
             raise RlpipeError(f"sweep trial failed: {result.error}")
         by_index[result.config["trial"]] = dict(result.metrics)
@@ -294,6 +294,7 @@ def run_sweep(
         raise RlpipeError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
     if retries and backend != "ray":
         raise RlpipeError("--retries needs --backend ray (local trials are not restarted)")
+    check_output_dir(root, "sweep directory")  # --root a file, a FIFO or a device: refused before any trial is planned
     root = Path(root).resolve()  # Ray trials run in their own working directories
     trials = plan_trials(grid, seeds, root)
     runs = [prepare_trial(spec, trial) for trial in trials]  # bad settings fail here, before anything trains

@@ -8,8 +8,9 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -50,7 +51,7 @@ def ffmpeg_binary() -> str:
     return found
 
 
-def _batch_of_one(obs: object) -> object:
+def _batch_of_one(obs: object) -> Any:  # an array, or a dict of them for Dict observations (policies take both)
     return {key: value[None] for key, value in obs.items()} if isinstance(obs, dict) else np.asarray(obs)[None]
 
 
@@ -62,7 +63,7 @@ def render_env(env_id: str) -> gym.Env:
         raise RlpipeError(f"rendering {env_id} needs an extra dependency: {exc}") from None
 
 
-def rendered_episodes(policy: PolicyFn, env: gym.Env, episodes: int, seed: int, returns: list[float]) -> Iterator[np.ndarray]:
+def rendered_episodes(policy: PolicyFn, env: gym.Env, episodes: int, seed: int, returns: list[float]) -> Generator[np.ndarray, None, None]:
     """RGB frames of ``episodes`` episodes in ``env`` (episode i reset with ``seed + i``);
     each finished episode's return is appended to ``returns``."""
     for episode in range(episodes):
@@ -72,7 +73,7 @@ def rendered_episodes(policy: PolicyFn, env: gym.Env, episodes: int, seed: int, 
         frame = env.render()
         if frame is None:
             raise RlpipeError(f"{env.spec.id if env.spec else env} cannot render rgb_array frames")
-        yield video_frame(frame)
+        yield video_frame(cast(np.ndarray, frame))  # render_mode="rgb_array" renders one array
         total, done = 0.0, False
         while not done:
             obs, reward, terminated, truncated, _ = env.step(policy(_batch_of_one(obs))[0])
@@ -80,7 +81,7 @@ def rendered_episodes(policy: PolicyFn, env: gym.Env, episodes: int, seed: int, 
                 policy.record_rewards(np.array([reward], np.float64))
             total += float(reward)
             done = terminated or truncated
-            yield video_frame(env.render())
+            yield video_frame(cast(np.ndarray, env.render()))
         returns.append(total)
 
 
@@ -131,6 +132,7 @@ def _write_mp4(frames: Iterator[np.ndarray], path: Path, fps: float) -> None:
         str(path),
     ]
     with subprocess.Popen(command, stdin=subprocess.PIPE, stderr=subprocess.PIPE) as encoder:
+        assert encoder.stdin is not None and encoder.stderr is not None  # both are pipes
         try:
             encoder.stdin.write(first.tobytes())
             for frame in frames:

@@ -1,0 +1,688 @@
+"""Importing data logged without a simulator: a table of transitions (Parquet, CSV, Arrow
+IPC) or arrays (NumPy .npz with D4RL's names, D4RL's HDF5, OGBench's .npz) becomes a dataset.
+
+Tables stream a batch of rows at a time (Parquet row groups, CSV blocks, IPC batches) and
+HDF5 a slice at a time, so memory holds one batch plus the episode it ends in; an .npz file
+is read whole (NumPy cannot map its members). Each role has default column names (`DEFAULT_NAMES`;
+an array file's keys are its columns) and `--obs-columns a,b,c` concatenates scalar columns.
+
+Episodes are runs of one `episode` value when the data has that column (its rows grouped,
+its `step` counting up by 1), else they end at each terminated or truncated row, D4RL's
+convention; rows after the last flagged one form an episode cut off by the file's end. An
+episode whose last row has neither flag is marked truncated (nothing says it ended). Without
+a next-observation column, next_obs[t] is obs[t + 1] of the same episode, and an episode's
+last row keeps its own obs as next_obs when it is terminated (nothing is bootstrapped past
+it) and is dropped when it is truncated (its next observation is unknown; the row before it
+becomes the truncated last row), as D4RL's `qlearning_dataset` and d3rlpy do for timeouts.
+
+OGBench's files store each trajectory's final state as a row of its own (`valids` 0, or
+`terminals` 1 without `valids`): it becomes the previous row's next_obs, and the trajectory
+ends truncated, as OGBench's trajectories end on a time limit; rewards are 0 unless the file
+has `rewards` (OGBench's goal-reaching rewards come from relabelling).
+
+Spaces come from `--env` (its spaces, which the data must fit), from `--action-space`
+(`box:LOW,HIGH` or `discrete:N`, checked on every row) or from the data: observations a Box
+of their dtype (unbounded floats, integers over their dtype's range), integer actions
+Discrete(max + 1) (MultiDiscrete for several columns), float actions a Box over their
+per-dimension min and max. Anything inconsistent is one RlpipeError naming the row (rows
+count from 0) and the column, raised before the writer publishes, so nothing is written.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pyarrow as pa
+
+from rlpipe.datasets.schema import ALLOW_NONFINITE_ENV, non_finite_allowed
+from rlpipe.datasets.store import check_name
+from rlpipe.datasets.writer import DatasetWriter
+from rlpipe.errors import RlpipeError
+from rlpipe.files import sha256_file
+
+SOURCE_FORMATS = ("minari", "parquet", "csv", "arrow", "npz", "d4rl", "ogbench")
+TABLE_FORMATS = ("parquet", "csv", "arrow")  # array formats ignore keys they do not map (D4RL's infos/, OGBench's qpos)
+BATCH_ROWS = 1 << 16
+CSV_BLOCK_BYTES = 8 << 20
+
+# Roles, the names looked for when a role's column is not given, and which roles must be present.
+DEFAULT_NAMES: dict[str, tuple[str, ...]] = {
+    "obs": ("obs", "observation", "observations"),
+    "action": ("action", "actions"),
+    "reward": ("reward", "rewards"),
+    "terminated": ("terminated", "terminal", "terminals"),
+    "truncated": ("truncated", "timeout", "timeouts"),
+    "next_obs": ("next_obs", "next_observation", "next_observations"),
+    "episode": ("episode_id", "episode"),
+    "step": ("step",),
+}
+REQUIRED_ROLES = ("obs", "action", "reward")
+VECTOR_ROLES = ("obs", "next_obs", "action")  # roles that may concatenate several scalar columns
+FLOAT_ROLES = ("obs", "next_obs", "action", "reward")  # checked for NaN and infinity
+
+
+@dataclass
+class _Rows:
+    """Consecutive source rows by role (obs, action, ...), the first being row `first` of the file."""
+
+    first: int
+    columns: dict[str, np.ndarray]
+
+    def __len__(self) -> int:
+        return len(self.columns["reward"])
+
+    def part(self, start: int, stop: int) -> _Rows:
+        return _Rows(self.first + start, {role: values[start:stop] for role, values in self.columns.items()})
+
+    def then(self, later: _Rows) -> _Rows:
+        return _Rows(self.first, {role: np.concatenate([values, later.columns[role]]) for role, values in self.columns.items()})
+
+
+@dataclass
+class _Source:
+    """An opened file: what each role's column is called in it, and its rows in batches."""
+
+    where: str  # the file's name, which messages start with
+    names: dict[str, tuple[str, ...]]
+    batches: Iterator[_Rows]
+
+    def fail(self, row: int, role: str, problem: str, column: int = 0) -> RlpipeError:
+        """One line naming the file, the row and the source column of `role` (`column`: which of several)."""
+        names = self.names.get(role, (role,))
+        return RlpipeError(f"{self.where}: row {row}, column {names[min(column, len(names) - 1)]!r}: {problem}")
+
+
+def parse_action_space(text: str) -> tuple[str, float, float] | tuple[str, int]:
+    """`box:LOW,HIGH` or `discrete:N`, checked before any file is read."""
+    kind, _, value = text.partition(":")
+    try:
+        if kind == "box":
+            low, high = (float(part) for part in value.split(","))
+            if low < high:
+                return ("box", low, high)
+        elif kind == "discrete" and int(value) > 0:
+            return ("discrete", int(value))
+    except ValueError:
+        pass
+    raise RlpipeError(f"--action-space takes box:LOW,HIGH (LOW < HIGH) or discrete:N (N > 0), got {text!r}")
+
+
+def resolve_columns(given: dict[str, tuple[str, ...]], available: Sequence[str], where: str) -> dict[str, tuple[str, ...]]:
+    """Each role's columns: the given ones (which must exist), else the first default name present."""
+    unknown = sorted(set(given) - set(DEFAULT_NAMES))
+    if unknown:
+        raise RlpipeError(f"unknown column role {unknown[0]!r}: the roles are {', '.join(DEFAULT_NAMES)}")
+    held = ", ".join(available[:20]) + (f", ... ({len(available)} columns)" if len(available) > 20 else "")
+    resolved = {}
+    for role, defaults in DEFAULT_NAMES.items():
+        names = given.get(role) or next(((name,) for name in defaults if name in available), None)
+        if names is not None and len(names) > 1 and role not in VECTOR_ROLES:
+            raise RlpipeError(f"{where}: {role} is one column, not {len(names)}")
+        if names is None and role in REQUIRED_ROLES:
+            raise RlpipeError(f"{where}: no {role} column (looked for {', '.join(defaults)}; it holds {held})")
+        missing = [name for name in names or () if name not in available]
+        if missing:
+            raise RlpipeError(f"{where}: no column {missing[0]!r} for {role} (it holds {held})")
+        if names is not None:
+            resolved[role] = names
+    return resolved
+
+
+# ---- tables: Parquet, CSV, Arrow IPC --------------------------------------------------------
+
+
+def _table_source(path: Path, kind: str, given: dict[str, tuple[str, ...]], ignore: tuple[str, ...], declared: tuple | None) -> _Source:
+    """A table's columns resolved (every column mapped or ignored) and its batches as rows."""
+    where = path.name
+    opened = _open_table(path, kind, where)
+    names = resolve_columns(given, opened.schema.names, where)
+    mapped = {name for columns in names.values() for name in columns}
+    extra = [name for name in opened.schema.names if name not in mapped and name not in ignore]
+    if extra:
+        raise RlpipeError(f"{where}: column {extra[0]!r} is not mapped to a role (map it, or pass --ignore-columns {extra[0]})")
+    if kind == "csv":  # the text has no dtype: floats become float32, most envs' dtype (Parquet keeps float64)
+        opened = _open_csv(path, where, _csv_types(names, opened.schema, declared))
+    source = _Source(where, names, iter(()))
+    source.batches = _table_rows(source, opened)
+    return source
+
+
+def _open_table(path: Path, kind: str, where: str) -> Any:
+    """A reader with `.schema` that iterates record batches."""
+    try:
+        if kind == "parquet":
+            import pyarrow.parquet as pq
+
+            parquet = pq.ParquetFile(path)
+            return _Batches(parquet.schema_arrow, parquet.iter_batches(batch_size=BATCH_ROWS))
+        if kind == "arrow":
+            try:
+                reader = pa.ipc.open_file(pa.memory_map(str(path)))
+                return _Batches(reader.schema, (reader.get_batch(i) for i in range(reader.num_record_batches)))
+            except pa.ArrowInvalid:  # not the file format: the stream format
+                return pa.ipc.open_stream(pa.memory_map(str(path)))
+        return _open_csv(path, where, {})
+    except (pa.ArrowException, OSError) as exc:
+        raise RlpipeError(f"{where}: cannot read it as {kind}: {_reason(exc)}") from None
+
+
+@dataclass
+class _Batches:
+    schema: pa.Schema
+    batches: Iterator[pa.RecordBatch]
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        return self.batches
+
+
+def _open_csv(path: Path, where: str, types: dict[str, pa.DataType]) -> Any:
+    import pyarrow.csv as pacsv
+
+    try:  # one thread: pyarrow's messages then name the line of a malformed row
+        return pacsv.open_csv(
+            path,
+            read_options=pacsv.ReadOptions(block_size=CSV_BLOCK_BYTES, use_threads=False),
+            convert_options=pacsv.ConvertOptions(column_types=types),
+        )
+    except (pa.ArrowException, OSError) as exc:
+        raise RlpipeError(f"{where}: cannot read it as csv: {_reason(exc)}") from None
+
+
+def _csv_types(names: dict[str, tuple[str, ...]], inferred: pa.Schema, declared: tuple | None) -> dict[str, pa.DataType]:
+    """Column types for CSV text: float32 observations and rewards; actions float32 unless they
+    are integers (inferred from the first block, or declared discrete)."""
+    types = {name: pa.float32() for role in ("obs", "next_obs", "reward") for name in names.get(role, ())}
+    discrete = declared[0] == "discrete" if declared else all(pa.types.is_integer(inferred.field(n).type) for n in names["action"])
+    types.update({name: pa.int64() if discrete else pa.float32() for name in names["action"]})
+    return types
+
+
+def _table_rows(source: _Source, reader: Any) -> Iterator[_Rows]:
+    first = 0
+    batches = iter(reader)
+    while True:
+        try:
+            batch = next(batches, None)
+        except (pa.ArrowException, OSError) as exc:
+            raise RlpipeError(f"{source.where}: after row {first}: {_csv_column_named(_reason(exc), reader.schema)}") from None
+        if batch is None:
+            return
+        if batch.num_rows:
+            yield _Rows(first, {role: _column(source, batch, role, first) for role in source.names})
+        first += batch.num_rows
+
+
+def _csv_column_named(reason: str, schema: pa.Schema) -> str:
+    """pyarrow's 'In CSV column #3: ...' with the column's name."""
+    return re.sub(r"CSV column #(\d+)", lambda m: f"column {schema.names[int(m.group(1))]!r}", reason)
+
+
+def _column(source: _Source, batch: pa.RecordBatch, role: str, first: int) -> np.ndarray:
+    """A role's values in one batch: scalar columns stacked side by side, or one list column as rows of equal length."""
+    names = source.names[role]
+    parts = [_values(source, batch.column(name), role, first, i) for i, name in enumerate(names)]
+    if len(parts) == 1:
+        return _as_rows(parts[0], role)
+    nested = next((i for i, part in enumerate(parts) if part.ndim > 1), None)
+    if nested is not None:
+        raise source.fail(first, role, f"is a list column; name it alone (--{role.replace('_', '-')}-column)", nested)
+    return np.stack(parts, axis=1)
+
+
+def _values(source: _Source, column: pa.Array, role: str, first: int, index: int) -> np.ndarray:
+    """One Arrow column as numpy: nulls refused, a list column as a 2-D array."""
+    if column.null_count:
+        raise source.fail(first + _first_true(column.is_null()), role, "is empty (null)", index)
+    if pa.types.is_list(column.type) or pa.types.is_large_list(column.type) or pa.types.is_fixed_size_list(column.type):
+        lengths = column.value_lengths().to_numpy(zero_copy_only=False)
+        if len(lengths) and np.any(lengths != lengths[0]):
+            row = int(np.flatnonzero(lengths != lengths[0])[0])
+            raise source.fail(first + row, role, f"holds {lengths[row]} values where row {first} holds {lengths[0]}", index)
+        flat = column.flatten()
+        if flat.null_count:
+            import pyarrow.compute as pc
+
+            row = pc.list_parent_indices(column).to_numpy()[_first_true(flat.is_null())]
+            raise source.fail(first + int(row), role, "holds an empty (null) value", index)
+        return flat.to_numpy(zero_copy_only=False).reshape(len(column), -1)
+    if role != "episode" and not (
+        pa.types.is_integer(column.type) or pa.types.is_floating(column.type) or pa.types.is_boolean(column.type)
+    ):
+        raise source.fail(first, role, f"holds {column.type}, not numbers", index)
+    return column.to_numpy(zero_copy_only=False)
+
+
+def _first_true(mask: pa.Array) -> int:
+    return int(np.flatnonzero(mask.to_numpy(zero_copy_only=False))[0])
+
+
+# ---- arrays: .npz with D4RL's names, D4RL's HDF5, OGBench's .npz ------------------------------
+
+
+def _array_source(path: Path, kind: str, given: dict[str, tuple[str, ...]]) -> _Source:
+    """An array file's keys resolved like a table's columns, sliced into batches of rows."""
+    where = path.name
+    arrays = _read_hdf5(path, where) if kind == "d4rl" else _read_npz(path, where)
+    if kind == "ogbench":
+        arrays = _ogbench_transitions(arrays, where)
+    names = resolve_columns(given, sorted(arrays), where)
+    multi = next((role for role, columns in names.items() if len(columns) > 1), None)
+    if multi is not None:
+        raise RlpipeError(f"{where}: {kind} files hold one array per role; {multi} names {len(names[multi])}")
+    lengths = {columns[0]: len(arrays[columns[0]]) for columns in names.values()}
+    if len(set(lengths.values())) > 1:
+        (short, rows), (long, most) = min(lengths.items(), key=lambda kv: kv[1]), max(lengths.items(), key=lambda kv: kv[1])
+        raise RlpipeError(f"{where}: ragged arrays: {short!r} has {rows} rows, {long!r} has {most}")
+    source = _Source(where, names, iter(()))
+    total = next(iter(lengths.values()))
+    source.batches = (
+        _Rows(start, {role: _array_values(source, arrays[columns[0]], role, start) for role, columns in names.items()})
+        for start in range(0, total, BATCH_ROWS)
+    )
+    return source
+
+
+def _array_values(source: _Source, array: Any, role: str, start: int) -> np.ndarray:
+    values = np.asarray(array[start : start + BATCH_ROWS])
+    if values.dtype.kind not in "biuf" and role != "episode":
+        raise source.fail(start, role, f"holds {values.dtype}, not numbers")
+    return _as_rows(values, role)
+
+
+def _as_rows(values: np.ndarray, role: str) -> np.ndarray:
+    """Scalar observations and float actions as vectors of one element (Box spaces of shape (1,))."""
+    vector = role in ("obs", "next_obs") or (role == "action" and values.dtype.kind == "f")
+    return values.reshape(-1, 1) if vector and values.ndim == 1 else values
+
+
+def _read_npz(path: Path, where: str) -> dict[str, np.ndarray]:
+    import zipfile
+
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            return {key: npz[key] for key in npz.files}
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
+        raise RlpipeError(f"{where}: cannot read it as .npz: {_reason(exc)}") from None
+
+
+def _read_hdf5(path: Path, where: str) -> dict[str, Any]:
+    """D4RL's top-level datasets, left in the file to be read a slice at a time (its infos/ and metadata/ groups are not imported)."""
+    import h5py
+
+    try:
+        handle = h5py.File(path, "r")
+    except OSError as exc:
+        raise RlpipeError(f"{where}: cannot read it as HDF5: {_reason(exc)}") from None
+    return {key: item for key, item in handle.items() if isinstance(item, h5py.Dataset) and item.ndim >= 1}
+
+
+def _ogbench_transitions(arrays: dict[str, np.ndarray], where: str) -> dict[str, np.ndarray]:
+    """OGBench's layout as D4RL's: each trajectory's final-state row becomes the next_obs of the row
+    before it (module doc). A file that already has next_observations is OGBench's regular layout,
+    whose terminals end trajectories."""
+    missing = [key for key in ("observations", "actions", "terminals") if key not in arrays]
+    if missing:
+        raise RlpipeError(f"{where}: no array {missing[0]!r} (OGBench's files hold observations, actions and terminals)")
+    obs, ends = arrays["observations"], np.asarray(arrays["terminals"]) > 0
+    rewards = arrays.get("rewards", np.zeros(len(obs), np.float32))
+    if "next_observations" in arrays:
+        return {**arrays, "rewards": rewards, "terminals": np.zeros(len(obs), bool), "timeouts": ends}
+    valid = np.asarray(arrays["valids"]) > 0 if "valids" in arrays else ~ends
+    if len(valid) != len(obs):
+        raise RlpipeError(f"{where}: ragged arrays: 'valids' or 'terminals' has {len(valid)} rows, 'observations' has {len(obs)}")
+    kept = np.flatnonzero(valid[:-1])  # the last row has no next row: dropped
+    following = np.r_[valid[1:], False]
+    return {
+        "observations": obs[kept],
+        "actions": arrays["actions"][kept],
+        "rewards": rewards[kept],
+        "next_observations": obs[kept + 1],
+        "terminals": np.zeros(len(kept), bool),
+        "timeouts": ~following[kept] | (kept + 1 == len(obs) - 1),
+    }
+
+
+# ---- episodes --------------------------------------------------------------------------------
+
+
+class _Episodes:
+    """Cuts a source's rows into whole episodes and turns them into the writer's rows (module doc).
+
+    `feed` takes each batch and returns the rows of the episodes it completes (the one it
+    ends in waits for the next batch); `finish` returns the last episode's.
+    """
+
+    def __init__(self, source: _Source) -> None:
+        self.source = source
+        self.by_key = "episode" in source.names
+        self.derive_next = "next_obs" not in source.names
+        self.open: _Rows | None = None
+        self.seen: set[Any] = set()
+        self.next_id = 0
+        self.dropped = 0
+
+    def feed(self, batch: _Rows) -> dict[str, np.ndarray] | None:
+        rows = batch if self.open is None else self.open.then(batch)
+        cut = self._last_start(rows)
+        self.open = rows.part(cut, len(rows))
+        return self._whole(rows.part(0, cut)) if cut else None
+
+    def finish(self) -> dict[str, np.ndarray] | None:
+        rows, self.open = self.open, None
+        return self._whole(rows) if rows is not None and len(rows) else None
+
+    def _last_start(self, rows: _Rows) -> int:
+        """Where the episode the rows end in starts."""
+        if self.by_key:
+            key = rows.columns["episode"]
+            changes = np.flatnonzero(key[1:] != key[:-1])
+            return int(changes[-1]) + 1 if len(changes) else 0
+        done = np.flatnonzero(rows.columns["terminated"] | rows.columns["truncated"])
+        return int(done[-1]) + 1 if len(done) else 0
+
+    def _whole(self, rows: _Rows) -> dict[str, np.ndarray] | None:
+        """Whole episodes' rows checked, numbered and with next_obs, as the writer takes them."""
+        columns = rows.columns
+        count = len(rows)
+        if self.by_key:
+            key = columns["episode"]
+            starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+            self._check_keys(rows, starts)
+        else:
+            starts = np.flatnonzero(np.r_[True, (columns["terminated"] | columns["truncated"])[:-1]])
+        last = np.zeros(count, bool)
+        last[np.r_[starts[1:], count] - 1] = True
+        if "step" in columns:
+            self._check_steps(rows, starts)
+        terminated, truncated = columns["terminated"], columns["truncated"] | (last & ~columns["terminated"])
+        early = np.flatnonzero((terminated | truncated) & ~last)
+        if len(early):
+            role = "terminated" if terminated[early[0]] else "truncated"
+            raise self.source.fail(rows.first + int(early[0]), role, "is set before the last row of its episode")
+        obs = columns["obs"]
+        if self.derive_next:
+            next_obs = np.concatenate([obs[1:], obs[-1:]])
+            next_obs[last] = obs[last]  # its own obs: kept on terminated last rows only
+            keep = ~last | terminated
+            before = np.flatnonzero(~keep)
+            before = before[before > 0] - 1
+            truncated = truncated.copy()
+            truncated[before[~last[before]]] = True  # the row before a dropped one now ends its episode
+        else:
+            next_obs, keep = columns["next_obs"], np.ones(count, bool)
+        self.dropped += int(count - keep.sum())
+        number = np.cumsum(np.r_[True, (last[:-1])]) - 1  # episode index of each row
+        kept_numbers = number[keep]
+        if len(kept_numbers) == 0:
+            return None
+        renumbered = np.cumsum(np.r_[True, kept_numbers[1:] != kept_numbers[:-1]]) - 1
+        first_of_episode = np.flatnonzero(np.r_[True, renumbered[1:] != renumbered[:-1]])
+        step = np.arange(len(renumbered)) - first_of_episode[renumbered]
+        rows_out = {
+            "episode_id": self.next_id + renumbered.astype(np.int64),
+            "step": step.astype(np.int32),
+            "obs": obs[keep],
+            "action": columns["action"][keep],
+            "reward": columns["reward"][keep].astype(np.float32),
+            "next_obs": next_obs[keep],
+            "terminated": terminated[keep],
+            "truncated": truncated[keep],
+        }
+        self.next_id += int(renumbered[-1]) + 1
+        return rows_out
+
+    def _check_keys(self, rows: _Rows, starts: np.ndarray) -> None:
+        """An episode's rows are together: its key never returns after another episode's rows."""
+        for start, key in zip(starts.tolist(), rows.columns["episode"][starts].tolist()):
+            if key in self.seen:
+                raise self.source.fail(
+                    rows.first + start, "episode", f"episode {key!r} continues after other episodes' rows (rows must be grouped by episode)"
+                )
+            self.seen.add(key)
+
+    def _check_steps(self, rows: _Rows, starts: np.ndarray) -> None:
+        step = rows.columns["step"]
+        inside = np.ones(len(step), bool)
+        inside[starts] = False
+        bad = np.flatnonzero(inside[1:] & (np.diff(step) != 1)) + 1
+        if len(bad):
+            row = int(bad[0])
+            raise self.source.fail(
+                rows.first + row, "step", f"step {step[row]} follows step {step[row - 1]} (an episode's steps count up by 1)"
+            )
+
+
+# ---- checks of each batch --------------------------------------------------------------------
+
+
+class _Batch:
+    """The checks of each batch before it is cut into episodes: the same dtype and shape per role
+    as the first batch, 0/1 flags, finite floats and actions inside the declared space."""
+
+    def __init__(self, source: _Source, first: _Rows, action_space: gym.Space | None, bounded: bool) -> None:
+        self.source = source
+        self.layout = {role: (values.dtype, values.shape[1:]) for role, values in first.columns.items()}
+        self.action_space = action_space
+        self.bounded = bounded  # Box bounds are checked for a declared space only (datasets may hold actions an env clips)
+
+    def check(self, rows: _Rows) -> _Rows:
+        columns = dict(rows.columns)
+        for role, values in rows.columns.items():
+            if (values.dtype, values.shape[1:]) != self.layout[role] and not (role == "episode" and values.dtype.kind in "OU"):
+                dtype, shape = self.layout[role]
+                raise self.source.fail(rows.first, role, f"changes from {dtype} {shape} to {values.dtype} {values.shape[1:]}")
+        for role in ("terminated", "truncated"):
+            columns[role] = self._flags(rows, role)
+        if not non_finite_allowed():
+            for role in FLOAT_ROLES:
+                self._finite(rows, role)
+        self._in_space(rows)
+        return replace(rows, columns=columns)
+
+    def _flags(self, rows: _Rows, role: str) -> np.ndarray:
+        if role not in rows.columns:
+            return np.zeros(len(rows), bool)
+        values = rows.columns[role]
+        bad = np.flatnonzero((values != 0) & (values != 1))
+        if len(bad):
+            raise self.source.fail(rows.first + int(bad[0]), role, f"holds {values[bad[0]]}, not 0 or 1")
+        return values.astype(bool)
+
+    def _finite(self, rows: _Rows, role: str) -> None:
+        values = rows.columns.get(role)
+        if values is None or values.dtype.kind != "f" or np.isfinite(values).all():
+            return
+        bad = ~np.isfinite(values.reshape(len(values), -1))
+        row = int(np.flatnonzero(bad.any(axis=1))[0])
+        column = int(np.flatnonzero(bad[row])[0])
+        raise self.source.fail(
+            rows.first + row,
+            role,
+            f"holds {values.reshape(len(values), -1)[row, column]} (set {ALLOW_NONFINITE_ENV}=1 to accept it)",
+            column,
+        )
+
+    def _in_space(self, rows: _Rows) -> None:
+        space, action = self.action_space, rows.columns["action"]
+        if isinstance(space, gym.spaces.Discrete):
+            if action.dtype.kind not in "iu" or action.ndim != 1:
+                raise self.source.fail(rows.first, "action", f"holds {action.dtype} {action.shape[1:]} values; {space} takes integers")
+            outside = (action < space.start) | (action >= space.start + space.n)
+        elif isinstance(space, gym.spaces.MultiDiscrete):
+            outside = ((action < space.start) | (action >= space.start + space.nvec)).reshape(len(action), -1).any(axis=1)
+        elif isinstance(space, gym.spaces.Box) and action.shape[1:] != space.shape:
+            raise self.source.fail(rows.first, "action", f"actions of shape {action.shape[1:]} do not fit {space}")
+        elif isinstance(space, gym.spaces.Box) and self.bounded:
+            flat = action.reshape(len(action), -1)
+            outside = ((flat < space.low.reshape(-1)) | (flat > space.high.reshape(-1))).any(axis=1)
+        else:
+            return
+        if outside.any():
+            row = int(np.flatnonzero(outside)[0])
+            raise self.source.fail(rows.first + row, "action", f"action {action[row].tolist()} is outside {space}")
+
+
+# ---- spaces ----------------------------------------------------------------------------------
+
+
+def _observation_space(first: _Rows, env_space: gym.Space | None, where: str) -> gym.Space:
+    obs = first.columns["obs"]
+    if env_space is not None:
+        if not isinstance(env_space, gym.spaces.Box) or env_space.shape != obs.shape[1:]:
+            raise RlpipeError(f"{where}: observations of shape {obs.shape[1:]} do not fit the env's {env_space}")
+        return env_space
+    if obs.dtype.kind == "f":
+        return gym.spaces.Box(-np.inf, np.inf, obs.shape[1:], obs.dtype)
+    if obs.dtype.kind in "iu":
+        bounds = np.iinfo(obs.dtype)
+        return gym.spaces.Box(bounds.min, bounds.max, obs.shape[1:], obs.dtype)
+    raise RlpipeError(f"{where}: observations of dtype {obs.dtype} are not numbers")
+
+
+def _declared_action_space(declared: tuple, first: _Rows, where: str) -> gym.Space:
+    if declared[0] == "discrete":
+        return gym.spaces.Discrete(int(declared[1]))
+    action = first.columns["action"]
+    dtype = action.dtype if action.dtype.kind == "f" else np.dtype(np.float32)
+    return gym.spaces.Box(float(declared[1]), float(declared[2]), action.shape[1:], dtype)
+
+
+class _ActionRange:
+    """The actions' per-dimension min and max, for a space inferred from the data."""
+
+    def __init__(self) -> None:
+        self.low: np.ndarray | None = None
+        self.high: np.ndarray | None = None
+
+    def add(self, action: np.ndarray) -> None:
+        low, high = action.min(axis=0), action.max(axis=0)
+        self.low = low if self.low is None else np.minimum(self.low, low)
+        self.high = high if self.high is None else np.maximum(self.high, high)
+
+    def space(self, dtype: np.dtype, where: str) -> gym.Space:
+        assert self.low is not None and self.high is not None  # a dataset is never empty here
+        if dtype.kind == "f":
+            return gym.spaces.Box(self.low, self.high, dtype=dtype)
+        if np.any(self.low < 0):
+            raise RlpipeError(f"{where}: integer actions below 0: declare their space with --action-space discrete:N or box:LOW,HIGH")
+        if self.high.ndim == 0:
+            return gym.spaces.Discrete(int(self.high) + 1)
+        return gym.spaces.MultiDiscrete(self.high.astype(np.int64) + 1)
+
+
+def _provisional_action_space(first: _Rows) -> gym.Space:
+    """A space of the actions' dtype and shape (all the Arrow schema depends on), replaced by
+    the inferred one once every action was seen."""
+    action = first.columns["action"]
+    if action.dtype.kind == "f":
+        return gym.spaces.Box(-np.inf, np.inf, action.shape[1:], action.dtype)
+    if action.dtype.kind in "iu":
+        return gym.spaces.Discrete(2**62) if action.ndim == 1 else gym.spaces.MultiDiscrete(np.full(action.shape[1:], 2**62))
+    raise RlpipeError(f"actions of dtype {action.dtype} are not numbers")
+
+
+# ---- the import ------------------------------------------------------------------------------
+
+
+def import_file(
+    path: str | Path,
+    name: str,
+    *,
+    source_format: str,
+    columns: dict[str, tuple[str, ...]] | None = None,
+    ignore_columns: Sequence[str] = (),
+    action_space: str | None = None,
+    env_id: str | None = None,
+    store: Any = None,
+    fmt: str = "both",
+    force: bool = False,
+) -> Path:
+    """Import the file `path` of `source_format` (not minari) as dataset `name`; returns its path.
+
+    `columns` maps roles (obs, next_obs, action, reward, terminated, truncated, episode, step)
+    to source column names; `ignore_columns` are table columns left out on purpose."""
+    check_name(name)  # before any work
+    if source_format not in SOURCE_FORMATS[1:]:
+        raise RlpipeError(f"unknown source format {source_format!r}: choose one of {', '.join(SOURCE_FORMATS)}")
+    declared = parse_action_space(action_space) if action_space else None
+    path = Path(path)
+    if not path.is_file():
+        raise RlpipeError(f"{path}: no such file")
+    given = columns or {}
+    if source_format in TABLE_FORMATS:
+        source = _table_source(path, source_format, given, tuple(ignore_columns), declared)
+    else:
+        source = _array_source(path, source_format, given)
+    first = next(source.batches, None)
+    if first is None:
+        raise RlpipeError(f"{source.where}: holds no rows")
+    env_spaces = _env_spaces(env_id) if env_id else None
+    observation_space = _observation_space(first, env_spaces[0] if env_spaces else None, source.where)
+    if declared:
+        chosen: gym.Space | None = _declared_action_space(declared, first, source.where)
+    else:
+        chosen = env_spaces[1] if env_spaces else None
+    checks = _Batch(source, first, chosen, bounded=declared is not None)
+    episodes = _Episodes(source)
+    action_range = _ActionRange()
+    rows_read = 0
+    with DatasetWriter(
+        name,
+        observation_space,
+        chosen or _provisional_action_space(first),
+        env_id=env_id,
+        store=store,
+        fmt=fmt,
+        force=force,
+    ) as writer:
+        batch: _Rows | None = first
+        while batch is not None:
+            rows_read += len(batch)
+            _write(writer, episodes.feed(checks.check(batch)), action_range)
+            batch = next(source.batches, None)
+        _write(writer, episodes.finish(), action_range)
+        if writer.total_steps == 0:
+            raise RlpipeError(f"{source.where}: no transition is left once each episode's last row without a next observation is dropped")
+        if chosen is None:  # the writer reads the spaces again only when it writes metadata
+            writer.action_space = action_range.space(first.columns["action"].dtype, source.where)
+        producer = {
+            "algorithm": "unknown",
+            "imported_from": f"{source_format}:{path.name}",
+            "source": {
+                "format": source_format,
+                "file": path.name,
+                "bytes": path.stat().st_size,
+                "sha256": sha256_file(path),
+                "columns": {role: list(names) for role, names in source.names.items()},
+                "rows": rows_read,
+                "dropped_rows": episodes.dropped,
+                **({"action_space": action_space} if action_space else {}),
+            },
+            "checkpoint_sha256": None,
+        }
+        return writer.finalize(producer)
+
+
+def _write(writer: DatasetWriter, rows: dict[str, np.ndarray] | None, action_range: _ActionRange) -> None:
+    if rows is not None and len(rows["reward"]):
+        action_range.add(rows["action"])
+        writer.write(dict(rows))
+
+
+def _env_spaces(env_id: str) -> tuple[gym.Space, gym.Space]:
+    from rlpipe.envs import env_spaces
+
+    try:
+        return env_spaces(env_id)
+    except gym.error.Error as exc:
+        raise RlpipeError(f"--env {env_id}: {exc}") from None
+
+
+def _reason(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:300] or type(exc).__name__
