@@ -123,9 +123,9 @@ def test_continuous_cql_hands_shifted_scaled_rewards_and_terminals_to_sacs_targe
     seen: list[tuple[torch.Tensor, torch.Tensor]] = []
     original = SoftActorCritic.soft_target
 
-    def spy(self: SoftActorCritic, b: Batch, rewards: torch.Tensor, gamma: float) -> torch.Tensor:
+    def spy(self: SoftActorCritic, b: Batch, rewards: torch.Tensor, gamma: float, entropy: bool = True) -> torch.Tensor:
         seen.append((rewards, b.terminated))
-        return original(self, b, rewards, gamma)
+        return original(self, b, rewards, gamma, entropy)
 
     monkeypatch.setattr(SoftActorCritic, "soft_target", spy)
     config = get_algo("cql").config_class(hidden=(8, 8), reward_shift=1.0, reward_scale=2.0, gamma=GAMMA)
