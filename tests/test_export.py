@@ -1,4 +1,4 @@
-"""`rlpipe export RUN --onnx/--torchscript`: the file reproduces the run's actions and names its origin."""
+"""`rlpipe export RUN --onnx/--torchscript/--program`: the file reproduces the run's actions and names its origin."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def observations(tmp_path_factory: pytest.TempPathFactory) -> dict[str, np.ndarr
 
 
 @pytest.mark.parametrize("run", sorted(RUNS))
-def test_onnx_and_torchscript_reproduce_the_torch_actions(cli, tmp_path: Path, observations, run: str) -> None:
+def test_onnx_torchscript_and_program_reproduce_the_torch_actions(cli, tmp_path: Path, observations, run: str) -> None:
     out = tmp_path / run
     assert cli(*RUNS[run], "--out", out, "--no-progress", "--device", "cpu", "--set", "eval_episodes=1").code == 0
     policy = load_policy(out)
@@ -45,12 +45,16 @@ def test_onnx_and_torchscript_reproduce_the_torch_actions(cli, tmp_path: Path, o
     assert len(obs) == 1000
     expected = policy(obs)
 
-    result = cli("export", out, "--onnx", tmp_path / "p.onnx", "--torchscript", tmp_path / "p.pt")
+    result = cli("export", out, "--onnx", tmp_path / "p.onnx", "--torchscript", tmp_path / "p.pt", "--program", tmp_path / "p.pt2")
     assert result.code == 0, result.err
     session = ort.InferenceSession(str(tmp_path / "p.onnx"), providers=["CPUExecutionProvider"])
     actions = session.run(["action"], {"obs": obs})[0]
     scripted = torch.jit.load(str(tmp_path / "p.pt"))(torch.as_tensor(obs)).numpy()
-    for got in (actions, scripted):
+    program_files = {"rlpipe.json": ""}
+    program = torch.export.load(str(tmp_path / "p.pt2"), extra_files=program_files).module()
+    exported = program(torch.as_tensor(obs)).numpy()
+    assert json.loads(program_files["rlpipe.json"])["checkpoint_sha256"] == policy.checkpoint_sha256
+    for got in (actions, scripted, exported):
         assert got.shape == expected.shape
         if np.issubdtype(expected.dtype, np.integer):
             np.testing.assert_array_equal(got, expected)
@@ -90,7 +94,7 @@ def test_export_writes_both_files_or_neither(cli, tmp_path: Path) -> None:
         (["--onnx", tmp_path / "p.onnx", "--torchscript", tmp_path / "old.pt"], "already exists"),  # the second is refused
         (["--onnx", tmp_path / "old.pt", "--torchscript", tmp_path / "p.pt"], "already exists"),  # the first is refused
         (["--onnx", tmp_path / "p.onnx", "--torchscript", tmp_path / "no-dir" / "p.pt"], "does not exist"),
-        (["--onnx", tmp_path / "p.bin", "--torchscript", tmp_path / "p.bin"], "both name"),
+        (["--onnx", tmp_path / "p.bin", "--torchscript", tmp_path / "p.bin"], "two outputs name"),
         (["--onnx", tmp_path, "--torchscript", tmp_path / "p.pt"], "directory"),
     ):
         result = cli("export", out, *args)

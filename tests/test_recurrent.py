@@ -87,13 +87,14 @@ def test_recurrent_ppo_trains_saves_loads_acts_and_exports(tmp_path: Path, cli) 
     shown = cli("eval", out, "--episodes", "2", "--seed", str(EVAL_SEED_OFFSET), "--json")
     assert shown.code == 0 and json.loads(shown.out)["return_mean"] == metrics["eval_return_mean"], shown
 
-    assert cli("export", out, "--onnx", tmp_path / "p.onnx", "--torchscript", tmp_path / "p.pt").code == 0
+    assert cli("export", out, "--onnx", tmp_path / "p.onnx", "--torchscript", tmp_path / "p.pt", "--program", tmp_path / "p.pt2").code == 0
     session = ort.InferenceSession(str(tmp_path / "p.onnx"), providers=["CPUExecutionProvider"])
     scripted = torch.jit.load(str(tmp_path / "p.pt"))
+    program = torch.export.load(str(tmp_path / "p.pt2")).module()
     rng = np.random.default_rng(0)
     policy.start_episodes(np.ones(4, bool))
     state = np.zeros((4, 2, 64), np.float32)  # the policy's and the value's GRU states
-    scripted_state = torch.as_tensor(state)
+    scripted_state = program_state = torch.as_tensor(state)
     for _ in range(6):  # several steps: the hidden state carries the history
         obs = rng.normal(size=(4, 2)).astype(np.float32)
         expected = policy(obs)
@@ -101,6 +102,8 @@ def test_recurrent_ppo_trains_saves_loads_acts_and_exports(tmp_path: Path, cli) 
         np.testing.assert_array_equal(action, expected)
         scripted_action, scripted_state = scripted(torch.as_tensor(obs), scripted_state)
         np.testing.assert_array_equal(scripted_action.numpy(), expected)
+        program_action, program_state = program(torch.as_tensor(obs), program_state)
+        np.testing.assert_array_equal(program_action.numpy(), expected)
     assert np.abs(state).max() > 0
 
 

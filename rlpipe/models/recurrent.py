@@ -56,7 +56,10 @@ class RecurrentCore(nn.Module):
         steps where some row starts an episode, one call each (the whole sequence when only the
         first step may reset), rather than step by step."""
         keep = (~starts).to(x.dtype)[..., None, None]  # [B, T, 1, 1]
-        cuts = [0, *(starts[:, 1:].any(0).nonzero().flatten() + 1).tolist(), x.shape[1]]
+        # One step (acting) has no cut inside it; skipping the data-dependent search keeps the
+        # graph static, which torch.export's saved programs need.
+        inner = [] if x.shape[1] == 1 else (starts[:, 1:].any(0).nonzero().flatten() + 1).tolist()
+        cuts = [0, *inner, x.shape[1]]
         outs = []
         for begin, end in zip(cuts[:-1], cuts[1:]):
             out, state = self._run(x[:, begin:end], state * keep[:, begin])

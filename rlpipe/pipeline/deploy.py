@@ -167,13 +167,14 @@ def _deployable(run_dir: str | os.PathLike) -> tuple[LoadedPolicy, DeployedPolic
 
 def _check_output(path: Path, force: bool, option: str) -> None:
     """Refuse ``option``'s file before anything is written: a link, a TorchScript name without
-    an extension (torch.jit.save names the archive inside after the name less its extension),
+    an extension (torch.jit.save and torch.export.save name the archive inside after the name less its extension),
     what :func:`check_output_file` refuses, and an existing file without ``force``. A
     character device or a FIFO is written through, so it needs no ``force``."""
     if os.path.islink(path):  # not Path.is_symlink: a name too long is check_output_file's to refuse
         raise RlpipeError(f"{path} is a directory or a symbolic link; choose a file name")
-    if option == "--torchscript" and not path.suffix:
-        raise RlpipeError(f"cannot write {path} ({option}): TorchScript needs a file name with an extension, e.g. policy.pt")
+    if option in ("--torchscript", "--program") and not path.suffix:
+        kind, example = ("TorchScript", "policy.pt") if option == "--torchscript" else ("a torch.export program", "policy.pt2")
+        raise RlpipeError(f"cannot write {path} ({option}): {kind} needs a file name with an extension, e.g. {example}")
     if not check_output_file(path, option) and path.exists() and not force:
         raise RlpipeError(f"{path} already exists (use --force to replace it)")
 
@@ -205,30 +206,50 @@ def _write_torchscript(policy: LoadedPolicy, model: DeployedPolicy, metadata: di
         torch.jit.save(traced, str(tmp), _extra_files={METADATA_FILE: json.dumps(metadata)})
 
 
+def _write_program(policy: LoadedPolicy, model: DeployedPolicy, metadata: dict[str, Any], tmp: Path) -> None:
+    """torch.export's program (torch 2.13 deprecates TorchScript): ``torch.export.load(path).module()``
+    runs it; the batch dimension of every input is dynamic."""
+    dynamic = {name: {0: torch.export.Dim.DYNAMIC} for name in model.input_names}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = torch.export.export(model, model.example_inputs(), dynamic_shapes=dynamic)
+        torch.export.save(program, str(tmp), extra_files={METADATA_FILE: json.dumps(metadata)})
+
+
+# Each output option and its writer, in the order outputs are written.
+_WRITERS = {"--onnx": _write_onnx, "--torchscript": _write_torchscript, "--program": _write_program}
+
+
 def export_policy(
     run_dir: str | os.PathLike,
     *,
     onnx: str | os.PathLike | None = None,
     torchscript: str | os.PathLike | None = None,
+    program: str | os.PathLike | None = None,
     force: bool = False,
 ) -> dict[str, Any]:
     """Write the run's deterministic policy as ONNX to `onnx` (input `obs`, output `action`,
-    dynamic batch; a recurrent policy also takes `state` and returns `next_state`) and/or as TorchScript to `torchscript` (`torch.jit.load`, the metadata in
-    its extra file `rlpipe.json`); returns the metadata stored in the files.
+    dynamic batch; a recurrent policy also takes `state` and returns `next_state`), as
+    TorchScript to `torchscript` (`torch.jit.load`) and/or as a torch.export program to
+    `program` (`torch.export.load(path).module()`; the metadata in the last two's extra file
+    `rlpipe.json`); returns the metadata stored in the files.
 
-    Every output is checked before anything is written, and both are written to temporary
-    files first: when one is refused or fails, neither is written."""
-    outputs = [(Path(path), write) for path, write in ((onnx, _write_onnx), (torchscript, _write_torchscript)) if path is not None]
+    Every output is checked before anything is written, and all are written to temporary
+    files first: when one is refused or fails, none is written."""
+    named = {"--onnx": onnx, "--torchscript": torchscript, "--program": program}
+    outputs = [(option, Path(path)) for option, path in named.items() if path is not None]
     if not outputs:
-        raise RlpipeError("nothing to export: give --onnx FILE and/or --torchscript FILE")
-    for path, write in outputs:
-        _check_output(path, force, "--onnx" if write is _write_onnx else "--torchscript")
-    if len(outputs) == 2 and outputs[0][0].resolve() == outputs[1][0].resolve():
-        raise RlpipeError(f"--onnx and --torchscript both name {outputs[0][0]}; give two files")
+        raise RlpipeError("nothing to export: give --onnx FILE, --torchscript FILE and/or --program FILE")
+    for option, path in outputs:
+        _check_output(path, force, option)
+    resolved = [path.resolve() for _, path in outputs]
+    if len(set(resolved)) < len(resolved):
+        twice = next(path for path in resolved if resolved.count(path) > 1)
+        raise RlpipeError(f"two outputs name {twice}; give one file each")
     policy, model, metadata = _deployable(run_dir)
     with ExitStack() as stack:  # every file is renamed into place only once all were written
-        for path, write in outputs:
-            write(policy, model, metadata, stack.enter_context(atomic_output(path)))
+        for option, path in outputs:
+            _WRITERS[option](policy, model, metadata, stack.enter_context(atomic_output(path)))
     return metadata
 
 
@@ -237,9 +258,14 @@ def export_onnx(run_dir: str | os.PathLike, path: str | os.PathLike, force: bool
     return export_policy(run_dir, onnx=path, force=force)
 
 
+def export_program(run_dir: str | os.PathLike, path: str | os.PathLike, force: bool = False) -> dict[str, Any]:
+    """Write the run's deterministic policy to `path` as a torch.export program (see `export_policy`)."""
+    return export_policy(run_dir, program=path, force=force)
+
+
 def export_torchscript(run_dir: str | os.PathLike, path: str | os.PathLike, force: bool = False) -> dict[str, Any]:
     """Write the run's deterministic policy to `path` as TorchScript (see `export_policy`)."""
     return export_policy(run_dir, torchscript=path, force=force)
 
 
-__all__ = ["DeployedPolicy", "EXPORTABLE_KINDS", "export_onnx", "export_policy", "export_torchscript"]
+__all__ = ["DeployedPolicy", "EXPORTABLE_KINDS", "export_onnx", "export_policy", "export_program", "export_torchscript"]
