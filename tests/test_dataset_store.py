@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import gymnasium as gym
@@ -150,6 +151,36 @@ def test_newer_format_version_is_refused(store: Path) -> None:
     meta["format_version"] = 99
     (path / "metadata.json").write_text(json.dumps(meta))
     with pytest.raises(RlpipeError, match="format version 99"):
+        open_dataset("data", store)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"format_version": -1}, "format version -1"),
+        ({"format_version": 0}, "format version 0"),
+        ({"formats": []}, "formats []: expected 'arrow'"),
+        ({"formats": ["hdf5"]}, "formats ['hdf5']: expected 'arrow'"),
+        ({"formats": ["arrow", "arrow"]}, "each once"),
+        (
+            {"episode_length": {"mean": 3, "std": 0, "min": 3, "max": 2**70}},
+            "'episode_length.max' holds an integer beyond the 64-bit range",
+        ),
+        ({"producer": {"algorithm": 7}}, "'producer.algorithm' is not str"),
+        ({"producer": {"seed": "0"}}, "'producer.seed' is not int or null"),
+        ({"producer": {"num_envs": True}}, "'producer.num_envs' is not int"),
+        ({"producer": {"params": []}}, "'producer.params' is not dict"),
+    ],
+)
+def test_metadata_the_format_forbids_is_refused(store: Path, change: dict, message: str) -> None:
+    """Versions below 1, formats without the Arrow shards or repeated, integers past int64
+    (outside `episode_seeds`) and producer fields of the wrong type: one line each."""
+    act = gym.spaces.Discrete(2)
+    path = write_rows("data", [synthetic_rows([3], BOX, act)], BOX, act, env_id=None, producer={}, store=store)
+    meta = json.loads((path / "metadata.json").read_text())
+    meta.update(change)
+    (path / "metadata.json").write_text(json.dumps(meta))
+    with pytest.raises(RlpipeError, match=re.escape(message)):
         open_dataset("data", store)
 
 

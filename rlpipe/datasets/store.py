@@ -150,7 +150,7 @@ def read_metadata(path: Path) -> dict[str, Any]:
     if not isinstance(metadata, dict) or metadata.get("format") != FORMAT_NAME:
         raise RlpipeError(f"{meta_path} is not rlpipe dataset metadata")
     version = metadata.get("format_version")
-    if not _is_int(version) or version > FORMAT_VERSION:
+    if not _is_int(version) or not 1 <= version <= FORMAT_VERSION:
         raise RlpipeError(
             f"dataset {path.name} uses format version {version}; this rlpipe reads versions up to {FORMAT_VERSION} (upgrade rlpipe)"
         )
@@ -203,8 +203,15 @@ def _metadata_problem(metadata: dict[str, Any], dir_name: str) -> str | None:
             return f"{key!r} is missing or not a dict"
         if not all(_is_number(metadata[key].get(stat)) for stat in ("mean", "std", "min", "max")):
             return f"{key!r} needs numbers mean, std, min and max"
-    if not all(fmt in ("arrow", "hdf5") for fmt in metadata["formats"]):
-        return f"unknown formats {metadata['formats']!r}"
+    formats = metadata["formats"]
+    if "arrow" not in formats or len(set(map(repr, formats))) < len(formats) or not all(fmt in ("arrow", "hdf5") for fmt in formats):
+        return f"formats {formats!r}: expected 'arrow', optionally with 'hdf5', each once"
+    oversized = _oversized_int({key: value for key, value in metadata.items() if key != "episode_seeds"}, "")
+    if oversized is not None:
+        return f"{oversized!r} holds an integer beyond the 64-bit range the format allows"
+    problem = _producer_problem(metadata["producer"])
+    if problem:
+        return problem
     for rel, facts in metadata["files"].items():
         if not _FILE_KEY_RE.fullmatch(rel):
             return f"file path {rel!r} is not a plain file in {STEPS_DIR}/ or {MINARI_DIR}/"
@@ -244,6 +251,35 @@ def _metadata_problem(metadata: dict[str, Any], dir_name: str) -> str | None:
 
 
 _KIND_WORDS: dict[type, str] = {str: "a string", dict: "an object", list: "a list"}
+# The producer's fields every writer records the same way, and their types (others are each writer's own).
+_PRODUCER_FIELDS: dict[str, tuple[type, ...]] = {
+    "algorithm": (str,),
+    "seed": (int, type(None)),
+    "num_envs": (int,),
+    "params": (dict,),
+    "checkpoint_sha256": (str, type(None)),
+}
+
+
+def _oversized_int(value: Any, where: str) -> str | None:
+    """The path of the first integer in ``value`` outside int64 (JSON has no limit; the format
+    does, but for `episode_seeds`, which keep Minari's unsigned 64-bit seeds), or None."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return None if _is_int(value) else where or "(top level)"
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = _oversized_int(item, f"{where}.{key}" if where else str(key))
+        if found is not None:
+            return found
+    return None
+
+
+def _producer_problem(producer: dict[str, Any]) -> str | None:
+    """A producer field of the wrong type (bools are not counts), or None."""
+    for key, kinds in _PRODUCER_FIELDS.items():
+        if key in producer and (not isinstance(producer[key], kinds) or isinstance(producer[key], bool)):
+            return f"'producer.{key}' is not {' or '.join('null' if kind is type(None) else kind.__name__ for kind in kinds)}"
+    return None
 
 
 def _lineage_problem(metadata: dict[str, Any]) -> str | None:
