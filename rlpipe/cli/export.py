@@ -25,7 +25,7 @@ def export(
     ),
     force: bool = typer.Option(False, "--force", help="Replace existing output files."),
 ) -> None:
-    """Export a run's deterministic policy as ONNX, a torch.export program or TorchScript.
+    """Export a run's policy as ONNX, torch.export or TorchScript.
 
     Observation normalisation and action scaling are included; the file's metadata holds the spaces and the checkpoint's sha256.
     """
