@@ -29,6 +29,7 @@ On CUDA d3rlpy runs twice by default: eager (its default) and with its own
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import subprocess
@@ -112,11 +113,8 @@ def captured_update(
         caught.update(sampler=data.sampler, update=update)
         raise _Caught
 
-    with mock.patch.object(module, "train_offline", stand_in):
-        try:
-            module.train(config, progress=False)
-        except _Caught:
-            pass
+    with mock.patch.object(module, "train_offline", stand_in), contextlib.suppress(_Caught):
+        module.train(config, progress=False)
     return caught["sampler"], caught["update"], config.batch_size
 
 

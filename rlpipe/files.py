@@ -168,23 +168,32 @@ def check_output_file(path: str | os.PathLike, option: str | None = None, make_p
             if not os.access(path, os.W_OK):
                 raise refuse("permission denied")
             return True
+    problem = _new_file_problem(path, make_parents)
+    if problem:
+        raise refuse(problem)
+    return False
+
+
+def _new_file_problem(path: Path, make_parents: bool) -> str | None:
+    """Why no file can be created at ``path`` (its folder missing, not a folder, the name too
+    long, creation refused), or None."""
     folder = path.parent
     if not make_parents and not folder.is_dir():
-        raise refuse(f"directory {folder} does not exist" if not os.path.lexists(folder) else f"{folder} is not a directory")
+        return f"directory {folder} does not exist" if not os.path.lexists(folder) else f"{folder} is not a directory"
     while not os.path.lexists(folder) and folder != folder.parent:  # the directories to make go in the nearest existing one
         folder = folder.parent
     if not folder.is_dir():
-        raise refuse(f"{folder} is not a directory")
+        return f"{folder} is not a directory"
     problem = _name_length_problem(path, folder)
     if problem:
-        raise refuse(problem)
+        return problem
     probe = folder / f".tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}-probe"
     try:
         os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
         os.unlink(probe)
     except OSError as exc:
-        raise refuse(f"cannot create a file in {folder}: {exc.strerror or exc}") from None
-    return False
+        return f"cannot create a file in {folder}: {exc.strerror or exc}"
+    return None
 
 
 @contextmanager

@@ -120,10 +120,9 @@ def test_several_shards_load_like_one(store: Path) -> None:
 
 def test_failed_write_leaves_nothing(store: Path) -> None:
     act = gym.spaces.Discrete(2)
-    with pytest.raises(RuntimeError):
-        with DatasetWriter("broken", BOX, act, env_id=None, store=store, shard_bytes=1024) as writer:
-            writer.write(synthetic_rows([50] * 4, BOX, act))
-            raise RuntimeError("collection died")
+    with pytest.raises(RuntimeError), DatasetWriter("broken", BOX, act, env_id=None, store=store, shard_bytes=1024) as writer:
+        writer.write(synthetic_rows([50] * 4, BOX, act))
+        raise RuntimeError("collection died")
     assert store_contents(store) == []
     assert list_datasets(store) == []
 

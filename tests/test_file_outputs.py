@@ -10,6 +10,7 @@ through, and is checked to be a character device afterwards."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -55,10 +56,8 @@ def fifo_reader(path: Path) -> Iterator[list[bytes]]:
         yield got
     finally:
         if reader.is_alive() and not got:
-            try:  # the reader still waits for a writer: open and close one so that it sees the end
+            with contextlib.suppress(OSError):  # the reader still waits for a writer: open and close one so that it sees the end
                 os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
-            except OSError:
-                pass
         reader.join(30)
         assert not reader.is_alive()
 
@@ -126,9 +125,8 @@ def unix_socket(tmp_path: Path) -> Iterator[Path]:
 def test_atomic_output_refuses_a_directory_and_a_socket(tmp_path: Path, unix_socket: Path) -> None:
     (tmp_path / "folder").mkdir()
     for path, message in ((tmp_path / "folder", "it is a directory"), (unix_socket, "it is a socket")):
-        with pytest.raises(OutputError, match=message) as refused:
-            with atomic_output(path):
-                raise AssertionError("nothing is written")
+        with pytest.raises(OutputError, match=message) as refused, atomic_output(path):
+            raise AssertionError("nothing is written")
         assert isinstance(refused.value, RlpipeError) and isinstance(refused.value, OSError)  # one CLI line; still an OSError
     assert entries(tmp_path) == ["folder", "sock"] and stat.S_ISSOCK(os.lstat(unix_socket).st_mode)
 

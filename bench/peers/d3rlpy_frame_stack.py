@@ -15,13 +15,14 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from pathlib import Path
 
 import numpy as np
 
 
 def resident_kib() -> list[int]:
     """This process's RssAnon and RssFile now (KiB)."""
-    status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines())
+    status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
     return [int(status[key].split()[0]) for key in ("RssAnon", "RssFile")]
 
 

@@ -43,6 +43,7 @@ them.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import hashlib
@@ -194,10 +195,8 @@ def _open_lock(parent: Path, name: str, create: bool) -> int | None:
     with one name, so a planted link or hard link cannot make a lock write to another file."""
     folder, file = _lock_location(parent, name)
     if create and folder != parent:
-        try:
+        with contextlib.suppress(FileExistsError):
             os.mkdir(folder)
-        except FileExistsError:
-            pass
     try:
         folder_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -470,16 +469,12 @@ def recover_all(parent: Path, is_complete: Callable[[Path], bool], skip: str | N
     if not is_root(parent):
         return
     for name in sorted({other for _, other, _ in _leftovers(parent)} - {skip}):
-        try:
+        with contextlib.suppress(RlpipeError):  # a group whose other names are in use: whoever holds them finishes it
             recover_name(parent, name, is_complete)
-        except RlpipeError:  # a group whose other names are in use: whoever holds them finishes it
-            pass
     for journal, members in _journals(parent):
         if not any(os.path.lexists(parent / temp) for _, temp in members or []):
-            try:
+            with contextlib.suppress(OSError):
                 journal.unlink()
-            except OSError:
-                pass
 
 
 def delete_directory(path: Path) -> None:
@@ -602,10 +597,10 @@ def commit_group(stages: Sequence[StagedDirectory]) -> list[Path]:
         fault_point("group-committed")
         _finish_group(parent, journal, members, faults=True)
     except BaseException:
-        try:  # committed: finish now if possible (a signal, a transient error), never roll back
+        # committed: finish now if possible (a signal, a transient error), never roll back; if
+        # that fails too, the next process that recovers one of the names finishes it
+        with contextlib.suppress(BaseException):
             _finish_group(parent, journal, members)
-        except BaseException:
-            pass  # the next process that recovers one of the names finishes it
         raise
     finally:
         for stage in stages:

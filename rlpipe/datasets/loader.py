@@ -184,10 +184,8 @@ class ShardVerifier:
 def _read_shard(path: Path) -> pa.RecordBatch:
     try:
         reader = pa.ipc.open_file(pa.memory_map(str(path), "r"))
-        if reader.num_record_batches == 1:
-            batch = reader.get_batch(0)
-        else:  # shards written by other tools may hold several batches: merge them (one copy)
-            batch = reader.read_all().combine_chunks().to_batches()[0]
+        # shards written by other tools may hold several batches: merge them (one copy)
+        batch = reader.get_batch(0) if reader.num_record_batches == 1 else reader.read_all().combine_chunks().to_batches()[0]
         batch.validate(full=True)  # lengths and offsets agree, so numpy views stay in bounds
         return batch
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError, IndexError, UnicodeDecodeError) as exc:

@@ -26,10 +26,12 @@ from __future__ import annotations
 
 import mmap
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+import gymnasium as gym
 import numpy as np
 import pyarrow as pa
 
@@ -175,7 +177,7 @@ class FollowingRows:
     def __init__(self, breaks: np.ndarray, values: np.ndarray | _StoredFrames) -> None:
         self.breaks, self.values = breaks, values
 
-    def take(self, rows: np.ndarray, obs_at) -> np.ndarray:
+    def take(self, rows: np.ndarray, obs_at: Callable[[np.ndarray], Any]) -> np.ndarray:
         """next_obs at `rows`, with `obs_at(rows)` gathering obs."""
         out = obs_at(np.minimum(rows + 1, self.breaks[-1]))  # the last row is a break: its value comes below
         at = np.minimum(np.searchsorted(self.breaks, rows), len(self.breaks) - 1)
@@ -186,13 +188,14 @@ class FollowingRows:
         return out
 
 
-def _column(batch: pa.RecordBatch, name: str, space) -> Columnar | PackedBits | pa.Array:
+def _column(batch: pa.RecordBatch, name: str, space: gym.Space | None) -> Columnar | PackedBits | pa.Array:
     column = batch.column(name)
     if is_frame_column(column):
         return column  # a `FrameColumn` once the shard's file is open
     if pa.types.is_boolean(column.type):  # without nulls: `verified_shard_paths` checked
         return PackedBits(np.frombuffer(column.buffers()[1], np.uint8), column.offset, len(column))
-    if pa.types.is_fixed_size_list(column.type) and pa.types.is_boolean(column.type.value_type):  # a bool Box (MinAtar frames)
+    if isinstance(space, gym.spaces.Box) and pa.types.is_fixed_size_list(column.type) and pa.types.is_boolean(column.type.value_type):
+        # a bool Box (MinAtar frames)
         values = column.flatten()
         return PackedBits(np.frombuffer(values.buffers()[1], np.uint8), values.offset, len(column), tuple(space.shape))
     return scalar_from_arrow(column) if space is None else from_arrow(column, space)  # zero-copy views of the map
@@ -223,7 +226,7 @@ class MappedTransitions:
         for index, shard in enumerate(self._shards):  # from here on the maps are never read: pread only
             for name in columns:
                 if isinstance(shard[name], pa.Array):
-                    shard[name] = self._frames(index, shard[name], spaces[name])
+                    shard[name] = self._frames(index, shard[name], cast(gym.spaces.Box, spaces[name]))  # frames: an image Box
                 elif not isinstance(shard[name], PackedBits):
                     shard[name] = map_columnar(shard[name], lambda a: self._reader(index, a))
         if "next_obs" in columns and "obs" not in columns and isinstance(self._shards[0]["next_obs"], FrameColumn):
@@ -242,7 +245,7 @@ class MappedTransitions:
             raise RlpipeError("a column of this dataset cannot be read from its memory maps (a boolean inside a Dict?); load it instead")
         return PreadColumn(self._files[index], leaf.ctypes.data - base, leaf)
 
-    def _frames(self, index: int, column: pa.Array, space) -> FrameColumn:
+    def _frames(self, index: int, column: pa.Array, space: gym.spaces.Box) -> FrameColumn:
         """A `pread` reader of `column`, compressed frames in shard `index`'s map."""
         mapping = np.frombuffer(self._maps[index], np.uint8)
         bounds = np.array(block_bounds(column))  # in RAM: the map is not touched again

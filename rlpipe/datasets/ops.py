@@ -409,6 +409,19 @@ def sample_dataset(
     return path
 
 
+def _lineage_description(node: dict[str, Any]) -> str:
+    """How the dataset of a lineage node was made, in a few words."""
+    if "lineage" in node:
+        arguments = node["lineage"]["arguments"]
+        return f"{node['lineage']['operation']}({', '.join(f'{k}={v}' for k, v in arguments.items() if k not in ('source', 'sources'))})"
+    if "provenance" in node:
+        provenance = node["provenance"]
+        return f"{provenance.get('transform')} relabelling (strategy={provenance.get('strategy')}, k={provenance.get('k')})"
+    if "producer" in node:
+        return "collected by " + ", ".join(f"{k}={v}" for k, v in node["producer"].items())
+    return "origin unknown"
+
+
 def lineage_lines(info: DatasetInfo, store: str | os.PathLike | None = None) -> list[str]:
     """The lineage tree of `info` as text lines, each parent marked as still in the store,
     changed in the store since, or gone."""
@@ -419,19 +432,6 @@ def lineage_lines(info: DatasetInfo, store: str | os.PathLike | None = None) -> 
             return open_dataset(node["name"], root, check_files=False) if (root / node["name"]).is_dir() else None
         except RlpipeError:
             return None
-
-    def describe(node: dict[str, Any]) -> str:
-        if "lineage" in node:
-            arguments = node["lineage"]["arguments"]
-            return (
-                f"{node['lineage']['operation']}({', '.join(f'{k}={v}' for k, v in arguments.items() if k not in ('source', 'sources'))})"
-            )
-        if "provenance" in node:
-            provenance = node["provenance"]
-            return f"{provenance.get('transform')} relabelling (strategy={provenance.get('strategy')}, k={provenance.get('k')})"
-        if "producer" in node:
-            return "collected by " + ", ".join(f"{k}={v}" for k, v in node["producer"].items())
-        return "origin unknown"
 
     def children(node: dict[str, Any]) -> list[dict[str, Any]]:
         if "lineage" in node:
@@ -446,7 +446,7 @@ def lineage_lines(info: DatasetInfo, store: str | os.PathLike | None = None) -> 
     lines: list[str] = []
 
     def walk(node: dict[str, Any], prefix: str, connector: str) -> None:
-        label = f"{node['name']} [{node['content_hash'][:12]}] {describe(node)}"
+        label = f"{node['name']} [{node['content_hash'][:12]}] {_lineage_description(node)}"
         if connector:
             found = stored(node)
             state = (

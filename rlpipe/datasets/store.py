@@ -185,6 +185,15 @@ _REQUIRED_KEYS: dict[str, Any] = {
 
 def _metadata_problem(metadata: dict[str, Any], dir_name: str) -> str | None:
     """The first thing wrong with parsed metadata, or None."""
+    for check in (_required_problem, _statistics_problem, _formats_problem, _files_problem, _spaces_problem):
+        problem = check(metadata, dir_name)
+        if problem:
+            return problem
+    return _lineage_problem(metadata)
+
+
+def _required_problem(metadata: dict[str, Any], dir_name: str) -> str | None:
+    """Required keys, their types, the name, integers in range and the producer."""
     for key, kind in _REQUIRED_KEYS.items():
         value = metadata.get(key)
         ok = _is_int(value) and value >= 0 if kind is int else isinstance(value, kind)
@@ -195,6 +204,14 @@ def _metadata_problem(metadata: dict[str, Any], dir_name: str) -> str | None:
     for key in ("env_id", "env_spec", "eval_env_spec"):
         if not isinstance(metadata.get(key), (str, type(None))):
             return f"{key!r} is not a string or null"
+    oversized = _oversized_int({key: value for key, value in metadata.items() if key != "episode_seeds"}, "")
+    if oversized is not None:
+        return f"{oversized!r} holds an integer beyond the 64-bit range the format allows"
+    return _producer_problem(metadata["producer"])
+
+
+def _statistics_problem(metadata: dict[str, Any], dir_name: str) -> str | None:
+    """The kind, and an episodes dataset's return and length statistics."""
     kind = metadata.get("kind", "episodes")
     if kind not in ("episodes", "transitions"):
         return f"unknown kind {kind!r}"
@@ -203,15 +220,18 @@ def _metadata_problem(metadata: dict[str, Any], dir_name: str) -> str | None:
             return f"{key!r} is missing or not a dict"
         if not all(_is_number(metadata[key].get(stat)) for stat in ("mean", "std", "min", "max")):
             return f"{key!r} needs numbers mean, std, min and max"
+    return None
+
+
+def _formats_problem(metadata: dict[str, Any], dir_name: str) -> str | None:
     formats = metadata["formats"]
     if "arrow" not in formats or len(set(map(repr, formats))) < len(formats) or not all(fmt in ("arrow", "hdf5") for fmt in formats):
         return f"formats {formats!r}: expected 'arrow', optionally with 'hdf5', each once"
-    oversized = _oversized_int({key: value for key, value in metadata.items() if key != "episode_seeds"}, "")
-    if oversized is not None:
-        return f"{oversized!r} holds an integer beyond the 64-bit range the format allows"
-    problem = _producer_problem(metadata["producer"])
-    if problem:
-        return problem
+    return None
+
+
+def _files_problem(metadata: dict[str, Any], dir_name: str) -> str | None:
+    """Each listed file a plain file of the dataset, with its digest and size."""
     for rel, facts in metadata["files"].items():
         if not _FILE_KEY_RE.fullmatch(rel):
             return f"file path {rel!r} is not a plain file in {STEPS_DIR}/ or {MINARI_DIR}/"
@@ -223,6 +243,11 @@ def _metadata_problem(metadata: dict[str, Any], dir_name: str) -> str | None:
             and facts["bytes"] >= 0
         ):
             return f"file {rel!r} needs a sha256 hex digest and a byte count"
+    return None
+
+
+def _spaces_problem(metadata: dict[str, Any], dir_name: str) -> str | None:
+    """The serialized spaces parse, and make a step schema together."""
     parsed = {}
     for key in ("observation_space", "action_space", "info_space"):
         if key == "info_space" and metadata.get(key) is None:
@@ -247,7 +272,7 @@ def _metadata_problem(metadata: dict[str, Any], dir_name: str) -> str | None:
         return str(exc)
     except Exception as exc:
         return f"unreadable space ({type(exc).__name__}: {exc})"
-    return _lineage_problem(metadata)
+    return None
 
 
 _KIND_WORDS: dict[type, str] = {str: "a string", dict: "an object", list: "a list"}

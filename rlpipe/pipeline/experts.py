@@ -92,10 +92,7 @@ def ensure_expert(
     check_expert(algo)
     spec = get_algo(algo)
     config = spec.make_config(env_id, **overrides)
-    if match_params:
-        trained = not _saved_config_matches(run_dir, config)
-    else:
-        trained = not (run_dir / METRICS_FILE).is_file()
+    trained = not _saved_config_matches(run_dir, config) if match_params else not (run_dir / METRICS_FILE).is_file()
     if trained:
         spec.train(config, run_dir, progress=progress)
     policy = load_policy(run_dir, deterministic=deterministic)

@@ -73,11 +73,6 @@ def scan_imports(path: Path, known: Mapping[str, Path]) -> ModuleImports:
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found: dict[str, set[str]] = {"at_import": set(), "deferred": set(), "typing": set(), "named": set()}
 
-    def nearest(name: str) -> str | None:  # `import a.b.C` where C is a class: the module a.b
-        while name and name not in known:
-            name = name.rpartition(".")[0]
-        return name or None
-
     def visit(node: ast.AST, when: str) -> None:
         child: ast.AST
         if isinstance(node, ast.If) and _is_type_checking(node.test):
@@ -92,24 +87,35 @@ def scan_imports(path: Path, known: Mapping[str, Path]) -> ModuleImports:
             for child in ast.iter_child_nodes(node):  # decorators and defaults run with the definition
                 visit(child, inner if any(child is part for part in body) else when)
             return
-        if isinstance(node, ast.Import):
-            found[when].update(filter(None, (nearest(alias.name) for alias in node.names)))
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:  # relative: `from . import x`, `from ..y import z`
-                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join(parts + ([node.module] if node.module else []))
-            for alias in node.names:  # `from rlpipe.algos import sac` imports the submodule
-                sub = f"{base}.{alias.name}"
-                found[when].update(filter(None, [sub if sub in known else nearest(base)]))
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and when != "typing":
-            if node.value.partition(":")[0] in known:
-                found["named"].add(node.value.partition(":")[0])
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found[when].update(_imported_modules(node, package, known))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and when != "typing" and node.value.partition(":")[0] in known:
+            found["named"].add(node.value.partition(":")[0])
         for child in ast.iter_child_nodes(node):
             visit(child, when)
 
     visit(ast.parse(path.read_text(), str(path)), "at_import")
     return ModuleImports(**{when: frozenset(names) for when, names in found.items()})
+
+
+def _nearest_module(name: str, known: Mapping[str, Path]) -> str | None:
+    """The module ``name`` lies in: `import a.b.C` where C is a class imports a.b."""
+    while name and name not in known:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _imported_modules(node: ast.Import | ast.ImportFrom, package: str, known: Mapping[str, Path]) -> set[str]:
+    """The modules of ``known`` an import statement in ``package`` loads."""
+    if isinstance(node, ast.Import):
+        return set(filter(None, (_nearest_module(alias.name, known) for alias in node.names)))
+    base = node.module or ""
+    if node.level:  # relative: `from . import x`, `from ..y import z`
+        parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+        base = ".".join(parts + ([node.module] if node.module else []))
+    # `from rlpipe.algos import sac` imports the submodule
+    subs = (f"{base}.{alias.name}" for alias in node.names)
+    return set(filter(None, (sub if sub in known else _nearest_module(base, known) for sub in subs)))
 
 
 def _is_type_checking(test: ast.expr) -> bool:

@@ -181,35 +181,31 @@ def _coerce(value: Any, tp: Any) -> Any:
             raise ValueError
         return value
     if origin in (Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        for arg in (a for a in args if a is not type(None)):
-            try:
-                return _coerce(value, arg)
-            except ValueError:
-                pass
-        raise ValueError
+        return _coerce_union(value, args)
     if origin is tuple:
         items = value if isinstance(value, (list, tuple)) else [value]
         return tuple(_coerce(item, args[0]) for item in items)
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise ValueError
-        return value
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError
-        return value
     if tp is float:
         if isinstance(value, str):  # YAML 1.1 reads 3e-4 as a string
             value = float(value)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise ValueError
         return float(value)
-    if tp is str:
-        if not isinstance(value, str):
-            raise ValueError
+    # bool, int and str as themselves (a bool is not an int here)
+    if tp in (bool, int, str) and isinstance(value, tp) and (tp is bool or not isinstance(value, bool)):
         return value
+    raise ValueError
+
+
+def _coerce_union(value: Any, args: tuple[Any, ...]) -> Any:
+    """``value`` as the first member of a union that takes it (null where the union allows it)."""
+    if value is None and type(None) in args:
+        return None
+    for arg in (a for a in args if a is not type(None)):
+        try:
+            return _coerce(value, arg)
+        except ValueError:
+            pass
     raise ValueError
 
 
