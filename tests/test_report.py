@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from rlpipe.pipeline.report import CURVE_FILE, find_runs, group_runs, load_run, spearman, write_report
+from rlpipe.pipeline.report import CURVE_FILE, find_runs, group_runs, load_run, read_diagnostics, spearman, write_report
 
 
 def assert_not_blank(path: Path) -> None:
@@ -99,9 +99,14 @@ def test_report_of_a_real_training_run(tmp_path: Path, cli) -> None:
     ppo.train(ppo.make_config("CartPole-v1", env_steps=2048, eval_every=1024, eval_episodes=2), tmp_path / "ppo", progress=False)
     res = cli("report", tmp_path / "ppo", "--out", tmp_path / "report")
     assert res.code == 0, res.err
-    [png] = (tmp_path / "report").glob("*.png")
-    assert_not_blank(png)
+    pngs = sorted(path.name for path in (tmp_path / "report").glob("*.png"))
+    assert pngs == ["curves-cartpole-v1-env-steps.png", "diagnostics-ppo.png"], pngs
+    for png in pngs:
+        assert_not_blank(tmp_path / "report" / png)
     assert len(load_run(tmp_path / "ppo").steps) >= 2  # the DVCLive curve, not only the final point
+    diagnostics = read_diagnostics(tmp_path / "ppo")  # what the second figure plots
+    assert {"policy_loss", "value_loss", "approx_kl", "clip_fraction"} <= set(diagnostics), sorted(diagnostics)
+    assert all(len(steps) == 2 and np.isfinite(values).all() for steps, values in diagnostics.values())
 
 
 @pytest.mark.parametrize("how", ["glob", "named", "parent"])

@@ -110,3 +110,32 @@ def test_scan_sorts_imports_by_when_they_run(tmp_path: Path) -> None:
     known = module_paths(package)
     scan = scan_imports(package / "sub" / "e.py", known)
     assert (scan.at_import, scan.typing, scan.deferred, scan.named) == ({"pkg.a"}, {"pkg.b"}, {"pkg.c"}, {"pkg.d"})
+
+
+def test_stale_stages_names_what_changed_since_the_recorded_run(tmp_path: Path) -> None:
+    """dvc.lock against the tree: a code file's content, a parameter's value and a stage gone
+    from dvc.yaml each make a stage stale; data dependencies and files outside rlpipe/ do not."""
+    import hashlib
+
+    import yaml
+
+    from rlpipe.pipeline.stage_deps import stale_stages
+
+    (tmp_path / "rlpipe").mkdir()
+    code = tmp_path / "rlpipe" / "train.py"
+    code.write_text("x = 1\n")
+    (tmp_path / "params.yaml").write_text("train:\n  lr: 0.1\n")
+    (tmp_path / "dvc.yaml").write_text("stages:\n  train:\n    cmd: rlpipe train\n")
+    recorded = {"path": "rlpipe/train.py", "hash": "md5", "md5": hashlib.md5(b"x = 1\n").hexdigest()}
+    data = {"path": "datasets/d", "hash": "md5", "md5": "0" * 32 + ".dir"}  # another stage's output, not in the tree
+    lock = {
+        "schema": "2.0",
+        "stages": {"train": {"cmd": "rlpipe train", "deps": [recorded, data], "params": {"params.yaml": {"train.lr": 0.1}}}},
+    }
+    (tmp_path / "dvc.lock").write_text(yaml.safe_dump(lock))
+    assert stale_stages(tmp_path) == {}
+    code.write_text("x = 2\n")
+    (tmp_path / "params.yaml").write_text("train:\n  lr: 0.2\n")
+    assert stale_stages(tmp_path) == {"train": ["rlpipe/train.py", "train.lr in params.yaml"]}
+    (tmp_path / "dvc.yaml").write_text("stages:\n  fit:\n    cmd: rlpipe train\n")
+    assert stale_stages(tmp_path) == {"train": ["stage train is no longer in dvc.yaml"]}

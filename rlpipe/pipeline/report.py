@@ -32,6 +32,7 @@ from rlpipe.models.checkpoint import META_FILE
 from rlpipe.training.run import METRICS_FILE
 
 CURVE_FILE = Path("dvclive") / "plots" / "metrics" / "eval" / "return_mean.tsv"
+DIAGNOSTICS_DIR = Path("dvclive") / "plots" / "metrics" / "train"  # what each update learns: train/<name>.tsv
 # Config fields that do not change what a run learns (or are the seed itself).
 NOT_GROUPING = frozenset({"seed", "device", "torch_threads", "store", "env_id", "dataset", "loggers"})
 
@@ -241,19 +242,31 @@ def _read_curve(run_dir: Path, metrics: dict[str, Any], unit_done: int) -> tuple
     path = run_dir / CURVE_FILE
     if not path.is_file():
         return np.array([unit_done], float), np.array([metrics["eval_return_mean"]], float)
+    return _read_tsv(path, "return_mean", "the eval curve")
+
+
+def _read_tsv(path: Path, column: str, what: str) -> tuple[np.ndarray, np.ndarray]:
+    """DVCLive's TSV of one metric: its steps and values, ordered by step."""
     try:
         text = read_limited(path, MAX_RUN_FILE_BYTES, follow_links=True).decode()
         rows = list(csv.DictReader(io.StringIO(text, newline=""), delimiter="\t"))
         steps = np.array([float(row["step"]) for row in rows])
-        returns = np.array([float(row["return_mean"]) for row in rows])
+        values = np.array([float(row[column]) for row in rows])
     except OSError as exc:
-        raise RlpipeError(f"cannot read the eval curve {path}: {exc.strerror or exc}") from None
+        raise RlpipeError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
     except (KeyError, ValueError, TypeError, csv.Error) as exc:  # a missing column, a word for a number, bad UTF-8
-        raise RlpipeError(f"cannot read the eval curve {path}: {' '.join(str(exc).split())[:200]}") from None
+        raise RlpipeError(f"cannot read {what} {path}: {' '.join(str(exc).split())[:200]}") from None
     if len(steps) == 0:
-        raise RlpipeError(f"the eval curve {path} is empty")
+        raise RlpipeError(f"{what} {path} is empty")
     order = np.argsort(steps, kind="stable")
-    return steps[order], returns[order]
+    return steps[order], values[order]
+
+
+def read_diagnostics(run_dir: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """A run's logged diagnostics (``train/critic_loss``, ...): name -> (steps, values)."""
+    folder = run_dir / DIAGNOSTICS_DIR
+    paths = sorted(folder.glob("*.tsv")) if folder.is_dir() else []
+    return {path.stem: _read_tsv(path, path.stem, "the diagnostics curve") for path in paths}
 
 
 def load_run(run_dir: Path) -> RunRecord:
@@ -323,6 +336,41 @@ def plot_curves(groups: list[RunGroup], out_dir: Path) -> list[Path]:
                 ax.fill_between(x, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
         path = out_dir / f"curves-{slug(env_id)}-{slug(unit)}.png"
         save_curves(fig, ax, unit, "eval return (mean over episodes)", plot_text(f"{env_id}: eval return vs {unit}"), path)
+        paths.append(path)
+    return paths
+
+
+def plot_diagnostics(groups: list[RunGroup], out_dir: Path) -> list[Path]:
+    """One PNG per group whose runs logged diagnostics: a panel per diagnostic, a line per seed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    for group in groups:
+        curves = [(run.seed, read_diagnostics(run.path)) for run in group.runs]
+        names = sorted({name for _, diagnostics in curves for name in diagnostics})
+        if not names:
+            continue
+        columns = min(len(names), 3)
+        rows = -(-len(names) // columns)
+        fig, axes = plt.subplots(rows, columns, figsize=(4 * columns, 2.8 * rows), dpi=100, squeeze=False)
+        for ax, name in zip(axes.flat, names):
+            for seed, diagnostics in curves:
+                if name in diagnostics:
+                    ax.plot(*diagnostics[name], label=f"seed {seed}")
+            ax.set_title(plot_text(name), fontsize="small")
+            ax.set_xlabel(group.first.unit, fontsize="small")
+            ax.grid(alpha=0.3)
+        for ax in list(axes.flat)[len(names) :]:
+            ax.set_visible(False)
+        axes.flat[0].legend(fontsize="x-small")
+        fig.suptitle(plot_text(f"{group.label}: what the updates learn (train/)"))
+        fig.tight_layout()
+        path = out_dir / f"diagnostics-{slug(group.label)}.png"
+        _save_figure(fig, path)
+        plt.close(fig)
         paths.append(path)
     return paths
 
@@ -654,7 +702,7 @@ def write_report(
     stored = read_datasets(datasets) if datasets is not None else []
     previous = _previous_page(Path(markdown)) if markdown is not None else ""
     out = output_directory(out_dir)
-    figures = plot_curves(groups, out)
+    figures = plot_curves(groups, out) + plot_diagnostics(groups, out)
     rows = table_rows(groups, ope)
     cards = draw_dataset_cards(stored, out)
     index = out / "index.html"

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import ast
 import difflib
+import hashlib
 import re
 import shlex
 import sys
@@ -309,10 +310,52 @@ def expected_dvc_yaml(repo: Path = REPO, pipeline: str = ".") -> str:
     return render((where / TEMPLATE).read_text(), params, CodeGraph(repo / "rlpipe"), root)
 
 
+def stale_stages(repo: Path = REPO, pipeline: str = ".") -> dict[str, list[str]]:
+    """The stages of ``pipeline`` whose recorded run (its ``dvc.lock``) no longer matches the
+    tree: stage name -> what changed (a code file's content, a parameter's value, the stage
+    gone from ``dvc.yaml``). Data dependencies are not compared: they are the outputs of
+    other stages, whose own code and parameters are."""
+    where = repo / pipeline
+    lock_path = where / "dvc.lock"
+    if not lock_path.is_file():
+        return {}
+    lock = yaml.safe_load(lock_path.read_text()) or {}
+    params = yaml.safe_load((where / PARAMS).read_text()) or {}
+    current = set((yaml.safe_load((where / OUTPUT).read_text()) or {}).get("stages", {}))
+    stale = {}
+    for stage, recorded in (lock.get("stages") or {}).items():
+        if stage.partition("@")[0] not in current:
+            stale[stage] = [f"stage {stage.partition('@')[0]} is no longer in {OUTPUT}"]
+            continue
+        changes = [dep["path"] for dep in recorded.get("deps", []) if _code_changed(where / dep["path"], dep, repo)]
+        for values in (recorded.get("params") or {}).values():
+            changes += [f"{key} in {PARAMS}" for key, value in values.items() if _dotted(params, key) != value]
+        if changes:
+            stale[stage] = changes
+    return stale
+
+
+def _code_changed(path: Path, dep: Mapping[str, Any], repo: Path) -> bool:
+    """Whether a recorded rlpipe source file differs from the tree (or is gone)."""
+    inside = path.resolve().is_relative_to(repo / "rlpipe")
+    if not inside or "md5" not in dep:
+        return False
+    return not path.is_file() or hashlib.md5(path.read_bytes()).hexdigest() != dep["md5"]
+
+
+def _dotted(tree: Any, key: str) -> Any:
+    for part in key.split("."):
+        tree = tree.get(part) if isinstance(tree, dict) else None
+    return tree
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rlpipe.pipeline.stage_deps", description=__doc__.split("\n\n")[0])
     parser.add_argument("--write", action="store_true", help=f"rewrite {OUTPUT} (default: check it, exit 1 if stale)")
+    parser.add_argument("--stale-results", action="store_true", help="list the stages whose dvc.lock predates their code or params")
     args = parser.parse_args(argv)
+    if args.stale_results:
+        return _print_stale_results()
     stale = 0
     for pipeline in PIPELINES:
         output = REPO / pipeline / OUTPUT
@@ -333,6 +376,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {name} is stale; run `{WRITE_COMMAND}` (make deps)", file=sys.stderr)
         stale = 1
     return stale
+
+
+def _print_stale_results() -> int:
+    """Each pipeline's stages whose recorded results predate the tree; exit 1 if any."""
+    found = 0
+    for pipeline in PIPELINES:
+        stale = stale_stages(REPO, pipeline)
+        recorded = yaml.safe_load((REPO / pipeline / "dvc.lock").read_text()) if (REPO / pipeline / "dvc.lock").is_file() else {}
+        total = len((recorded or {}).get("stages") or {})
+        print(f"{(Path(pipeline) / 'dvc.lock').as_posix()}: {len(stale)} of {total} recorded stages stale")
+        for stage, changes in stale.items():
+            shown = ", ".join(changes[:3]) + (f" and {len(changes) - 3} more" if len(changes) > 3 else "")
+            print(f"  {stage}: {shown}")
+        found += len(stale)
+    return 1 if found else 0
 
 
 if __name__ == "__main__":
