@@ -24,22 +24,44 @@ RUNS = {  # name -> training command: squashed Gaussian, deterministic, PPO with
 
 
 @pytest.fixture(scope="module")
-def observations(tmp_path_factory: pytest.TempPathFactory) -> dict[str, np.ndarray]:
-    """1000 dataset observations of each env (random-policy collections)."""
+def export_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Random-policy collections of Pendulum (5 episodes) and CartPole (60), named by their env."""
     from rlpipe.pipeline.collect import collect_dataset
 
     store = tmp_path_factory.mktemp("export-data")
-    found = {}
     for env_id, episodes in (("Pendulum-v1", 5), ("CartPole-v1", 60)):
         collect_dataset(env_id, episodes=episodes, num_envs=2, name=env_id.lower(), store=store, progress=False)
-        found[env_id] = np.ascontiguousarray(load_dataset(env_id.lower(), store).obs[:1000], np.float32)
-    return found
+    return store
+
+
+@pytest.fixture(scope="module")
+def observations(export_store: Path) -> dict[str, np.ndarray]:
+    """1000 dataset observations of each env."""
+    return {
+        env_id: np.ascontiguousarray(load_dataset(env_id.lower(), export_store).obs[:1000], np.float32)
+        for env_id in ("Pendulum-v1", "CartPole-v1")
+    }
 
 
 @pytest.mark.parametrize("run", sorted(RUNS))
 def test_onnx_torchscript_and_program_reproduce_the_torch_actions(cli, tmp_path: Path, observations, run: str) -> None:
     out = tmp_path / run
     assert cli(*RUNS[run], "--out", out, "--no-progress", "--device", "cpu", "--set", "eval_episodes=1").code == 0
+    assert_exports_reproduce(cli, out, observations, tmp_path)
+
+
+def test_discrete_bcq_exports_its_supported_greedy_choice(cli, tmp_path: Path, export_store: Path, observations) -> None:
+    """Discrete BCQ acts deterministically (greedy on Q among the actions its imitation head
+    supports), so its graph exports; the three files choose the torch policy's actions."""
+    out = tmp_path / "bcq"
+    train = ["train", "bcq", "--dataset", "cartpole-v1", "--store", export_store, "--out", out, "--no-progress", "--device", "cpu"]
+    assert cli(*train, "--set", "updates=200", "--set", "eval_every=200", "--set", "eval_episodes=1").code == 0
+    assert_exports_reproduce(cli, out, observations, tmp_path)
+
+
+def assert_exports_reproduce(cli, out: Path, observations: dict[str, np.ndarray], tmp_path: Path) -> None:
+    """ONNX, TorchScript and torch.export files of the run in ``out`` give its torch actions
+    on 1000 observations and carry its checkpoint's hash."""
     policy = load_policy(out)
     obs = observations[policy.env_id]
     assert len(obs) == 1000

@@ -40,10 +40,11 @@ EXPORTABLE_KINDS = (
     "categorical",
     "actor_critic",
     "greedy_q",
+    "discrete_bcq",
     "recurrent_actor_critic",
     "recurrent_categorical",
 )
-# Why the other kinds cannot be exported as one observation -> action graph (default: BCQ's reason).
+# Why the other kinds cannot be exported as one observation -> action graph (default: continuous BCQ's reason).
 UNEXPORTABLE_REASONS = {
     "decision_transformer": "acts on its episode's recent returns-to-go, observations and actions, not on one observation"
 }
