@@ -130,7 +130,7 @@ def _rewrite(path: Path, edit: Callable[[Any, dict[str, torch.Tensor]], Any]) ->
     (what a deliberate forgery does: only the content's own checks are left)."""
     with safe_open(path, framework="pt") as f:
         header = f.metadata()
-        tensors = {name: f.get_tensor(name) for name in f}
+        tensors = {name: f.get_tensor(name) for name in f.keys()}  # noqa: SIM118  (safe_open is not iterable)
     header["state"] = json.dumps(edit(json.loads(header["state"]), tensors))
     header["sha256"] = resume._digest(header, tensors)
     save_file(tensors, str(path), metadata=header)

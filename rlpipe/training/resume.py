@@ -252,7 +252,7 @@ def read_state(path: Path, config: dict[str, Any]) -> dict[str, Any] | None:
             header = _header(f, path)
             if not _same_run(json.loads(header["config"]), config):  # before any tensor is read
                 return None
-            tensors = {name: f.get_tensor(name) for name in f}
+            tensors = {name: f.get_tensor(name) for name in f.keys()}  # noqa: SIM118  (safe_open is not iterable)
         if _digest(header, tensors) != header["sha256"]:
             raise RlpipeError(f"{path} does not match its sha256: the state is damaged ({_fix(path)})")
         state = _decode(json.loads(header["state"]), tensors)
