@@ -33,10 +33,12 @@ class Diagnostics:
         if not values:
             return
         for name, value in values.items():
-            value = value.detach().float()
             held = self._sums.get(name)
-            self._sums[name] = value.clone() if held is None else held + value
-            self._counts[name] = self._counts.get(name, 0) + 1
+            if held is None:
+                self._sums[name], self._counts[name] = value.detach().float().clone(), 1
+            else:  # in place: no new tensor per update
+                held.add_(value.detach())
+                self._counts[name] += 1
 
     def take(self, done: int) -> dict[str, float]:
         """The means since the last call under ``train/``, and ``train/<unit>_per_s`` (``done``:
