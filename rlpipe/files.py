@@ -120,7 +120,10 @@ def check_output_dir(path: str | os.PathLike, what: str) -> None:
     directory to write into (made with its parents where missing): an OutputError naming
     ``what`` (``--out``, ``dataset store``) for a path that is, or lies below, something other
     than a directory (a file, a FIFO, a device; links followed), that cannot be looked up (a
-    name too long, a link loop, no permission), or whose names `_name_length_problem` refuses."""
+    name too long, a link loop, no permission), or whose names `_name_length_problem` refuses;
+    an empty name too, which would otherwise mean the current directory."""
+    if os.fspath(path) == "":
+        raise OutputError(f"{what}: an empty path (name a directory, '.' for the current one)")
     path = Path(path)
     existing = path
     while True:

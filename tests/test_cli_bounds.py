@@ -333,3 +333,28 @@ def test_another_runtime_error_is_not_called_out_of_memory(cli, monkeypatch: pyt
     monkeypatch.setattr(rlpipe.pipeline.collect, "collect_dataset", collect_dataset)
     with pytest.raises(RuntimeError, match="shape mismatch"):
         cli("collect", *CARTPOLE, "--episodes", "2", "--store", tmp_path / "store")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["collect", "--policy", "random", "--env", "CartPole-v1", "--episodes", "1", "--store", ""], "--store is given an empty value"),
+        (["report", "runs", "--out="], "--out is given an empty value"),
+        (["report", ""], "the argument after 'report' is empty"),
+    ],
+)
+def test_an_empty_argument_is_refused_not_read_as_the_current_directory(cli, tmp_path: Path, monkeypatch, args, message) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = cli(*args)
+    assert result.code == 2 and result.err.startswith(f"error: {message}") and len(result.err.splitlines()) == 1, result.err
+    assert list(tmp_path.iterdir()) == []  # nothing written in the current directory
+
+
+def test_an_empty_store_or_report_directory_is_refused_from_python(tmp_path: Path) -> None:
+    from rlpipe.datasets.store import store_root
+    from rlpipe.errors import RlpipeError
+    from rlpipe.pipeline.report import output_directory
+
+    for call in (lambda: store_root(""), lambda: output_directory("")):
+        with pytest.raises(RlpipeError, match="empty path"):
+            call()

@@ -243,7 +243,7 @@ def test_names_with_control_characters_or_empty_are_refused_everywhere(
     template, what = NAMED[command]
     args = [arg.format(bad, run=tmp_path / "run", sweeps=tmp_path / "sweeps") for arg in template]
     result = cli(*args, "--store", store)
-    one_line_exit_2(result, f"invalid {what} {bad!r}")
+    one_line_exit_2(result, "empty" if bad == "" else f"invalid {what} {bad!r}")  # an empty argument is refused before any command
     assert "Traceback" not in result.err
     assert sorted(p.name for p in store.iterdir() if p.name not in (".locks", ".rlpipe-root", ".verified")) == ["data"]
     assert not (tmp_path / "run").exists() and not (tmp_path / "sweeps").exists() and not (tmp_path / "minari").exists()

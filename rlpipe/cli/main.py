@@ -17,6 +17,10 @@ from rlpipe.errors import RlpipeError
 def main() -> None:
     """Entry point: run the app; RlpipeError and usage errors become one line and exit 2."""
     handle_termination()  # SIGTERM (timeout, CI) cleans up like Ctrl-C
+    empty = _empty_argument(sys.argv[1:])
+    if empty is not None:
+        typer.echo(f"error: {empty} (as a path it would silently mean the current directory)", err=True)
+        sys.exit(2)
     try:
         code = app(standalone_mode=False)
     except RlpipeError as exc:
@@ -43,6 +47,17 @@ def main() -> None:
         typer.echo("error: interrupted", err=True)
         sys.exit(128 + (interrupt_signal() or signal.SIGINT))
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _empty_argument(args: list[str]) -> str | None:
+    """What is empty: an option's value (``--out ''``, ``--out=``) or a positional argument;
+    None when every argument holds something."""
+    for before, arg in zip(["", *args], args):
+        if arg == "":
+            return f"{before} is given an empty value" if before.startswith("-") else f"the argument after {before or 'rlpipe'!r} is empty"
+        if arg.startswith("--") and arg.endswith("="):
+            return f"{arg[:-1]} is given an empty value"
+    return None
 
 
 def _out_of_memory(exc: BaseException) -> bool:

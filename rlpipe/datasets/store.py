@@ -44,7 +44,7 @@ def store_root(store: str | os.PathLike | None = None) -> Path:
     A path that is or lies below something other than a directory, or that cannot be made
     (`check_output_dir`: a name too long), is an RlpipeError."""
     root = Path(store) if store is not None else Path(os.environ.get("RLPIPE_DATASETS") or "datasets")
-    check_output_dir(root, "dataset store")
+    check_output_dir("" if store is not None and os.fspath(store) == "" else root, "dataset store")  # "" is refused, not "."
     return root
 
 

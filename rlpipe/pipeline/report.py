@@ -660,8 +660,8 @@ several seeds are drawn as their mean with a min-max band.</p>
 def output_directory(path: str | Path) -> Path:
     """``path`` as a directory to write into, made if missing; something else there (a file, a
     device) or a directory that cannot be made is an RlpipeError, before anything is written."""
+    check_output_dir(path, "--out")  # before Path(): Path("") would be "."
     out = Path(path)
-    check_output_dir(out, "--out")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
