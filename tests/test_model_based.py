@@ -449,3 +449,23 @@ def test_mbpo_fit_on_inverted_pendulum_predicts_velocities_and_terminations(lear
     assert rmse[2:].max() < 0.008, rmse
     assert false_terminations < 0.009, false_terminations
     assert model_reward[model_terminated].abs().max() == 0.0  # reward and termination agree
+
+
+def test_a_memory_mapped_dataset_fits_a_model_as_one_in_ram_does(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The dynamics fit reads every transition: from a dataset sampled from its memory maps
+    (over 1 GiB) it gets the same batch, actions mapped to [-1, 1] once."""
+    from rlpipe.training.env import BOX
+    from rlpipe.training.model_based import dataset_batch
+    from rlpipe.training.offline import load_offline
+    from rlpipe.training.sampler import MappedSampler, TransitionSampler
+
+    store = tmp_path / "datasets"
+    assert cli("collect", "--env", "Pendulum-v1", "--episodes", "2", "--store", store, "--quiet").code == 0
+    config = get_algo("mopo").make_config("Pendulum-v1", dataset="pendulum-random", store=str(store))
+    in_ram = load_offline("mopo", config, (BOX,))
+    monkeypatch.setattr("rlpipe.training.offline.MAPPED_SAMPLING_BYTES", 0)  # every dataset sampled from its maps
+    mapped = load_offline("mopo", config, (BOX,))
+    assert isinstance(in_ram.sampler, TransitionSampler) and isinstance(mapped.sampler, MappedSampler)
+    for a, b in zip(dataset_batch(in_ram), dataset_batch(mapped), strict=True):
+        assert (a is None and b is None) or torch.equal(a, b)
+    assert float(dataset_batch(mapped).actions.abs().max()) <= 1.0

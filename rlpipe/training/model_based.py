@@ -8,12 +8,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 import numpy as np
 import torch
 
-from rlpipe.datasets.loader import TransitionArrays
+from rlpipe.datasets.mapped import MappedTransitions
 from rlpipe.errors import RlpipeError
 from rlpipe.models.checkpoint import load_checkpoint
 from rlpipe.models.dynamics import FitReport, GaussianEnsemble, fit_ensemble, transitions_to_xy
@@ -107,11 +107,16 @@ def buffer_contents(buffer: ReplayBuffer) -> Batch:
 
 
 def dataset_batch(data: OfflineData) -> Batch:
-    """Every transition of an opened dataset as one batch on its device (actions in [-1, 1])."""
-    a = cast(TransitionArrays, data.arrays)  # read as arrays (a memory-mapped dataset's MappedTransitions has no such attributes)
+    """Every transition of an opened dataset as one batch on its device (actions in [-1, 1]);
+    a dataset sampled from its memory maps has each column read whole."""
+    arrays = data.arrays
+
+    def column(name: str) -> np.ndarray:
+        return np.asarray(arrays.column(name) if isinstance(arrays, MappedTransitions) else getattr(arrays, name))
+
     as_t = lambda x: torch.as_tensor(np.asarray(x, np.float32), device=data.device)  # noqa: E731
-    actions = ActionScaler(data.action_space).from_env(np.asarray(a.action))
-    return Batch(as_t(a.obs), as_t(actions), as_t(a.reward), as_t(a.next_obs), as_t(a.terminated))
+    actions = ActionScaler(data.action_space).from_env(column("action"))
+    return Batch(as_t(column("obs")), as_t(actions), as_t(column("reward")), as_t(column("next_obs")), as_t(column("terminated")))
 
 
 def load_dynamics(
