@@ -48,6 +48,9 @@ MAX_BATCH_SIZE = 2**24
 # Torch threads per process, a small multiple of the machine's cores: --set torch_threads=100000
 # spawned threads until every process on the machine failed to fork.
 MAX_THREADS_PER_CORE = 4
+# Ranks of one data-parallel run (nproc, across machines under torchrun or Ray); `--nproc` on one
+# machine starts at most max_torch_threads() processes.
+MAX_RANKS = 1024
 # An @FILE argument (`rlpipe datasets filter --episodes @ids.txt`): about two million ids. Read
 # up to this many bytes, a regular file only (@/dev/zero or a FIFO must not exhaust or hang).
 MAX_ARGUMENT_FILE_BYTES = 16 << 20

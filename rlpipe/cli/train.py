@@ -69,6 +69,17 @@ def train(
         "--resume",
         help="Continue the interrupted run in this directory from its last saved state (other options come from that run).",
     ),
+    nproc: int | None = typer.Option(
+        None,
+        "--nproc",
+        help="Offline: train as N processes on this machine, each on batch_size/N of every batch, gradients averaged "
+        "(torch.distributed: gloo on CPU, NCCL on CUDA); under torchrun, its process count.",
+    ),
+    backend: str = typer.Option(
+        "local",
+        "--backend",
+        help="With --nproc: local (processes on this machine) or ray (Ray Train workers; $RAY_ADDRESS joins a cluster).",
+    ),
     trust_env_spec: bool = TRUST_ENV_SPEC_OPTION,
 ) -> None:
     """Train ALGO online (--env) or offline (--dataset).
@@ -76,10 +87,18 @@ def train(
     The run directory gets a safe checkpoint, metrics.json and the eval curve (DVCLive's, or --logger's).
     """
     from rlpipe.algos import OFFLINE, get_algo
-    from rlpipe.pipeline.runs import merge_settings, prepare_resume, prepare_run, read_settings, train_run
-    from rlpipe.training.config import FinetuneFields, parse_settings
+    from rlpipe.pipeline.runs import merge_settings, prepare_resume, prepare_run, read_settings, train_ranks, train_run
+    from rlpipe.training.config import FinetuneFields, OfflineConfig, parse_settings
+    from rlpipe.training.distributed import launched_size
 
     config_class = get_algo(algo).config_class
+    launched = launched_size()  # > 1: this process is one rank of a run torchrun started
+    if nproc is None and launched > 1:
+        nproc = launched
+    if nproc is not None and not issubclass(config_class, OfflineConfig):
+        raise RlpipeError(f"--nproc is for offline algorithms (trained on a --dataset), not {algo}")
+    if backend not in ("local", "ray"):
+        raise RlpipeError(f"--backend {backend!r}: expected local or ray")
     if finetune_env_steps is not None and not issubclass(config_class, FinetuneFields):
         finetunable = ", ".join(name for name in OFFLINE if issubclass(get_algo(name).config_class, FinetuneFields))
         raise RlpipeError(f"--finetune-env-steps is for offline algorithms that go on online ({finetunable}), not {algo}")
@@ -97,14 +116,21 @@ def train(
         checkpoint_every=checkpoint_every,
         finetune_env_steps=finetune_env_steps,
         loggers=tuple(loggers) or None,
+        nproc=nproc,
     )
     if resume is not None:
         run = prepare_resume(algo, resume)
         dataset = cast("DatasetFields", run.config).dataset if not run.spec.online else None  # offline configs name their dataset
     else:
         run = prepare_run(algo, env_id=env, dataset=dataset, store=store, options=options, settings=settings, run_dir=out)
-    result = train_run(run, progress=progress)
-    m = result.metrics
+    if backend != "local" and getattr(run.config, "nproc", 1) == 1:
+        raise RlpipeError("--backend ray starts the processes of a run of --nproc 2 or more")
+    if getattr(run.config, "nproc", 1) > 1 and launched == 1:
+        m = train_ranks(run, progress=progress, backend=backend)  # started here: rank 0 wrote the run's metrics
+    else:
+        m = train_run(run, progress=progress).metrics
+        if not m:  # a rank other than 0 of a run torchrun started: rank 0 reports
+            return
     budget = (
         f"{m['env_steps']} env steps, {m['gradient_updates']} updates"
         if m["env_steps"]

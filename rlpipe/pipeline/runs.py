@@ -8,25 +8,32 @@ directory; :func:`train_run` trains. Nothing is written before training starts.
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
 from rlpipe.algos.registry import RESUMABLE, SPECS, AlgoSpec, get_algo
-from rlpipe.datasets.store import open_dataset
+from rlpipe.datasets.store import open_dataset, store_root
 from rlpipe.envs import env_spaces, trusted_env_id
 from rlpipe.envs.multiagent import is_multi_agent
 from rlpipe.errors import RlpipeError
 from rlpipe.files import check_output_dir
+from rlpipe.limits import max_torch_threads
 from rlpipe.names import confined_path
+from rlpipe.pipeline.cluster import ensure_ray
 from rlpipe.training.config import RunConfig, typed_value
+from rlpipe.training.distributed import launch, require_data_parallel
 from rlpipe.training.loggers import check_loggers
 from rlpipe.training.offline import dataset_env_id
-from rlpipe.training.run import TrainResult
+from rlpipe.training.run import METRICS_FILE, TrainResult
+
+RANK_MODULE = "rlpipe.pipeline.rank"  # what each process of a data-parallel run runs
 
 MAX_SETTINGS_BYTES = 16 << 20  # a --set-from file (params.yaml is a few kB)
 
@@ -149,11 +156,76 @@ def prepare_resume(algo: str, run_dir: str | os.PathLike) -> PreparedRun:
     info = read_resume_info(run_dir)
     if info["algo"] != algo:
         raise RlpipeError(f"{run_dir} is a {info['algo']} run, not {algo}")
-    config = dict(info["config"])
-    env_id, dataset, store = config.pop("env_id"), config.pop("dataset", None), config.pop("store", None)
-    settings = {key: typed_value(get_algo(algo).config_class, key, value) for key, value in config.items()}
+    return prepare_from_config(algo, info["config"], run_dir)
+
+
+def prepare_from_config(algo: str, config: Mapping[str, Any], run_dir: str | os.PathLike) -> PreparedRun:
+    """A run prepared from a config written as JSON (an interrupted run's saved config, or the
+    one each rank of a data-parallel run is started with), checked as a new run's settings are."""
+    settings = dict(config)
+    env_id, dataset, store = settings.pop("env_id"), settings.pop("dataset", None), settings.pop("store", None)
+    typed = {key: typed_value(get_algo(algo).config_class, key, value) for key, value in settings.items()}
     env_id = None if dataset else trusted_env_id(env_id, f"the run in {run_dir}")  # a dataset's env comes from the dataset
-    return prepare_run(algo, env_id=env_id, dataset=dataset, store=store, settings=settings, run_dir=run_dir)
+    return prepare_run(algo, env_id=env_id, dataset=dataset, store=store, settings=typed, run_dir=run_dir)
+
+
+def train_ranks(run: PreparedRun, *, progress: bool = True, backend: str = "local") -> dict[str, Any]:
+    """Train a prepared data-parallel run (``config.nproc`` > 1) as that many processes: on this
+    machine under torch's elastic launcher (``backend="local"``,
+    `rlpipe.training.distributed.launch`), or as Ray Train workers (``"ray"``: a local Ray, or
+    ``$RAY_ADDRESS``'s cluster, whose nodes see the store and the run directory at the same
+    paths). Every rank runs the same `train_run`; returns rank 0's ``metrics.json``."""
+    nproc = getattr(run.config, "nproc", 1)
+    require_data_parallel(run.spec.name, run.config)
+    batch_size = getattr(run.config, "batch_size", nproc)
+    if batch_size % nproc:
+        raise RlpipeError(f"batch_size={batch_size} is not divisible by nproc={nproc}")
+    # Absolute paths: a Ray worker runs in a directory of its own.
+    config = {**asdict(run.config), "store": str(store_root(getattr(run.config, "store", None)).resolve())}
+    run_dir = run.run_dir.resolve()
+    if backend == "ray":
+        _train_on_ray(run.spec.name, config, run_dir, nproc)
+    elif backend == "local":
+        if nproc > max_torch_threads():
+            raise RlpipeError(f"nproc={nproc}: at most {max_torch_threads()} processes on this machine's {os.cpu_count()} cores")
+        launch(nproc, RANK_MODULE, [run.spec.name, str(run_dir), json.dumps(config), str(progress)])
+    else:
+        raise RlpipeError(f"--backend {backend!r}: expected local or ray")
+    return cast("dict[str, Any]", json.loads((run_dir / METRICS_FILE).read_text()))
+
+
+def _ray_rank(loop: dict[str, str]) -> None:
+    """One Ray Train worker of `train_ranks`: Ray made the process group; the run joins it."""
+    train_run(prepare_from_config(loop["algo"], json.loads(loop["config"]), loop["run_dir"]), progress=False)
+
+
+def _train_on_ray(algo: str, config: dict[str, Any], run_dir: Path, nproc: int) -> None:
+    """`train_ranks` on Ray Train: ``nproc`` workers of a TorchTrainer (one CPU each, or a GPU
+    each for a CUDA run), its own records in a hidden sibling of the run directory, removed after."""
+    ensure_ray(nproc)
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    cuda = str(config["device"]).startswith("cuda")
+    records = run_dir.parent / f".ray-{run_dir.name}"
+    trainer = TorchTrainer(
+        _ray_rank,
+        train_loop_config={"algo": algo, "config": json.dumps(config), "run_dir": str(run_dir)},
+        scaling_config=ScalingConfig(num_workers=nproc, use_gpu=cuda),
+        run_config=RunConfig(name=run_dir.name, storage_path=str(records)),
+    )
+    try:
+        trainer.fit()
+    except Exception as exc:  # Ray Train's failure wraps the worker's error, whatever it was
+        raise RlpipeError(f"the Ray Train run failed: {_last_line(exc)}") from None
+    finally:
+        shutil.rmtree(records, ignore_errors=True)
+
+
+def _last_line(exc: BaseException) -> str:
+    """The innermost line of a wrapped error's text (a worker's exception under Ray's traceback)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[-1] if lines else type(exc).__name__
 
 
 def train_run(run: PreparedRun, *, progress: bool = True) -> TrainResult:
@@ -161,4 +233,13 @@ def train_run(run: PreparedRun, *, progress: bool = True) -> TrainResult:
     return run.spec.train(run.config, run.run_dir, progress=progress)
 
 
-__all__ = ["PreparedRun", "merge_settings", "prepare_resume", "prepare_run", "read_settings", "train_run"]
+__all__ = [
+    "PreparedRun",
+    "merge_settings",
+    "prepare_from_config",
+    "prepare_resume",
+    "prepare_run",
+    "read_settings",
+    "train_ranks",
+    "train_run",
+]

@@ -24,6 +24,7 @@ from rlpipe.limits import (
     MAX_ENV_STEPS,
     MAX_EPISODES,
     MAX_LAYER_WIDTH,
+    MAX_RANKS,
     MAX_UPDATES,
     check_num_envs,
     check_seed,
@@ -139,6 +140,8 @@ class OfflineConfig(DatasetFields, RunConfig):
     """A run of ``updates`` gradient updates on a stored dataset."""
 
     updates: int = positive(10_000)
+    # Processes of one data-parallel run (rlpipe.training.distributed), batch_size split among them.
+    nproc: int = positive(1, at_most=MAX_RANKS)
 
 
 @dataclass

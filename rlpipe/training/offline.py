@@ -31,6 +31,7 @@ from rlpipe.envs.spaces import is_image_space
 from rlpipe.envs.stepper import VecStepper
 from rlpipe.errors import RlpipeError
 from rlpipe.models.networks import ObsNormalizer
+from rlpipe.training import distributed
 from rlpipe.training.buffer import Batch, ReplayBuffer, ReturnsToGo, Update, join_batches
 from rlpipe.training.diagnostics import Diagnosed
 from rlpipe.training.env import BOX, GOAL, IMAGE, ActionScaler, action_dim, env_spaces, make_vec_env, require_spaces, resolve_device
@@ -180,6 +181,7 @@ def load_offline(
     sampler is not built unless ``sampler`` is read.
     """
     seed_everything(config.seed, config.torch_threads)
+    distributed.join(getattr(config, "nproc", 1), config.device)  # before the device is resolved: a rank's GPU is its own
     info = open_dataset(config.dataset, config.store)
     obs_space, act_space = info.observation_space, info.action_space
     require_spaces(algo, f"dataset {info.name!r}", obs_space, act_space, action_kinds, observation_kinds)
@@ -354,6 +356,17 @@ def finetune_online(
     return stepper.env_steps, updates
 
 
+def _data_parallel(algo: str, config: Any, sampler: Any, modules: dict[str, nn.Module], ranks: distributed.Ranks) -> distributed.RankShard:
+    """Set up this rank of a data-parallel run (`rlpipe.training.distributed`): rank 0's weights
+    everywhere, a global RNG of the rank's own, and the rank's share of every batch."""
+    distributed.require_data_parallel(algo, config)  # where torchrun started the ranks; --nproc checked before
+    distributed.broadcast_modules(modules)
+    torch.manual_seed(config.seed + distributed.RANK_SEED_OFFSET * ranks.rank)
+    shard = distributed.RankShard(sampler, ranks)
+    shard.share(config.batch_size)  # a batch that does not split evenly is refused before the first update
+    return shard
+
+
 def train_offline(
     algo: str,
     config: Any,
@@ -386,14 +399,19 @@ def train_offline(
     """
     if getattr(config, "finetune_env_steps", 0):
         require_finetunable(data)
+    sampler = data.sampler if sampler is None else sampler
+    ranks = distributed.ranks()
+    if ranks.parallel:
+        sampler = _data_parallel(algo, config, sampler, modules, ranks)
     # A multi-agent dataset's policy is shared by the agents and scored as its env family says.
     team = dataset_evaluator(data.info) if data.info.metadata.get("multi_agent") else None
-    run = Run(algo, config, out_dir, progress, evaluator=team, env_kwargs=team.env_kwargs if team else None)
+    run = Run(
+        algo, config, out_dir if ranks.main else None, progress and ranks.main, evaluator=team, env_kwargs=team.env_kwargs if team else None
+    )
     if config.checkpoint_every is not None and optimizers is None:
         run.close()
         raise RlpipeError(f"{algo} does not support --checkpoint-every yet")
-    sampler = data.sampler if sampler is None else sampler
-    checkpoints = Checkpointer(run, {**modules, **(optimizers or {}), "sampler": sampler})
+    checkpoints = Checkpointer(run, {**modules, **(optimizers or {}), "sampler": sampler}, out_dir)
     eval_policy = policy_of(actor, ActionScaler(data.action_space), data.device, deterministic_eval)
     step = UpdateStepper(
         update,
@@ -409,9 +427,16 @@ def train_offline(
             updates += step(updates)
             run.diagnostics.add(step.last)
             run.show(updates)
-            if run.maybe_evaluate(eval_policy, updates):
+            stop = run.maybe_evaluate(eval_policy, updates) if ranks.main else updates >= config.updates
+            # Rank 0's evaluation may stop the run (stop_at_return): the ranks agree where it evaluates,
+            # every eval_every updates (one update a step: no CUDA graph across processes).
+            if ranks.parallel and (updates % config.eval_every == 0 or updates >= config.updates):
+                stop = distributed.agree(stop)
+            if stop:
                 break
             checkpoints.maybe_save(updates, {"updates": updates})
+        if not ranks.main:  # rank 0 alone evaluates and writes the run
+            return TrainResult(algo, config.env_id, {}, [], actor)
         offline_end = run.evaluate_final(eval_policy, updates)  # before a multi-agent evaluator's metrics are read
         env_steps, phases = 0, {}
         if getattr(config, "finetune_env_steps", 0):
@@ -429,3 +454,4 @@ def train_offline(
         return result
     finally:
         run.close()
+        distributed.leave()

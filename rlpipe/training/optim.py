@@ -10,6 +10,8 @@ from typing import TypeVar
 import torch
 from torch import nn
 
+from rlpipe.training.distributed import average_gradients
+
 ModuleT = TypeVar("ModuleT", bound=nn.Module)
 
 
@@ -29,11 +31,13 @@ def target_copy(module: ModuleT) -> ModuleT:
 
 def optimizer_step(optimizer: torch.optim.Optimizer, loss: torch.Tensor, max_grad_norm: float | None = None) -> None:
     """One gradient step of ``optimizer`` on ``loss``; with ``max_grad_norm`` the gradient of
-    all the optimizer's parameters is first clipped to that total norm."""
+    all the optimizer's parameters is first clipped to that total norm. In a data-parallel run
+    the gradients are first averaged over the ranks (`rlpipe.training.distributed`)."""
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    average_gradients(params)
     if max_grad_norm is not None:
-        params = [p for group in optimizer.param_groups for p in group["params"]]
         torch.nn.utils.clip_grad_norm_(params, max_grad_norm, foreach=True)
     optimizer.step()
 

@@ -38,6 +38,7 @@ from safetensors.torch import save_file
 
 from rlpipe.errors import RlpipeError
 from rlpipe.files import atomic_output, atomic_write_text
+from rlpipe.training import distributed
 from rlpipe.training.run import Run
 
 STATE_FILE = "resume.safetensors"
@@ -283,17 +284,21 @@ class Checkpointer:
     and NumPy arrays. Without ``config.checkpoint_every`` or an output directory it does nothing.
     """
 
-    def __init__(self, run: Run, objects: Mapping[str, Any]) -> None:
+    def __init__(self, run: Run, objects: Mapping[str, Any], out_dir: str | os.PathLike | None = None) -> None:
         self.run, self.objects = run, objects
         self.every = getattr(run.config, "checkpoint_every", None)
         self.config = json.loads(json.dumps(asdict(run.config)))
-        self.dir = resume_dir(run.out_dir) if self.every is not None and run.out_dir is not None else None
+        # A data-parallel run's other ranks write no run directory (run.out_dir is None) but
+        # resume from rank 0's state: they name its directory as ``out_dir``.
+        out_dir = run.out_dir if out_dir is None else out_dir
+        self.dir = resume_dir(out_dir) if self.every is not None and out_dir is not None else None
+        self.ranks = distributed.ranks()
         self.next_save = self.every or 0
 
-    def _state(self) -> dict[str, Any]:
+    def _state(self, rng: dict[str, Any] | list[dict[str, Any]] | None = None) -> dict[str, Any]:
         return {
             "objects": {name: state_of(obj) for name, obj in self.objects.items()},
-            "rng": rng_states(),
+            "rng": rng_states() if rng is None else rng,
             "run": self.run.state(),
             "next_save": self.next_save,
         }
@@ -315,7 +320,7 @@ class Checkpointer:
         try:
             for name, obj in self.objects.items():
                 load_state(obj, state["objects"][name])
-            set_rng_states(state["rng"])
+            set_rng_states(self._rank_rng(state["rng"]))
             self.run.restore(state["run"])
         except RlpipeError as exc:
             raise RlpipeError(f"{path}: {exc}") from None
@@ -331,16 +336,29 @@ class Checkpointer:
         assert self.every is not None  # a resume dir is set only with checkpoint_every
         while self.next_save <= done:
             self.next_save += self.every
+        rng: dict[str, Any] | list[Any] | None = rng_states()
+        if self.ranks.parallel:  # every rank's RNGs, in rank order, saved by rank 0
+            rng = distributed.gather_to_main(rng)
+            if not self.ranks.main:
+                return
         self.dir.mkdir(parents=True, exist_ok=True)
-        write_state(self.dir / STATE_FILE, self.config, {**self._state(), "loop": dict(loop)})
+        write_state(self.dir / STATE_FILE, self.config, {**self._state(rng), "loop": dict(loop)})
         atomic_write_text(
             self.dir / INFO_FILE, json.dumps({"algo": self.run.algo, "config": self.config}, indent=2) + "\n", write_through=False
         )
 
     def discard(self) -> None:
         """Remove the saved state (the run finished)."""
-        if self.dir is not None:
+        if self.dir is not None and self.ranks.main:
             shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _rank_rng(self, saved: Any) -> Any:
+        """This rank's RNG states from a saved state: a data-parallel run saved one per rank."""
+        if not isinstance(saved, list):
+            return saved
+        if len(saved) != self.ranks.size:
+            raise RlpipeError(f"the state was saved by {len(saved)} processes, not {self.ranks.size}")
+        return saved[self.ranks.rank]
 
 
 __all__ = [
