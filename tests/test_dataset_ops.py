@@ -274,8 +274,8 @@ def test_data_verbs_refuse_a_parent_that_loading_refuses(store: Path, cli, verb:
     [
         (["--train-name", "Side", "--val-name", "side"], "differ only in case"),
         (["--train-name", "t", "--val-name", "v\n"], "invalid dataset name 'v\\n'"),
-        (["--train-name", "t", "--val-name", ""], "invalid dataset name ''"),
-        (["--train-name", "", "--val-name", "v"], "invalid dataset name ''"),
+        (["--train-name", "t", "--val-name", ""], "--val-name is given an empty value"),
+        (["--train-name", "", "--val-name", "v"], "--train-name is given an empty value"),
         (["--train-name", "t", "--val-name", "V-old"], "differs only in case from the existing 'v-OLD'"),  # found under the lock
         (["--train-name", "t", "--val-name", "src"], "already exists"),
     ],

@@ -19,7 +19,7 @@ def main() -> None:
     handle_termination()  # SIGTERM (timeout, CI) cleans up like Ctrl-C
     empty = _empty_argument(sys.argv[1:])
     if empty is not None:
-        typer.echo(f"error: {empty} (as a path it would silently mean the current directory)", err=True)
+        typer.echo(f"error: {empty}", err=True)  # as a path, "" would silently mean the current directory
         sys.exit(2)
     try:
         code = app(standalone_mode=False)
