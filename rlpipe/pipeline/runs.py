@@ -177,9 +177,6 @@ def train_ranks(run: PreparedRun, *, progress: bool = True, backend: str = "loca
     paths). Every rank runs the same `train_run`; returns rank 0's ``metrics.json``."""
     nproc = getattr(run.config, "nproc", 1)
     require_data_parallel(run.spec.name, run.config)
-    batch_size = getattr(run.config, "batch_size", nproc)
-    if batch_size % nproc:
-        raise RlpipeError(f"batch_size={batch_size} is not divisible by nproc={nproc}")
     # Absolute paths: a Ray worker runs in a directory of its own.
     config = {**asdict(run.config), "store": str(store_root(getattr(run.config, "store", None)).resolve())}
     run_dir = run.run_dir.resolve()

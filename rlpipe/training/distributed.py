@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -118,13 +118,14 @@ def leave() -> None:
     _made_here.clear()
 
 
-def average_gradients(params: Iterable[torch.Tensor]) -> None:
-    """Replace each parameter's gradient by its mean over the ranks: one all-reduce of the
-    gradients flattened into one buffer. Outside a distributed run it does nothing."""
+def average_gradients(optimizer: torch.optim.Optimizer) -> None:
+    """Replace the gradient of each of ``optimizer``'s parameters by its mean over the ranks:
+    one all-reduce of the gradients flattened into one buffer. Outside a distributed run it
+    does nothing (and reads nothing: it runs at every optimiser step)."""
     size = ranks().size
     if size == 1:
         return
-    grads = [p.grad for p in params if p.grad is not None]
+    grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
     if not grads:
         return
     flat = _flatten_dense_tensors(grads)
@@ -168,8 +169,7 @@ class RankShard:
         self.size = sampler.size
 
     def share(self, batch_size: int) -> int:
-        if batch_size % self.ranks.size:
-            raise RlpipeError(f"batch_size={batch_size} is not divisible by nproc={self.ranks.size}")
+        """Rows per rank (`require_data_parallel` refused a batch that does not divide)."""
         return batch_size // self.ranks.size
 
     def draw(self, batch_size: int) -> torch.Tensor:
@@ -196,9 +196,14 @@ NOT_SHARDABLE = {"mopo": "its batches mix the dataset with model rollouts"}
 
 def require_data_parallel(algo: str, config: Any) -> None:
     """Refuse, before any process starts, a data-parallel run of what cannot be split: an
-    algorithm in `NOT_SHARDABLE`, or offline-to-online fine-tuning (one env, one buffer)."""
-    if getattr(config, "nproc", 1) == 1:
+    algorithm in `NOT_SHARDABLE`, offline-to-online fine-tuning (one env, one buffer), or a
+    batch that does not divide among the ranks."""
+    nproc = getattr(config, "nproc", 1)
+    if nproc == 1:
         return
+    batch_size = getattr(config, "batch_size", nproc)
+    if batch_size % nproc:
+        raise RlpipeError(f"batch_size={batch_size} is not divisible by nproc={nproc}")
     if algo in NOT_SHARDABLE:
         raise RlpipeError(f"{algo} cannot train with nproc > 1: {NOT_SHARDABLE[algo]}")
     if getattr(config, "finetune_env_steps", 0):

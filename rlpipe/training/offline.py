@@ -362,9 +362,7 @@ def _data_parallel(algo: str, config: Any, sampler: Any, modules: dict[str, nn.M
     distributed.require_data_parallel(algo, config)  # where torchrun started the ranks; --nproc checked before
     distributed.broadcast_modules(modules)
     torch.manual_seed(config.seed + distributed.RANK_SEED_OFFSET * ranks.rank)
-    shard = distributed.RankShard(sampler, ranks)
-    shard.share(config.batch_size)  # a batch that does not split evenly is refused before the first update
-    return shard
+    return distributed.RankShard(sampler, ranks)
 
 
 def train_offline(

@@ -35,9 +35,9 @@ def optimizer_step(optimizer: torch.optim.Optimizer, loss: torch.Tensor, max_gra
     the gradients are first averaged over the ranks (`rlpipe.training.distributed`)."""
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
-    params = [p for group in optimizer.param_groups for p in group["params"]]
-    average_gradients(params)
+    average_gradients(optimizer)
     if max_grad_norm is not None:
+        params = [p for group in optimizer.param_groups for p in group["params"]]
         torch.nn.utils.clip_grad_norm_(params, max_grad_norm, foreach=True)
     optimizer.step()
 
