@@ -180,20 +180,35 @@ def import_command(
 @datasets_app.command("export")
 def export_command(
     name: str = typer.Argument(..., help="Dataset name."),
-    to: str = typer.Option("minari", "--to", help="Target: minari."),
+    to: str = typer.Option(
+        "minari", "--to", help="Target: minari (Minari's dataset root), parquet, d4rl (D4RL's HDF5 layout) or npz (D4RL's arrays)."
+    ),
+    out: Path | None = typer.Option(None, "--out", help="The file to write (parquet, d4rl and npz; not minari)."),
     dataset_id: str | None = typer.Option(None, "--id", help="Minari dataset id, (namespace/)name-vN (default: rlpipe/NAME-v0)."),
-    force: bool = typer.Option(False, "--force", help="Replace an existing Minari dataset with that id."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing Minari dataset with that id, or an existing --out file."),
     store: Path | None = STORE_OPTION,
 ) -> None:
-    """Export a dataset to Minari's dataset root.
+    """Export a dataset to Minari, Parquet, D4RL's HDF5 layout or .npz.
 
-    The root is $MINARI_DATASETS_PATH, or Minari's default without it.
+    minari: Minari's layout in $MINARI_DATASETS_PATH (or Minari's default). parquet: one row per transition (episode_id, step, obs, action, reward, next_obs, terminated, truncated; Box values, images too, as lists of their flattened values, the shape in the field's metadata; metadata.json as the file's key-value metadata), loadable with Hugging Face datasets. d4rl and npz: observations, actions, rewards, next_observations, terminals, timeouts (floats as float32, as in D4RL); they have no episode ids, steps or spaces (an import recovers episodes from terminals and timeouts, infers the spaces unless given --env), and a step both terminated and truncated is a terminal only. No file format carries the info columns. The file is written beside --out and renamed once complete.
     """
+    from rlpipe.datasets.exports import EXPORT_FORMATS, export_file
+
+    if to not in EXPORT_FORMATS:
+        raise RlpipeError(f"unknown export target {to!r}: choose one of {', '.join(EXPORT_FORMATS)}")
+    if to != "minari":
+        if out is None:
+            raise RlpipeError(f"--to {to} writes a file: give --out FILE")
+        if dataset_id is not None:
+            raise RlpipeError("--id names a Minari dataset: it is for --to minari")
+        rows = export_file(open_dataset(name, store), out, to, force=force)
+        typer.echo(f"exported {name} -> {out} ({rows} transitions, {to})")
+        return
     from rlpipe.datasets.hdf5 import default_minari_id
     from rlpipe.datasets.minari_io import export_to_minari
 
-    if to != "minari":
-        raise RlpipeError(f"unknown export target {to!r}: use --to minari")
+    if out is not None:
+        raise RlpipeError("--out is for the file targets (parquet, d4rl, npz): --to minari writes to Minari's dataset root (--id)")
     info = open_dataset(name, store)
     path = export_to_minari(info, dataset_id, force=force)
     typer.echo(f"exported {name} -> {path} (minari.load_dataset({(dataset_id or default_minari_id(info.name))!r}))")
