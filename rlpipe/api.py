@@ -161,7 +161,7 @@ def evaluate(policy: LoadedPolicy | PathLike, episodes: int = 10, seed: int = 0,
         policy = load_policy(policy)
     if not isinstance(policy, LoadedPolicy):
         raise ArgumentTypeError(f"policy={policy!r}: expected a LoadedPolicy (rlpipe.load_policy) or a run directory")
-    return run_episodes(policy, env_id or policy.env_id, episodes, seed)
+    return run_episodes(policy, policy.played_in(env_id), episodes, seed)
 
 
 def sampler(

@@ -218,14 +218,6 @@ def test_ogbench_layouts_import_as_truncated_trajectories(cli, store: Path, tmp_
         assert np.array_equal(back.reward, data.reward if layout == "regular" else np.zeros(len(data), np.float32)), layout
 
 
-def test_a_dataset_without_env_refuses_evaluation(cli, store: Path, tmp_path: Path, sources) -> None:
-    np.savez(tmp_path / "p.npz", **d4rl_arrays(sources["pendulum"]))
-    import_ok(cli, store, tmp_path / "p.npz", "npz")
-    result = cli("train", "bc", "--dataset", "imported", "--store", store, "--out", tmp_path / "run")
-    assert result.code == 2 and "names no environment" in result.err and len(result.err.strip().splitlines()) == 1
-    assert not (tmp_path / "run").exists()
-
-
 def test_minari_stays_the_default(cli, store: Path) -> None:
     result = cli("datasets", "import", "test/nothing-v0", "--store", store)
     assert result.code == 2 and "Minari dataset 'test/nothing-v0'" in result.err

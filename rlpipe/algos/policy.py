@@ -34,6 +34,15 @@ class LoadedPolicy:
     config: dict[str, Any]
     actor: torch.nn.Module = field(repr=False)
     _fn: Any = field(repr=False)
+    # A run on data with no environment (env_id ""): the observations it takes, from the data.
+    observation_space: spaces.Space | None = None
+
+    def played_in(self, env_id: str | None = None) -> str:
+        """The env to play the policy in: ``env_id`` when given, else the one it learned in; a
+        policy that learned from data with no environment has none of its own."""
+        if env_id or self.env_id:
+            return env_id or self.env_id
+        raise RlpipeError(f"the {self.algo} run in {self.run_dir} learned from data with no environment: there is none to play it in")
 
     def __call__(self, obs: np.ndarray) -> np.ndarray:
         try:
@@ -82,12 +91,16 @@ def load_checkpoint_policy(
     dev = resolve_device(device)
     ckpt = load_checkpoint(run_dir, dev)
     meta = ckpt.meta
-    env_id = recorded_env_id(meta["env_id"], meta.get("env_spec"), f"the run in {run_dir}")
-    require_policy_fits_env(meta, env_id, run_dir)
+    observation_space = None
+    if meta["env_id"] == "" and "observation_space" in meta:  # learned from data with no environment (rlpipe.training.validation)
+        env_id, observation_space = "", space_from_json(meta["observation_space"], f"{run_dir}/checkpoint.json 'observation_space'")
+    else:
+        env_id = recorded_env_id(meta["env_id"], meta.get("env_spec"), f"the run in {run_dir}")
+        require_policy_fits_env(meta, env_id, run_dir)
     actor = rebuild_actor(ckpt, run_dir, dev)
     space = space_from_json(meta["action_space"])
     fn = (policy_of or policy_fn)(actor, ActionScaler(space), dev, deterministic)
-    return LoadedPolicy(meta["algo"], env_id, ckpt.sha256, Path(run_dir), space, meta.get("config", {}), actor, fn)
+    return LoadedPolicy(meta["algo"], env_id, ckpt.sha256, Path(run_dir), space, meta.get("config", {}), actor, fn, observation_space)
 
 
 def rebuild_actor(ckpt: Checkpoint, run_dir: str | Path, device: torch.device) -> torch.nn.Module:

@@ -35,5 +35,5 @@ def export(
     for path in (onnx, torchscript, program):
         if path is not None:
             typer.echo(
-                f"wrote {path} ({metadata['algo']} policy for {metadata['env_id']}, checkpoint {metadata['checkpoint_sha256'][:16]})"
+                f"wrote {path} ({metadata['algo']} policy for {metadata['env_id'] or 'data with no environment'}, checkpoint {metadata['checkpoint_sha256'][:16]})"
             )

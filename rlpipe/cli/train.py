@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import typer
 
@@ -80,6 +80,12 @@ def train(
         "--backend",
         help="With --nproc: local (processes on this machine) or ray (Ray Train workers; $RAY_ADDRESS joins a cluster).",
     ),
+    select_by: str | None = typer.Option(
+        None,
+        "--select-by",
+        help="Offline on a dataset with no environment: keep the checkpoint with the lowest held-out action error "
+        "(val_loss), the highest FQE estimate (fqe), or the last (last, the default).",
+    ),
     trust_env_spec: bool = TRUST_ENV_SPEC_OPTION,
 ) -> None:
     """Train ALGO online (--env) or offline (--dataset).
@@ -95,8 +101,9 @@ def train(
     launched = launched_size()  # > 1: this process is one rank of a run torchrun started
     if nproc is None and launched > 1:
         nproc = launched
-    if nproc is not None and not issubclass(config_class, OfflineConfig):
-        raise RlpipeError(f"--nproc is for offline algorithms (trained on a --dataset), not {algo}")
+    for given, option in ((nproc, "--nproc"), (select_by, "--select-by")):
+        if given is not None and not issubclass(config_class, OfflineConfig):
+            raise RlpipeError(f"{option} is for offline algorithms (trained on a --dataset), not {algo}")
     if backend not in ("local", "ray"):
         raise RlpipeError(f"--backend {backend!r}: expected local or ray")
     if finetune_env_steps is not None and not issubclass(config_class, FinetuneFields):
@@ -117,6 +124,7 @@ def train(
         finetune_env_steps=finetune_env_steps,
         loggers=tuple(loggers) or None,
         nproc=nproc,
+        select_by=select_by,
     )
     if resume is not None:
         run = prepare_resume(algo, resume)
@@ -131,6 +139,11 @@ def train(
         m = train_run(run, progress=progress).metrics
         if not m:  # a rank other than 0 of a run torchrun started: rank 0 reports
             return
+    typer.echo(_summary(algo, run.config.env_id, dataset, run.run_dir, m))
+
+
+def _summary(algo: str, env_id: str, dataset: str | None, run_dir: Path, m: dict[str, Any]) -> str:
+    """A finished run's one line: its scores, budget and directory."""
     budget = (
         f"{m['env_steps']} env steps, {m['gradient_updates']} updates"
         if m["env_steps"]
@@ -146,9 +159,15 @@ def train(
         if "heldout_return_mean" in m
         else ""
     )
-    typer.echo(
-        f"{algo} {run.config.env_id}: eval return {m['eval_return_mean']:.1f} ± {m['eval_return_std']:.1f}{success} after "
-        f"{budget} ({m['wall_seconds']:.1f} s){heldout} -> {run.run_dir}"
+    if "val_action_error" in m:  # data with no environment: scored on held-out episodes
+        fqe = f", FQE estimate {m['fqe_estimate']:.1f} ± {m['fqe_standard_error']:.1f}" if "fqe_estimate" in m else ""
+        score = (
+            f"kept updates {m['selected_updates']} (select_by {m['select_by']}): validation action error {m['val_action_error']:.4f}{fqe}"
+        )
+        return f"{algo} {dataset}: {score}; {budget} ({m['wall_seconds']:.1f} s) -> {run_dir}"
+    return (
+        f"{algo} {env_id}: eval return {m['eval_return_mean']:.1f} ± {m['eval_return_std']:.1f}{success} after "
+        f"{budget} ({m['wall_seconds']:.1f} s){heldout} -> {run_dir}"
     )
 
 

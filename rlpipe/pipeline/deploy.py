@@ -144,7 +144,7 @@ def _deployable(run_dir: str | os.PathLike) -> tuple[LoadedPolicy, DeployedPolic
         raise RlpipeError(f"the run in {run_dir} acts in {policy.action_space.dtype}; export supports float32 Box and Discrete actions")
     from rlpipe.training.env import env_spaces
 
-    observation_space = env_spaces(policy.env_id)[0]
+    observation_space = policy.observation_space or env_spaces(policy.env_id)[0]  # data with no env records its own
     obs_shape, obs_dtype = input_layout(policy.actor, observation_space)
     layout = "obs_dim" if cast("dict[str, Any]", policy.actor.spec).get("encoder") is None else ", ".join(map(str, obs_shape))
     metadata = {

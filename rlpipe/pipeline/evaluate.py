@@ -95,7 +95,7 @@ def _evaluate_single_agent(
 
     policy = load_policy(run_dir, device=device, deterministic=deterministic)
     torch.manual_seed(seed)  # policies that sample (BCQ's candidates, --stochastic) repeat for one --seed
-    res = evaluate(policy, policy.env_id, episodes, seed)
+    res = evaluate(policy, policy.played_in(), episodes, seed)
     score = _normalized_score(policy.config, res.mean)
     report = {
         "run_dir": str(run_dir),

@@ -32,6 +32,9 @@ from rlpipe.models.checkpoint import META_FILE
 from rlpipe.training.run import METRICS_FILE
 
 CURVE_FILE = Path("dvclive") / "plots" / "metrics" / "eval" / "return_mean.tsv"
+# A run on data with no environment (rlpipe.training.validation) is scored on held-out episodes.
+VALIDATION_CURVE_FILE = Path("dvclive") / "plots" / "metrics" / "val" / "action_error.tsv"
+RETURN, ACTION_ERROR = "eval return (mean over episodes)", "held-out action error (lower is better)"
 DIAGNOSTICS_DIR = Path("dvclive") / "plots" / "metrics" / "train"  # what each update learns: train/<name>.tsv
 # Config fields that do not change what a run learns (or are the seed itself).
 NOT_GROUPING = frozenset({"seed", "device", "torch_threads", "store", "env_id", "dataset", "loggers"})
@@ -44,9 +47,10 @@ class RunRecord:
     path: Path
     metrics: dict[str, Any]
     steps: np.ndarray  # x of the eval curve, in ``unit``
-    returns: np.ndarray  # eval mean return at each x
+    returns: np.ndarray  # eval mean return at each x (data with no environment: the held-out action error)
     unit: str  # "env steps" or "updates"
     group_key: str
+    measure: str = RETURN  # what ``returns`` holds: RETURN or ACTION_ERROR
 
     @property
     def seed(self) -> int | None:
@@ -56,7 +60,7 @@ class RunRecord:
     def source(self) -> str:
         """The env an online run trained in, or the dataset an offline run learned from (and its env)."""
         dataset = self.metrics.get("dataset")
-        return f"{dataset} ({self.metrics['env_id']})" if dataset else self.metrics["env_id"]
+        return f"{dataset} ({self.metrics['env_id'] or 'no environment'})" if dataset else self.metrics["env_id"]
 
 
 @dataclass(frozen=True)
@@ -175,12 +179,16 @@ _OPTIONAL_METRICS: dict[str, tuple[Any, str]] = {
     "heldout_return_mean": (_is_number, "a number"),
     "heldout_return_std": (_is_number, "a number"),
     "wall_seconds": (_is_number, "a number"),
+    "val_action_error": (_is_number, "a number"),
+    "selected_updates": (_is_count, "a non-negative integer"),
+    "select_by": (lambda v: isinstance(v, str), "a string"),
 }
 
 
 def _metrics_problem(metrics: dict[str, Any]) -> str | None:
     """The first metrics.json field the report cannot use, named with the type it needs, or None."""
-    missing = [key for key in _REQUIRED_METRICS if key not in metrics]
+    required = [key for key in _REQUIRED_METRICS if key != "eval_return_mean" or "val_action_error" not in metrics]
+    missing = [key for key in required if key not in metrics]
     if missing:
         return f"lacks {', '.join(missing)}: not written by rlpipe train"
     if "heldout_return_mean" in metrics and "heldout_return_std" not in metrics:
@@ -237,12 +245,17 @@ def spearman(a: Sequence[float], b: Sequence[float]) -> float:
     return float(np.corrcoef(ranks(a), ranks(b))[0, 1])
 
 
-def _read_curve(run_dir: Path, metrics: dict[str, Any], unit_done: int) -> tuple[np.ndarray, np.ndarray]:
-    """The eval curve from DVCLive's TSV; a run without one is its final point alone."""
-    path = run_dir / CURVE_FILE
+def _read_curve(run_dir: Path, metrics: dict[str, Any], unit_done: int, validated: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The eval curve from DVCLive's TSV (``validated``: the held-out action error's); a run
+    without one is its final point alone."""
+    path, column, final = (
+        (run_dir / VALIDATION_CURVE_FILE, "action_error", "val_action_error")
+        if validated
+        else (run_dir / CURVE_FILE, "return_mean", "eval_return_mean")
+    )
     if not path.is_file():
-        return np.array([unit_done], float), np.array([metrics["eval_return_mean"]], float)
-    return _read_tsv(path, "return_mean", "the eval curve")
+        return np.array([unit_done], float), np.array([metrics[final]], float)
+    return _read_tsv(path, column, "the eval curve")
 
 
 def _read_tsv(path: Path, column: str, what: str) -> tuple[np.ndarray, np.ndarray]:
@@ -278,13 +291,14 @@ def load_run(run_dir: Path) -> RunRecord:
     # Online runs count env steps; offline ones (fine-tuned online ones too) count gradient updates.
     unit = "env steps" if metrics["env_steps"] > 0 and "offline_updates" not in metrics else "updates"
     done = metrics["env_steps"] if unit == "env steps" else metrics["gradient_updates"]
-    steps, returns = _read_curve(run_dir, metrics, done)
+    validated = "val_action_error" in metrics
+    steps, returns = _read_curve(run_dir, metrics, done, validated)
     config = _read_json(run_dir / META_FILE).get("config", {}) if (run_dir / META_FILE).is_file() else {}
     if not isinstance(config, dict):
         raise RlpipeError(f"{run_dir / META_FILE} 'config' is not an object")
     settings = {key: value for key, value in config.items() if key not in NOT_GROUPING}
     key = json.dumps([metrics["algo"], metrics["env_id"], metrics.get("dataset"), settings], sort_keys=True, default=str)
-    return RunRecord(run_dir, metrics, steps, returns, unit, key)
+    return RunRecord(run_dir, metrics, steps, returns, unit, key, ACTION_ERROR if validated else RETURN)
 
 
 def _group_label(names: list[str]) -> str:
@@ -321,11 +335,12 @@ def plot_curves(groups: list[RunGroup], out_dir: Path) -> list[Path]:
     matplotlib.use("Agg")  # files only: no display needed
     import matplotlib.pyplot as plt
 
-    panels: dict[tuple[str, str], list[RunGroup]] = {}
+    panels: dict[tuple[str, str, str], list[RunGroup]] = {}
     for group in groups:
-        panels.setdefault((group.first.metrics["env_id"], group.first.unit), []).append(group)
+        where = group.first.metrics["env_id"] or str(group.first.metrics.get("dataset"))  # data with no env: its name
+        panels.setdefault((where, group.first.unit, group.first.measure), []).append(group)
     paths = []
-    for (env_id, unit), members in panels.items():
+    for (env_id, unit, measure), members in panels.items():
         fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
         for group in members:
             x, mean, low, high = group.mean_curve()
@@ -334,10 +349,46 @@ def plot_curves(groups: list[RunGroup], out_dir: Path) -> list[Path]:
             (line,) = ax.plot(x, mean, marker="o" if len(x) == 1 else None, label=plot_text(label))
             if seeds > 1:
                 ax.fill_between(x, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
-        path = out_dir / f"curves-{slug(env_id)}-{slug(unit)}.png"
-        save_curves(fig, ax, unit, "eval return (mean over episodes)", plot_text(f"{env_id}: eval return vs {unit}"), path)
+        path = out_dir / f"curves-{slug(env_id)}-{slug(unit)}{'-action-error' if measure == ACTION_ERROR else ''}.png"
+        save_curves(fig, ax, unit, measure, plot_text(f"{env_id}: {measure.split(' (')[0]} vs {unit}"), path)
         paths.append(path)
     return paths
+
+
+def plot_checkpoint_values(groups: list[RunGroup], out_dir: Path) -> list[Path]:
+    """For runs on data with no environment: one PNG per dataset of each kept checkpoint's FQE
+    estimate (``metrics.json``'s ``checkpoints``, fitted after training), a line per run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    by_dataset: dict[str, list[RunRecord]] = {}
+    for group in groups:
+        for run in group.runs:
+            rows = run.metrics.get("checkpoints")
+            if run.measure == ACTION_ERROR and isinstance(rows, list) and rows and all(_fqe_row(row) for row in rows):
+                by_dataset.setdefault(str(run.metrics.get("dataset")), []).append(run)
+    paths = []
+    for dataset, runs in by_dataset.items():
+        fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
+        for run in runs:
+            rows = run.metrics["checkpoints"]
+            ax.errorbar(
+                [row["updates"] for row in rows],
+                [row["fqe_estimate"] for row in rows],
+                yerr=[row["fqe_standard_error"] for row in rows],
+                capsize=2,
+                label=plot_text(run.path.name),
+            )
+        path = out_dir / f"fqe-{slug(dataset)}.png"
+        save_curves(fig, ax, "updates", "FQE estimate (discounted return)", plot_text(f"{dataset}: FQE estimate of each checkpoint"), path)
+        paths.append(path)
+    return paths
+
+
+def _fqe_row(row: Any) -> bool:
+    return isinstance(row, dict) and all(_is_number(row.get(key)) for key in ("updates", "fqe_estimate", "fqe_standard_error"))
 
 
 def plot_diagnostics(groups: list[RunGroup], out_dir: Path) -> list[Path]:
@@ -419,10 +470,13 @@ def table_rows(groups: list[RunGroup], ope: Mapping[str, list[OpeEstimate]] | No
     standard error; several seeds: mean ± std of the estimates) of the runs' checkpoints."""
     ope = ope or {}
     datasets = sorted({name for group in groups for run in group.runs for name in _run_estimates(run, ope)})
+    validated = any(group.first.measure == ACTION_ERROR for group in groups)
     rows = []
     for group in groups:
         ms = [run.metrics for run in group.runs]
-        if len(ms) == 1:
+        if group.first.measure == ACTION_ERROR:
+            final = ""
+        elif len(ms) == 1:
             final = f"{ms[0]['eval_return_mean']:.1f} ± {ms[0].get('eval_return_std', math.nan):.1f}"
         else:
             final = _mean_std([m["eval_return_mean"] for m in ms]) + " (over seeds)"
@@ -450,6 +504,8 @@ def table_rows(groups: list[RunGroup], ope: Mapping[str, list[OpeEstimate]] | No
                 "wall s": f"{np.mean([m.get('wall_seconds', math.nan) for m in ms]):.1f}",
             }
         )
+        if validated:  # a column only where some run learned from data with no environment
+            rows[-1]["held-out action error (kept checkpoint)"] = _action_error_cell(ms) if group.first.measure == ACTION_ERROR else ""
         for dataset in datasets:
             found = [_run_estimates(run, ope).get(dataset) for run in group.runs]
             estimates = [estimate for estimate in found if estimate is not None]
@@ -461,6 +517,13 @@ def table_rows(groups: list[RunGroup], ope: Mapping[str, list[OpeEstimate]] | No
                 cell = _mean_std([estimate.estimate for estimate in estimates]) + " (over seeds)"
             rows[-1][f"FQE on {dataset}"] = cell
     return rows
+
+
+def _action_error_cell(ms: list[dict[str, Any]]) -> str:
+    """The kept checkpoints' held-out action errors, and which update each rule kept."""
+    errors = ", ".join(f"{m['val_action_error']:.4f}" for m in ms)
+    kept = ", ".join(str(m.get("selected_updates", "")) for m in ms)
+    return f"{errors} (updates {kept}, select_by {ms[0].get('select_by', 'last')})"
 
 
 def ope_agreement(groups: list[RunGroup], ope: Mapping[str, list[OpeEstimate]]) -> list[str]:
@@ -702,7 +765,7 @@ def write_report(
     stored = read_datasets(datasets) if datasets is not None else []
     previous = _previous_page(Path(markdown)) if markdown is not None else ""
     out = output_directory(out_dir)
-    figures = plot_curves(groups, out) + plot_diagnostics(groups, out)
+    figures = plot_curves(groups, out) + plot_checkpoint_values(groups, out) + plot_diagnostics(groups, out)
     rows = table_rows(groups, ope)
     cards = draw_dataset_cards(stored, out)
     index = out / "index.html"

@@ -35,6 +35,9 @@ from rlpipe.training.run import METRICS_FILE, TrainResult
 
 RANK_MODULE = "rlpipe.pipeline.rank"  # what each process of a data-parallel run runs
 
+# Offline algorithms that need the dataset's env even to train (data with no env: rlpipe.training.validation).
+NEEDS_ENVIRONMENT = {"mopo": "its model's rollouts end by the env's termination rule"}
+
 MAX_SETTINGS_BYTES = 16 << 20  # a --set-from file (params.yaml is a few kB)
 
 
@@ -105,6 +108,8 @@ def prepare_run(
     """Check and configure a run of ``algo``: online algorithms train in ``env_id``, offline
     ones on ``dataset`` (evaluated in the env of its metadata).
 
+    A dataset that names no environment trains with ``env_id`` "" and is scored on held-out
+    episodes (`rlpipe.training.validation`).
     ``options`` are config fields given as command options (None: not given), ``settings``
     typed ``--set`` values; the run directory defaults to ``runs_root/ALGO-ENV`` or
     ``runs_root/ALGO-DATASET``. Bad input is an RlpipeError before anything is written.
@@ -126,7 +131,10 @@ def prepare_run(
             raise RlpipeError(f"{algo} evaluates in the env recorded in the dataset's metadata; drop --env")
         info = open_dataset(dataset, store)
         spec.check_spaces(f"dataset {info.name!r}", info.observation_space, info.action_space)
-        env_id = dataset_env_id(info)  # the dataset opened once here
+        if not info.env_id and (spec.name in NEEDS_ENVIRONMENT or info.metadata.get("multi_agent")):
+            reason = NEEDS_ENVIRONMENT.get(spec.name, "a team's policy is scored by playing its env")
+            raise RlpipeError(f"dataset {info.name!r} names no environment, which {algo} needs: {reason}")
+        env_id = dataset_env_id(info) if info.env_id else ""  # the dataset opened once here; none: scored on held-out episodes
         overrides.update(dataset=dataset, store=None if store is None else str(store))
         source = dataset
     config = spec.make_config(env_id, **overrides)

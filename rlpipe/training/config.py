@@ -74,6 +74,9 @@ def buffer_capacity(default: int) -> int:
 
 # Where a run's curve goes (rlpipe.training.loggers); TensorBoard and W&B need their extras.
 LoggerName = Literal["dvclive", "tensorboard", "wandb"]
+# Which checkpoint a run on data with no environment keeps: its last, the lowest validation
+# action error, or the highest FQE estimate (rlpipe.training.validation).
+SelectBy = Literal["last", "val_loss", "fqe"]
 
 # Fields set only by their own command option, never by a setting: field -> that option.
 NOT_SETTABLE = {"env_id": "--env (offline: the dataset's metadata)", "dataset": "--dataset", "store": "--store"}
@@ -142,6 +145,20 @@ class OfflineConfig(DatasetFields, RunConfig):
     updates: int = positive(10_000)
     # Processes of one data-parallel run (rlpipe.training.distributed), batch_size split among them.
     nproc: int = positive(1, at_most=MAX_RANKS)
+    # On data with no environment (rlpipe.training.validation): the share of episodes held out,
+    # FQE's updates over the checkpoints (0: none), and which checkpoint the run keeps.
+    validation_fraction: float = 0.1
+    fqe_updates: int = field(default=15_000, metadata={"at_most": MAX_UPDATES})
+    select_by: SelectBy = "last"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not 0.0 < self.validation_fraction < 1.0:
+            raise RlpipeError(f"setting validation_fraction={self.validation_fraction!r}: expected a number between 0 and 1")
+        if self.fqe_updates < 0:
+            raise RlpipeError(f"setting fqe_updates={self.fqe_updates!r}: expected an integer >= 0")
+        if self.select_by == "fqe" and self.fqe_updates == 0:
+            raise RlpipeError("select_by=fqe needs fqe_updates > 0")
 
 
 @dataclass

@@ -31,17 +31,21 @@ from rlpipe.envs.spaces import is_image_space
 from rlpipe.envs.stepper import VecStepper
 from rlpipe.errors import RlpipeError
 from rlpipe.models.networks import ObsNormalizer
+from rlpipe.models.recurrent import RecurrentPolicy
 from rlpipe.training import distributed
 from rlpipe.training.buffer import Batch, ReplayBuffer, ReturnsToGo, Update, join_batches
+from rlpipe.training.config import OfflineConfig
 from rlpipe.training.diagnostics import Diagnosed
 from rlpipe.training.env import BOX, GOAL, IMAGE, ActionScaler, action_dim, env_spaces, make_vec_env, require_spaces, resolve_device
 from rlpipe.training.evaluation import Acting, PolicyFn, policy_fn
 from rlpipe.training.families import dataset_evaluator
+from rlpipe.training.fqe import FQEConfig, fitted_q_evaluation
 from rlpipe.training.graphs import UpdateStepper, graphs_enabled
 from rlpipe.training.resume import Checkpointer
 from rlpipe.training.run import Run, TrainResult
 from rlpipe.training.sampler import MappedSampler, TransitionSampler
 from rlpipe.training.seeding import seed_everything
+from rlpipe.training.validation import SnapshotPolicy, Snapshots, ValidationSet, split_episodes
 
 # Offline algorithms train on flat Box observations or goal Dicts (flattened when loaded);
 # those whose networks take an encoder (the discrete-action ones) also on images.
@@ -71,6 +75,13 @@ def dataset_env_id(dataset: str | DatasetInfo, store: str | os.PathLike | None =
     except gym.error.Error:
         raise RlpipeError(f"dataset {name!r} was collected in {info.env_id!r}, which is not registered here") from None
     return info.env_id
+
+
+def validated(info: DatasetInfo, config: Any) -> bool:
+    """Whether an offline run scores its policy on held-out episodes (`rlpipe.training.validation`)
+    because its dataset names no environment to play it in (GAIL's expert data needs none: it
+    trains in its own env)."""
+    return not info.env_id and isinstance(config, OfflineConfig)
 
 
 def _layout(space: gym.Space) -> Any:
@@ -129,6 +140,10 @@ class OfflineData:
     act_dim: int
     device: torch.device
     frame_stack: int = 1  # batches' obs and next_obs are [B, frame_stack, *frame] stacks when > 1
+    # Data with no environment: the held-out episodes (``arrays`` holds the others) and the
+    # whole dataset, which FQE fits on (rlpipe.training.validation).
+    validation: ValidationSet | None = None
+    all_rows: TransitionArrays | None = field(default=None, repr=False)
 
     @property
     def discrete(self) -> bool:
@@ -191,6 +206,10 @@ def load_offline(
     scaler = ActionScaler(act_space)
     frame_stack = getattr(config, "frame_stack", 1)  # only algorithms whose config declares it get stacks
     if _sample_from_maps(info, config):
+        if validated(info, config):
+            raise RlpipeError(
+                f"dataset {info.name!r} names no environment and is sampled from its memory maps: its validation split needs it in memory"
+            )
         column = "next actions" if next_actions else "returns-to-go" if returns_to_go is not None else None
         if column:
             raise RlpipeError(f"{algo} needs the dataset's {column}: not gathered from the memory maps of {info.name!r}")
@@ -225,6 +244,11 @@ def _load_in_ram(
     if is_goal_space(obs_space):
         data = replace(data, obs=flatten_obs(data.obs), next_obs=flatten_obs(data.next_obs))
         obs_space = flat_observation_space(obs_space)
+    validation, all_rows = None, None
+    if validated(info, config):
+        all_rows = data
+        train_rows, validation_rows = split_episodes(data, config.validation_fraction, config.seed, info.name)
+        data, validation = take_rows(data, train_rows), ValidationSet(take_rows(data, validation_rows), act_space)
     make_sampler = partial(
         TransitionSampler,
         data,
@@ -236,7 +260,8 @@ def _load_in_ram(
         returns_to_go=returns_to_go,
     )
     box = cast(spaces.Box, obs_space)  # a goal Dict flattened above; else a Box, as require_spaces checked
-    return OfflineData(info, data, make_sampler, box, act_space, math.prod(box.shape), action_dim(act_space), device, frame_stack)
+    dims = math.prod(box.shape), action_dim(act_space)
+    return OfflineData(info, data, make_sampler, box, act_space, *dims, device, frame_stack, validation, all_rows)
 
 
 def require_flat_observations(algo: str, config: Any, data: OfflineData) -> None:
@@ -356,6 +381,45 @@ def finetune_online(
     return stepper.env_steps, updates
 
 
+def require_validatable(algo: str, config: Any, data: OfflineData, actor: nn.Module, policy_of: Callable[..., PolicyFn]) -> None:
+    """Refuse, before training, what held-out episodes cannot score on data with no environment."""
+    where = f"dataset {data.info.name!r} names no environment"
+    if policy_of is not policy_fn or isinstance(actor, RecurrentPolicy) or data.frame_stack > 1:
+        raise RlpipeError(f"{where}: {algo} acts on episode histories, which its held-out rows cannot score one by one")
+    for name in ("stop_at_return", "finetune_env_steps"):  # a return measured by playing, an env to act in
+        if getattr(config, name, None):
+            raise RlpipeError(f"{where}: {name} needs one")
+    if config.checkpoint_every is not None:
+        raise RlpipeError(f"{where}: checkpoint_every does not save its checkpoints' copies for selection yet")
+
+
+def _take_snapshot(snapshots: Snapshots | None, run: Run, updates: int) -> None:
+    """Keep a copy of the actor where the run has just been scored on its held-out episodes."""
+    if snapshots is not None and run.history and run.history[-1].done == updates:
+        snapshots.take(updates, cast(float, run.history[-1].validation_error))
+
+
+def select_checkpoint(config: Any, data: OfflineData, snapshots: Snapshots) -> dict[str, Any]:
+    """Score every snapshot with FQE on the whole dataset (``config.fqe_updates`` > 0), keep
+    the one ``config.select_by`` picks in the actor, and return what ``metrics.json`` records."""
+    assert data.validation is not None and data.all_rows is not None  # a run on data with no environment
+    if config.fqe_updates:
+        scaler = ActionScaler(data.action_space)
+        policies = [SnapshotPolicy(policy_fn(actor, scaler, data.device), data.action_space) for actor in snapshots.actors()]
+        fqe = FQEConfig(gamma=getattr(config, "gamma", FQEConfig.gamma), updates=config.fqe_updates, seed=config.seed)
+        snapshots.score_fqe([(r.estimate, r.standard_error) for r in fitted_q_evaluation(policies, data.all_rows, fqe)])
+    chosen = snapshots.select(config.select_by)
+    snapshots.keep(chosen)
+    return {
+        "validation_episodes": len(data.validation.data.episode_starts()),
+        "validation_transitions": len(data.validation),
+        "checkpoints": [snapshot.record() for snapshot in snapshots.taken],
+        "select_by": config.select_by,
+        "selected_updates": chosen.updates,
+        **{key: value for key, value in chosen.record().items() if key != "updates"},  # the kept policy's scores
+    }
+
+
 def _data_parallel(algo: str, config: Any, sampler: Any, modules: dict[str, nn.Module], ranks: distributed.Ranks) -> distributed.RankShard:
     """Set up this rank of a data-parallel run (`rlpipe.training.distributed`): rank 0's weights
     everywhere, a global RNG of the rank's own, and the rank's share of every batch."""
@@ -397,6 +461,10 @@ def train_offline(
     """
     if getattr(config, "finetune_env_steps", 0):
         require_finetunable(data)
+    snapshots = None
+    if data.validation is not None:
+        require_validatable(algo, config, data, actor, policy_of)
+        snapshots = Snapshots(actor)
     sampler = data.sampler if sampler is None else sampler
     ranks = distributed.ranks()
     if ranks.parallel:
@@ -404,7 +472,14 @@ def train_offline(
     # A multi-agent dataset's policy is shared by the agents and scored as its env family says.
     team = dataset_evaluator(data.info) if data.info.metadata.get("multi_agent") else None
     run = Run(
-        algo, config, out_dir if ranks.main else None, progress and ranks.main, evaluator=team, env_kwargs=team.env_kwargs if team else None
+        algo,
+        config,
+        out_dir if ranks.main else None,
+        progress and ranks.main,
+        evaluator=team,
+        env_kwargs=team.env_kwargs if team else None,
+        validation=data.validation.action_error if data.validation is not None else None,
+        observation_space=data.info.observation_space if data.validation is not None else None,
     )
     if config.checkpoint_every is not None and optimizers is None:
         run.close()
@@ -426,6 +501,7 @@ def train_offline(
             run.diagnostics.add(step.last)
             run.show(updates)
             stop = run.maybe_evaluate(eval_policy, updates) if ranks.main else updates >= config.updates
+            _take_snapshot(snapshots, run, updates)
             # Rank 0's evaluation may stop the run (stop_at_return): the ranks agree where it evaluates,
             # every eval_every updates (one update a step: no CUDA graph across processes).
             if ranks.parallel and (updates % config.eval_every == 0 or updates >= config.updates):
@@ -437,6 +513,9 @@ def train_offline(
             return TrainResult(algo, config.env_id, {}, [], actor)
         offline_end = run.evaluate_final(eval_policy, updates)  # before a multi-agent evaluator's metrics are read
         env_steps, phases = 0, {}
+        _take_snapshot(snapshots, run, updates)
+        if snapshots is not None:
+            phases = select_checkpoint(config, data, snapshots)
         if getattr(config, "finetune_env_steps", 0):
             offline_heldout = {f"offline_{key}": value for key, value in run.heldout(eval_policy).items()}  # the same episodes as the end's
             env_steps, updates = finetune_online(run, config, data, actor, update, updates, eval_policy)
@@ -449,6 +528,8 @@ def train_offline(
         extra = {**dataset_metrics(data), **phases, **(team.metrics() if team else {}), **(extra_metrics() if extra_metrics else {})}
         result = run.finish(eval_policy, actor, modules, data.action_space, env_steps, updates, extra)
         checkpoints.discard()
+        if snapshots is not None:
+            result.extras["snapshots"] = snapshots.taken
         return result
     finally:
         run.close()

@@ -11,6 +11,8 @@ of an old checkpoint and a new partial curve.
 from __future__ import annotations
 
 import copy
+import json
+import math
 import os
 import time
 from collections.abc import Callable
@@ -64,9 +66,10 @@ def _check_run_target(out_dir: Path) -> None:
 class EvalPoint:
     done: int  # progress in the run's unit: env steps, or gradient updates offline
     wall_seconds: float
-    mean: float
+    mean: float  # NaN on data with no environment, where nothing is played
     std: float
     success_rate: float | None = None  # goal envs only
+    validation_error: float | None = None  # data with no environment: rlpipe.training.validation
 
 
 @dataclass
@@ -89,6 +92,8 @@ class TrainResult:
 
 def _curve_metrics(point: EvalPoint) -> dict[str, float]:
     """An eval point as the curve's scalars."""
+    if point.validation_error is not None:
+        return {"val/action_error": point.validation_error}
     metrics = {"eval/return_mean": point.mean, "eval/return_std": point.std}
     if point.success_rate is not None:
         metrics["eval/success_rate"] = point.success_rate
@@ -103,7 +108,9 @@ class Run:
     ``config.eval_every`` is in the same unit. ``evaluator(policy, episodes, seed)``
     replaces the Gymnasium evaluation (multi-agent envs); ``env_kwargs`` (the env's options
     when the config does not hold them, e.g. those a multi-agent dataset was collected
-    under) go into the checkpoint's meta.
+    under) go into the checkpoint's meta. On data with no environment ``validation(policy)``
+    (the held-out episodes' action error) is what each evaluation measures instead, and
+    ``observation_space`` goes into the checkpoint's meta in place of the env's.
     """
 
     def __init__(
@@ -114,8 +121,11 @@ class Run:
         progress: bool = True,
         evaluator: Callable[[Any, int, int], EvalResult] | None = None,
         env_kwargs: dict[str, Any] | None = None,
+        validation: Callable[[PolicyFn], float] | None = None,
+        observation_space: spaces.Space | None = None,
     ) -> None:
         self.algo, self.config, self.env_kwargs = algo, config, env_kwargs
+        self.validation, self.observation_space = validation, observation_space
         self.evaluator = evaluator or (lambda policy, episodes, seed: evaluate(policy, config.env_id, episodes, seed))
         self.unit = "steps" if isinstance(config, OnlineConfig) else "updates"
         self.total = config.env_steps if isinstance(config, OnlineConfig) else config.updates
@@ -135,11 +145,11 @@ class Run:
         self.progress: Progress | None = None
         if progress:
             self.progress = Progress(
-                TextColumn(f"{algo} {config.env_id}"),
+                TextColumn(f"{algo} {config.env_id or getattr(config, 'dataset', '')}"),
                 BarColumn(),
                 MofNCompleteColumn(),
                 TextColumn("{task.fields[sps]:>6.0f} " + self.unit + "/s"),
-                TextColumn("return {task.fields[ret]}"),
+                TextColumn(("action error" if validation else "return") + " {task.fields[ret]}"),
                 TimeElapsedColumn(),
                 console=Console(stderr=True),
                 transient=False,
@@ -160,19 +170,22 @@ class Run:
         if now - self._last_draw < 0.1:
             return
         self._last_draw = now
-        latest = self.history[-1].mean if self.history else train_return
-        self.progress.update(
-            self.task,
-            completed=min(done, self.total),
-            sps=done / max(now - self.start, 1e-9),
-            ret="-" if latest is None else f"{latest:.1f}",
-        )
+        point = self.history[-1] if self.history else None
+        if self.validation is not None:
+            shown = "-" if point is None else f"{point.validation_error:.4f}"
+        else:
+            latest = point.mean if point else train_return
+            shown = "-" if latest is None else f"{latest:.1f}"
+        self.progress.update(self.task, completed=min(done, self.total), sps=done / max(now - self.start, 1e-9), ret=shown)
 
     def evaluate(self, policy: PolicyFn, done: int) -> EvalPoint:
         """Evaluate now, record the point in the history and the curve's sinks (x = ``done``
         units), with the means of the updates' diagnostics since the last evaluation."""
-        res = self.evaluator(policy, self.config.eval_episodes, self.config.seed + EVAL_SEED_OFFSET)
-        point = EvalPoint(done, self.elapsed(), res.mean, res.std, res.success_rate)
+        if self.validation is not None:
+            point = EvalPoint(done, self.elapsed(), math.nan, math.nan, validation_error=self.validation(policy))
+        else:
+            res = self.evaluator(policy, self.config.eval_episodes, self.config.seed + EVAL_SEED_OFFSET)
+            point = EvalPoint(done, self.elapsed(), res.mean, res.std, res.success_rate)
         self.history.append(point)
         logged = {**self.diagnostics.take(done), **_curve_metrics(point)}
         for sink in self.sinks:
@@ -220,14 +233,20 @@ class Run:
         # A copy as training left them: an evaluator may append to lists they hold (IPPO's curve).
         extra_metrics = copy.deepcopy(extra_metrics or {})
         heldout = self.heldout(policy)
+        if final.validation_error is not None:
+            scores: dict[str, Any] = {"val_action_error": final.validation_error}
+        else:
+            scores = {
+                "eval_return_mean": final.mean,
+                "eval_return_std": final.std,
+                **({} if final.success_rate is None else {"eval_success_rate": final.success_rate}),
+                "eval_episodes": self.config.eval_episodes,
+            }
         metrics = {
             "algo": self.algo,
             "env_id": self.config.env_id,
             "seed": self.config.seed,
-            "eval_return_mean": final.mean,
-            "eval_return_std": final.std,
-            **({} if final.success_rate is None else {"eval_success_rate": final.success_rate}),
-            "eval_episodes": self.config.eval_episodes,
+            **scores,
             "env_steps": int(env_steps),
             "gradient_updates": int(gradient_updates),
             "wall_seconds": round(wall, 3),
@@ -239,8 +258,12 @@ class Run:
             meta = {
                 "algo": self.algo,
                 "env_id": self.config.env_id,
-                "env_spec": env_spec_json(self.config.env_id),  # rebuilds a dataset's env spec in `rlpipe eval`
+                "env_spec": env_spec_json(self.config.env_id)
+                if self.config.env_id
+                else None,  # rebuilds a dataset's env spec in `rlpipe eval`
                 "action_space": space_to_json(action_space),
+                # as a string, as dataset metadata holds it: an unbounded Box's Infinity is not standard JSON
+                **({} if self.observation_space is None else {"observation_space": json.dumps(space_to_json(self.observation_space))}),
                 "policy": {"kind": actor.kind, "spec": actor.spec},
                 "config": asdict(self.config),
                 **({} if self.env_kwargs is None else {"env_kwargs": self.env_kwargs}),
@@ -258,7 +281,7 @@ class Run:
     def heldout(self, policy: PolicyFn) -> dict[str, Any]:
         """The held-out evaluation's ``metrics.json`` keys (none when it is disabled)."""
         episodes = self.config.heldout_eval_episodes
-        if episodes == 0:
+        if episodes == 0 or self.validation is not None:
             return {}
         res = self.evaluator(policy, episodes, self.config.seed + HELDOUT_SEED_OFFSET)
         return {
