@@ -76,6 +76,9 @@ def test_an_export_imports_back_to_the_same_arrays(cli, sources: Path, store: Pa
         assert (ours.dtype, ours.shape) == (theirs.dtype, theirs.shape) and np.array_equal(ours, theirs), field
     assert digests(data) == digests(back)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([out.name, store.name])  # no temporary file is left beside it
+    if target == "parquet":  # the recorded metadata gives the spaces and the env back (D4RL's arrays hold neither)
+        ours, theirs = open_dataset(name, sources), open_dataset("back", store)
+        assert (theirs.observation_space, theirs.action_space, theirs.env_id) == (ours.observation_space, ours.action_space, ours.env_id)
 
 
 def test_parquet_holds_the_metadata_shapes_and_row_groups(cli, sources: Path, tmp_path: Path, monkeypatch) -> None:
@@ -101,6 +104,8 @@ def test_images_are_flat_lists_in_parquet_and_keep_their_shape_in_d4rl(cli, sour
     for column in ("obs", "next_obs"):
         values = table.column(column).combine_chunks().flatten().to_numpy().reshape(-1, *shape)
         assert np.array_equal(values, np.asarray(getattr(data, column))), column
+    assert cli("datasets", "import", tmp_path / "f.parquet", "--from", "parquet", "--name", "flat", "--store", store).code == 0
+    assert digests(load_dataset("flat", store)) == digests(data), "the recorded shape makes them images again"
     with h5py.File(export_ok(cli, sources, "frames", "d4rl", tmp_path / "f.hdf5")) as f:
         assert f["observations"].dtype == np.uint8 and f["observations"].shape == (len(data), 8, 8, 3)
     assert cli("datasets", "import", tmp_path / "f.hdf5", "--from", "d4rl", "--name", "back", "--store", store).code == 0

@@ -30,9 +30,11 @@ count from 0) and the column, raised before the writer publishes, so nothing is 
 
 from __future__ import annotations
 
+import json
+import math
 import re
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +42,7 @@ import gymnasium as gym
 import numpy as np
 import pyarrow as pa
 
+from rlpipe.datasets.exports import METADATA_KEY as EXPORT_METADATA_KEY
 from rlpipe.datasets.schema import ALLOW_NONFINITE_ENV, non_finite_allowed
 from rlpipe.datasets.store import check_name
 from rlpipe.datasets.writer import DatasetWriter
@@ -91,6 +94,10 @@ class _Source:
     where: str  # the file's name, which messages start with
     names: dict[str, tuple[str, ...]]
     batches: Iterator[_Rows]
+    # What a Parquet file `rlpipe datasets export` wrote records: its dataset's metadata.json,
+    # and the shape of each list column's values (images are stored flat).
+    recorded: dict[str, Any] | None = None
+    shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
     def fail(self, row: int, role: str, problem: str, column: int = 0) -> RlpipeError:
         """One line naming the file, the row and the source column of `role` (`column`: which of several)."""
@@ -148,9 +155,35 @@ def _table_source(path: Path, kind: str, given: dict[str, tuple[str, ...]], igno
         raise RlpipeError(f"{where}: column {extra[0]!r} is not mapped to a role (map it, or pass --ignore-columns {extra[0]})")
     if kind == "csv":  # the text has no dtype: floats become float32, most envs' dtype (Parquet keeps float64)
         opened = _open_csv(path, where, _csv_types(names, opened.schema, declared))
-    source = _Source(where, names, iter(()))
+    source = _Source(where, names, iter(()), *_recorded_layout(opened.schema, names, where))
     source.batches = _table_rows(source, opened)
     return source
+
+
+def _recorded_layout(
+    schema: pa.Schema, names: dict[str, tuple[str, ...]], where: str
+) -> tuple[dict[str, Any] | None, dict[str, tuple[int, ...]]]:
+    """The dataset metadata and value shapes an rlpipe export recorded in a table's schema
+    (`rlpipe.datasets.exports`), for the roles that read one column each; none elsewhere."""
+    recorded = None
+    text = (schema.metadata or {}).get(EXPORT_METADATA_KEY.encode())
+    if text is not None:
+        try:
+            recorded = json.loads(text)
+        except (ValueError, RecursionError):
+            raise RlpipeError(f"{where}: its {EXPORT_METADATA_KEY!r} metadata is not JSON") from None
+        if not isinstance(recorded, dict):
+            raise RlpipeError(f"{where}: its {EXPORT_METADATA_KEY!r} metadata is not a JSON object")
+    shapes = {}
+    for role, columns in names.items():
+        field_metadata = schema.field(columns[0]).metadata or {} if len(columns) == 1 else {}
+        if b"shape" in field_metadata:
+            try:
+                shape = tuple(int(n) for n in json.loads(field_metadata[b"shape"]))
+            except (ValueError, TypeError, RecursionError):
+                raise RlpipeError(f"{where}: column {columns[0]!r} records a shape that is not a list of sizes") from None
+            shapes[role] = shape
+    return recorded, shapes
 
 
 def _open_table(path: Path, kind: str, where: str) -> Any:
@@ -228,7 +261,13 @@ def _column(source: _Source, batch: pa.RecordBatch, role: str, first: int) -> np
     names = source.names[role]
     parts = [_values(source, batch.column(name), role, first, i) for i, name in enumerate(names)]
     if len(parts) == 1:
-        return _as_rows(parts[0], role)
+        rows = _as_rows(parts[0], role)
+        shape = source.shapes.get(role)
+        if shape is not None and len(rows) and math.prod(shape) != math.prod(rows.shape[1:]):
+            raise source.fail(
+                first, role, f"holds {math.prod(rows.shape[1:])} values, but its recorded shape {shape} holds {math.prod(shape)}"
+            )
+        return rows if shape is None else rows.reshape(len(rows), *shape)
     nested = next((i for i, part in enumerate(parts) if part.ndim > 1), None)
     if nested is not None:
         raise source.fail(first, role, f"is a list column; name it alone (--{role.replace('_', '-')}-column)", nested)
@@ -622,7 +661,10 @@ def import_file(
     first = next(source.batches, None)
     if first is None:
         raise RlpipeError(f"{source.where}: holds no rows")
-    env_spaces = _env_spaces(env_id) if env_id else None
+    recorded = _recorded_dataset(source) if not (env_id or declared) else None  # an rlpipe export: its spaces and env back
+    env_spaces = _env_spaces(env_id) if env_id else recorded[:2] if recorded else None
+    env_spec = recorded[3] if recorded else None
+    env_id = recorded[2] if recorded else env_id
     observation_space = _observation_space(first, env_spaces[0] if env_spaces else None, source.where)
     if declared:
         chosen: gym.Space | None = _declared_action_space(declared, first, source.where)
@@ -637,6 +679,7 @@ def import_file(
         observation_space,
         chosen or _provisional_action_space(first),
         env_id=env_id,
+        env_spec=env_spec,
         store=store,
         fmt=fmt,
         force=force,
@@ -667,6 +710,22 @@ def import_file(
             "checkpoint_sha256": None,
         }
         return writer.finalize(producer)
+
+
+def _recorded_dataset(source: _Source) -> tuple[gym.Space, gym.Space, str | None, str | None] | None:
+    """The observation and action spaces, env id and env spec an rlpipe Parquet export recorded
+    (None for any other file). The spec is checked where an env is built from it (trust model)."""
+    from rlpipe.envs.spaces import space_from_json
+
+    if source.recorded is None:
+        return None
+    where = f"{source.where} {EXPORT_METADATA_KEY!r}"
+    spaces = [space_from_json(source.recorded.get(key), f"{where} {key!r}") for key in ("observation_space", "action_space")]
+    env_id, env_spec = source.recorded.get("env_id"), source.recorded.get("env_spec")
+    for key, value in (("env_id", env_id), ("env_spec", env_spec)):
+        if value is not None and not isinstance(value, str):
+            raise RlpipeError(f"{where} {key!r} is not a string or null")
+    return spaces[0], spaces[1], env_id, env_spec
 
 
 def _write(writer: DatasetWriter, rows: dict[str, np.ndarray] | None, action_range: _ActionRange) -> None:
