@@ -113,5 +113,20 @@ $(BENCH_STAMP): $(STAMP)
 bench: $(BENCH_STAMP)
 	for script in bench/*.py; do case $$script in */_*) continue;; esac; echo "== $$script"; $(PY) $$script || exit 1; done
 
+# The peers' own readers of rlpipe's exports (bench/format_readers.py), a virtualenv each beside
+# d3rlpy's; minari's HDF5 storage imports PIL, which none of its extras declares.
+HF_VENV := .bench-venvs/hf
+MINARI_VENV := .bench-venvs/minari
+OGBENCH_VENV := .bench-venvs/ogbench
+.PHONY: format-readers
+format-readers: $(BENCH_STAMP)
+	test -x $(HF_VENV)/bin/python || python3 -m venv $(HF_VENV)
+	$(HF_VENV)/bin/pip install -q $(FIND_LINKS) datasets==5.2.0
+	test -x $(MINARI_VENV)/bin/python || python3 -m venv $(MINARI_VENV)
+	$(MINARI_VENV)/bin/pip install -q $(FIND_LINKS) 'minari[hdf5]==0.5.4' pillow==13.0.0
+	test -x $(OGBENCH_VENV)/bin/python || python3 -m venv $(OGBENCH_VENV)
+	$(OGBENCH_VENV)/bin/pip install -q $(FIND_LINKS) ogbench==1.2.2
+	$(PY) bench/format_readers.py
+
 clean:
 	rm -rf $(VENV) .bench-venvs $(LOCK_VENV) $(SMOKE_DIR) .pytest_cache

@@ -39,6 +39,7 @@ SMOKE_SETTINGS: dict[str, Any] = {
     "rollout_batch": 100,
     "rollout_every": 25,
     "updates_per_step": 1.0,
+    "fqe_updates": 100,  # runs on data with no environment
 }
 SMOKE_SEEDS = 2  # a sweep's seed range keeps its first two seeds
 

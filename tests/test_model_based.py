@@ -248,6 +248,7 @@ def test_bad_model_settings_are_refused_before_a_run_starts(cli, tmp_path: Path)
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # a CPU-minute of model fitting and planning
 def test_pets_learns_pendulum_in_four_episodes(tmp_path: Path, cli, learning_seed: int, record_property, non_learning_returns) -> None:
     pets = get_algo("pets")
     result = pets.train(pets.make_config("Pendulum-v1", seed=learning_seed, **PETS_TEST), tmp_path / "pets", progress=False)
@@ -267,6 +268,7 @@ def test_pets_learns_pendulum_in_four_episodes(tmp_path: Path, cli, learning_see
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # a CPU-minute of model fitting and planning
 def test_mbpo_learns_pendulum_within_2500_steps(learning_seed: int, record_property, non_learning_returns) -> None:
     mbpo = get_algo("mbpo")
     m = mbpo.train(mbpo.make_config("Pendulum-v1", seed=learning_seed, **MBPO_TEST), progress=False).metrics

@@ -65,6 +65,7 @@ def _play(runs: dict[str, Path], good: str, adversary: str, seed: int) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("maddpg-runs")  # one worker trains the shared runs once
+@pytest.mark.heavy  # the shared MADDPG runs take two CPU-minutes
 def test_maddpg_adversary_learns_to_shadow_the_good_agents(maddpg_runs: dict[str, Path], record_property) -> None:
     # Adversary's mean return in the run's own 50-episode evaluation. Seeds 0-4: -14.5, -14.7,
     # -16.1, -14.2, -14.6 (random play: -28.8); the same seed without an update (its initial
@@ -81,6 +82,7 @@ def test_maddpg_adversary_learns_to_shadow_the_good_agents(maddpg_runs: dict[str
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("maddpg-runs")  # one worker trains the shared runs once
+@pytest.mark.heavy  # the shared MADDPG runs take two CPU-minutes
 def test_maddpg_good_agents_learn_to_cover_the_goal_against_its_adversary(
     maddpg_runs: dict[str, Path], learning_seed: int, record_property
 ) -> None:
@@ -97,6 +99,7 @@ def test_maddpg_good_agents_learn_to_cover_the_goal_against_its_adversary(
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("maddpg-runs")  # one worker trains the shared runs once
+@pytest.mark.heavy  # the shared MADDPG runs take two CPU-minutes
 def test_maddpg_beats_independent_ddpg_in_cross_play(maddpg_runs: dict[str, Path], learning_seed: int, record_property) -> None:
     # The paper's cross-play against the control, independent DDPG (the same seed, budget and
     # settings with centralised=False), 100 episodes each way: MADDPG's good agents against DDPG's

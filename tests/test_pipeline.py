@@ -30,7 +30,10 @@ def key_paths(tree: object, prefix: str = "") -> set[str]:
 
 
 def dataset_env(params: dict[str, Any], name: str) -> str:
-    """The env of the pipeline's dataset ``name``: its collection's, or its source's."""
+    """The env of the pipeline's dataset ``name``: its collection's, or its source's ("" for
+    imported logs, which name none)."""
+    if name in params.get("import_logs", {}):
+        return ""
     for group in ("collect_random", "collect_expert", "collect_expert_sampled", "collect_mixed"):
         if name in params[group]:
             return params[group][name]["env"]

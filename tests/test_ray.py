@@ -161,6 +161,7 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+@pytest.mark.heavy  # starts a Ray cluster of its own (a CPU-minute)
 def test_collection_on_a_started_cluster(tmp_path: Path) -> None:
     if ray.is_initialized():
         ray.shutdown()
