@@ -381,11 +381,11 @@ def compare(ours: dict[str, np.ndarray], theirs: dict[str, dict[str, Any]]) -> d
 
 
 def grouped(names: list[str]) -> str:
-    """Column names, a Dict's keys grouped: `obs.*(3)`."""
+    """Column names, a Dict's keys grouped: `obs (3 keys)`."""
     heads: dict[str, list[str]] = {}
     for name in names:
         heads.setdefault(name.split(".")[0], []).append(name)
-    return ", ".join(group[0] if len(group) == 1 else f"{head}.*({len(group)})" for head, group in heads.items())
+    return ", ".join(group[0] if len(group) == 1 else f"{head} ({len(group)} keys)" for head, group in heads.items())
 
 
 def lerobot_availability() -> dict[str, Any]:
