@@ -199,3 +199,25 @@ def test_hugging_face_datasets_reads_the_parquet(cli, sources: Path, tmp_path: P
     assert loaded.num_rows == len(data)
     for field in FIELDS:
         assert np.array_equal(np.asarray(loaded[field]), np.asarray(getattr(data, field))), field
+
+
+def test_a_damaged_recorded_layout_is_one_line(cli, sources: Path, store: Path, tmp_path: Path) -> None:
+    """The metadata and shapes an export recorded are read as carefully as the rows: JSON that
+    is not an object, a space that is not one, a shape that does not hold the row's values."""
+    table = pq.read_table(export_ok(cli, sources, "pendulum", "parquet", tmp_path / "p.parquet"))
+    recorded = json.loads(table.schema.metadata[b"rlpipe.metadata"])
+    cases = {
+        "not JSON": (b"{", None),
+        "not a JSON object": (b"[1]", None),
+        "malformed space description": (json.dumps({**recorded, "observation_space": 7}).encode(), None),
+        "recorded shape": (table.schema.metadata[b"rlpipe.metadata"], b"[2, 2]"),
+    }
+    for expected, (metadata, shape) in cases.items():
+        schema = table.schema.with_metadata({b"rlpipe.metadata": metadata})
+        if shape is not None:
+            index = schema.get_field_index("obs")
+            schema = schema.set(index, schema.field(index).with_metadata({b"shape": shape}))
+        pq.write_table(table.cast(schema), tmp_path / "bad.parquet")
+        result = cli("datasets", "import", tmp_path / "bad.parquet", "--from", "parquet", "--name", "bad", "--store", store)
+        fails(result, expected)
+        assert not (store / "bad").exists()
