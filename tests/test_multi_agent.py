@@ -276,8 +276,9 @@ def test_ppo_loss_trains_only_the_value_on_rows_that_do_not_act() -> None:
     """A carried dead agent's rows (``acting`` False) teach the value, never the policy."""
     from types import SimpleNamespace
 
+    from rlpipe.algos.ppo import clipped_loss
     from rlpipe.models.networks import ActorCritic
-    from rlpipe.training.onpolicy import PPOBatch, clipped_loss
+    from rlpipe.training.onpolicy import PPOBatch
 
     torch.manual_seed(0)
     net = ActorCritic(3, 4, True, (8,))

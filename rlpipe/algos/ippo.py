@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from rlpipe.algos.ppo import ppo_update
 from rlpipe.algos.registry import AlgoSpec, Family
 from rlpipe.envs.combat import CombatVectorEnv
 from rlpipe.errors import RlpipeError
@@ -29,7 +30,7 @@ from rlpipe.training.config import layer_sizes, positive
 from rlpipe.training.env import DISCRETE
 from rlpipe.training.families.combat import CombatActorCritic, CombatEval, CombatRows, combat_metrics, combat_rules, evaluate_combat
 from rlpipe.training.multiagent import TeamPolicy, team_policy
-from rlpipe.training.onpolicy import RolloutStorage, ppo_update
+from rlpipe.training.onpolicy import RolloutStorage
 from rlpipe.training.optim import adam
 
 ACTION_SPACES = (DISCRETE,)

@@ -6,8 +6,9 @@ partially observed envs), whose hidden states are carried through the rollouts a
 over each env's whole rollout in the update.
 Read top to bottom: config and tuned defaults, then ``train``: collect a rollout of
 ``num_steps`` x ``num_envs`` transitions, compute advantages (GAE), run ``num_epochs``
-epochs of clipped minibatch updates, evaluate on schedule. Rollout storage, GAE and the
-clipped loss are :mod:`rlpipe.training.onpolicy`. Imitation learning (GAIL) reuses
+epochs of clipped minibatch updates (``ppo_update``, with the loss above it), evaluate on
+schedule. Rollout storage and GAE are :mod:`rlpipe.training.onpolicy`; IPPO's teams learn
+by the same update. Imitation learning (GAIL) reuses
 ``train`` with a ``reward_fn`` that replaces the env reward of each rollout.
 """
 
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any, Literal, cast
 
 import torch
+import torch.nn.functional as F
 from gymnasium import spaces
 from torch import nn
 
@@ -40,9 +42,10 @@ from rlpipe.training import (
     seed_everything,
 )
 from rlpipe.training.config import layer_sizes, positive
+from rlpipe.training.diagnostics import Diagnostics
 from rlpipe.training.env import BOX, DISCRETE, action_dim
-from rlpipe.training.onpolicy import RecurrentRolloutStorage, RolloutStorage, ppo_update
-from rlpipe.training.optim import adam
+from rlpipe.training.onpolicy import PPOBatch, PPOSettings, RecurrentRolloutStorage, RolloutStorage
+from rlpipe.training.optim import adam, optimizer_step
 from rlpipe.training.resume import Checkpointer
 
 ACTION_SPACES = (DISCRETE, BOX)
@@ -105,6 +108,93 @@ TUNED: dict[str, dict[str, Any]] = {
         target_kl=0.02,
     ),
 }
+
+
+def policy_loss(
+    actor: ActorCritic | RecurrentActorCritic,
+    head: torch.Tensor,
+    value: torch.Tensor,
+    batch: PPOBatch,
+    idx: torch.Tensor,
+    clip: float,
+    settings: PPOSettings,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """PPO's loss on rows ``idx`` of ``batch``, whose policy heads and values the actor gave
+    as ``head`` and ``value``: clipped surrogate + ``vf_coef`` * value MSE - ``ent_coef`` *
+    entropy (the value on every row, the policy terms on the acting rows); also returns its
+    diagnostics, the approximate KL to the rollout policy (``approx_kl``) among them."""
+    v_loss = F.mse_loss(value, batch.returns[idx])
+    if batch.acting is not None:
+        acting = batch.acting[idx]
+        idx, head = idx[acting], head[acting]
+    logp, entropy = actor.log_prob_entropy(head, batch.actions[idx])
+    log_ratio = logp - batch.log_probs[idx]
+    ratio = log_ratio.exp()
+    adv = batch.advantages[idx]
+    if settings.normalize_advantages and len(idx) > 1:
+        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+    pg_loss = -torch.min(ratio * adv, ratio.clamp(1 - clip, 1 + clip) * adv).mean()
+    with torch.no_grad():
+        diagnostics = {
+            "policy_loss": pg_loss.detach(),
+            "value_loss": v_loss.detach(),
+            "entropy": entropy.mean().detach(),
+            "approx_kl": ((ratio - 1) - log_ratio).mean(),
+            "clip_fraction": ((ratio - 1).abs() > clip).float().mean(),
+        }
+    return pg_loss + settings.vf_coef * v_loss - settings.ent_coef * entropy.mean(), diagnostics
+
+
+def clipped_loss(
+    actor: ActorCritic, batch: PPOBatch, idx: torch.Tensor, clip: float, settings: PPOSettings
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """:func:`policy_loss` on the flattened rows ``idx``."""
+    head, value = actor(batch.obs[idx])
+    return policy_loss(actor, head, value, batch, idx, clip, settings)
+
+
+def sequence_loss(
+    actor: RecurrentActorCritic, batch: PPOBatch, rows: torch.Tensor, clip: float, settings: PPOSettings
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """:func:`policy_loss` on the valid steps of the rollout rows ``rows``, the core re-run
+    over each row's sequence from its stored initial state."""
+    seq = batch.sequences
+    assert seq is not None
+    head, value, _ = actor(seq.obs[rows], seq.initial_state[rows], seq.starts[rows])
+    idx = seq.rows[rows]
+    keep = idx >= 0
+    return policy_loss(actor, head[keep], value[keep], batch, idx[keep], clip, settings)
+
+
+def ppo_update(
+    actor: ActorCritic | RecurrentActorCritic,
+    optimizer: torch.optim.Optimizer,
+    batch: PPOBatch,
+    clip: float,
+    settings: PPOSettings,
+    generator: torch.Generator,
+    diagnostics: Diagnostics | None = None,
+) -> int:
+    """``num_epochs`` epochs of shuffled minibatches (about ``minibatch_size`` rows each) of
+    the clipped loss; an epoch whose last KL exceeds ``target_kl`` ends the update early.
+    With ``batch.sequences`` a minibatch is a group of whole row sequences (at least one).
+    Each gradient step's diagnostics go to ``diagnostics``. Returns the number of gradient steps taken."""
+    n = batch.obs.shape[0] if batch.sequences is None else batch.sequences.obs.shape[0]
+    n_minibatches = min(n, max(1, round(batch.obs.shape[0] / settings.minibatch_size)))
+    loss_of = clipped_loss if batch.sequences is None else sequence_loss
+    steps = 0
+    for _ in range(settings.num_epochs):
+        approx_kl = torch.zeros(())
+        for idx in torch.randperm(n, generator=generator, device=batch.obs.device).tensor_split(n_minibatches):
+            loss, stats = loss_of(actor, batch, idx, clip, settings)  # type: ignore[arg-type]
+            optimizer_step(optimizer, loss, settings.max_grad_norm)
+            approx_kl = stats["approx_kl"]
+            if diagnostics is not None:
+                diagnostics.add(stats)
+            steps += 1
+        if settings.target_kl is not None and approx_kl > settings.target_kl:
+            break
+    return steps
 
 
 RewardFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]

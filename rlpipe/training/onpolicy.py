@@ -1,5 +1,6 @@
-"""What on-policy actor-critics share (PPO, GAIL's generator; IPPO next): rollout storage,
-generalised advantage estimation and the clipped PPO update.
+"""What on-policy actor-critics share (PPO, GAIL's generator, IPPO): rollout storage and
+generalised advantage estimation; the clipped PPO update that learns from them is
+:mod:`rlpipe.algos.ppo`'s.
 
 A rollout is ``[T, N]``: T steps of N rows. A row is one env of a vector env today; for a
 team of agents sharing one policy a row is one (env, agent) pair, so nothing here changes.
@@ -21,12 +22,9 @@ from typing import Protocol
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from rlpipe.models.networks import ActorCritic
 from rlpipe.models.recurrent import RecurrentActorCritic
-from rlpipe.training.diagnostics import Diagnostics
-from rlpipe.training.optim import optimizer_step
 
 
 class RowStep(Protocol):
@@ -216,90 +214,3 @@ class RecurrentRolloutStorage(RolloutStorage):
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         self.state = state["state"].to(self.device)
         self.valid[-1] = state["valid"].to(self.device)
-
-
-def policy_loss(
-    actor: ActorCritic | RecurrentActorCritic,
-    head: torch.Tensor,
-    value: torch.Tensor,
-    batch: PPOBatch,
-    idx: torch.Tensor,
-    clip: float,
-    settings: PPOSettings,
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """PPO's loss on rows ``idx`` of ``batch``, whose policy heads and values the actor gave
-    as ``head`` and ``value``: clipped surrogate + ``vf_coef`` * value MSE - ``ent_coef`` *
-    entropy (the value on every row, the policy terms on the acting rows); also returns its
-    diagnostics, the approximate KL to the rollout policy (``approx_kl``) among them."""
-    v_loss = F.mse_loss(value, batch.returns[idx])
-    if batch.acting is not None:
-        acting = batch.acting[idx]
-        idx, head = idx[acting], head[acting]
-    logp, entropy = actor.log_prob_entropy(head, batch.actions[idx])
-    log_ratio = logp - batch.log_probs[idx]
-    ratio = log_ratio.exp()
-    adv = batch.advantages[idx]
-    if settings.normalize_advantages and len(idx) > 1:
-        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-    pg_loss = -torch.min(ratio * adv, ratio.clamp(1 - clip, 1 + clip) * adv).mean()
-    with torch.no_grad():
-        diagnostics = {
-            "policy_loss": pg_loss.detach(),
-            "value_loss": v_loss.detach(),
-            "entropy": entropy.mean().detach(),
-            "approx_kl": ((ratio - 1) - log_ratio).mean(),
-            "clip_fraction": ((ratio - 1).abs() > clip).float().mean(),
-        }
-    return pg_loss + settings.vf_coef * v_loss - settings.ent_coef * entropy.mean(), diagnostics
-
-
-def clipped_loss(
-    actor: ActorCritic, batch: PPOBatch, idx: torch.Tensor, clip: float, settings: PPOSettings
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """:func:`policy_loss` on the flattened rows ``idx``."""
-    head, value = actor(batch.obs[idx])
-    return policy_loss(actor, head, value, batch, idx, clip, settings)
-
-
-def sequence_loss(
-    actor: RecurrentActorCritic, batch: PPOBatch, rows: torch.Tensor, clip: float, settings: PPOSettings
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """:func:`policy_loss` on the valid steps of the rollout rows ``rows``, the core re-run
-    over each row's sequence from its stored initial state."""
-    seq = batch.sequences
-    assert seq is not None
-    head, value, _ = actor(seq.obs[rows], seq.initial_state[rows], seq.starts[rows])
-    idx = seq.rows[rows]
-    keep = idx >= 0
-    return policy_loss(actor, head[keep], value[keep], batch, idx[keep], clip, settings)
-
-
-def ppo_update(
-    actor: ActorCritic | RecurrentActorCritic,
-    optimizer: torch.optim.Optimizer,
-    batch: PPOBatch,
-    clip: float,
-    settings: PPOSettings,
-    generator: torch.Generator,
-    diagnostics: Diagnostics | None = None,
-) -> int:
-    """``num_epochs`` epochs of shuffled minibatches (about ``minibatch_size`` rows each) of
-    the clipped loss; an epoch whose last KL exceeds ``target_kl`` ends the update early.
-    With ``batch.sequences`` a minibatch is a group of whole row sequences (at least one).
-    Each gradient step's diagnostics go to ``diagnostics``. Returns the number of gradient steps taken."""
-    n = batch.obs.shape[0] if batch.sequences is None else batch.sequences.obs.shape[0]
-    n_minibatches = min(n, max(1, round(batch.obs.shape[0] / settings.minibatch_size)))
-    loss_of = clipped_loss if batch.sequences is None else sequence_loss
-    steps = 0
-    for _ in range(settings.num_epochs):
-        approx_kl = torch.zeros(())
-        for idx in torch.randperm(n, generator=generator, device=batch.obs.device).tensor_split(n_minibatches):
-            loss, stats = loss_of(actor, batch, idx, clip, settings)  # type: ignore[arg-type]
-            optimizer_step(optimizer, loss, settings.max_grad_norm)
-            approx_kl = stats["approx_kl"]
-            if diagnostics is not None:
-                diagnostics.add(stats)
-            steps += 1
-        if settings.target_kl is not None and approx_kl > settings.target_kl:
-            break
-    return steps
