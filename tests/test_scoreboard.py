@@ -238,3 +238,39 @@ def test_keep_from_adds_earlier_runs_unless_replaced_or_their_dataset_changed(ho
         result = cli("scoreboard", "--datasets", hopper_store, "--out", tmp_path / "none", "--keep-from", tmp_path / "broken.json")
         assert result.code == 2 and "is not a scoreboard's scores.json" in result.err and len(result.err.strip().splitlines()) == 1
         assert not (tmp_path / "none").exists()
+
+
+def test_rows_whose_runs_predate_their_stage_code_are_marked_stale(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--stale-from`: a run under the outputs of a stage whose recorded code changed is
+    marked, with what changed; a run of a stage whose code is as recorded is not."""
+    import hashlib
+
+    from rlpipe.pipeline import stage_deps
+    from rlpipe.pipeline.scoreboard import mark_stale
+
+    (tmp_path / "rlpipe").mkdir()
+    (tmp_path / "rlpipe" / "iql.py").write_text("changed since the run\n")
+    (tmp_path / "rlpipe" / "bc.py").write_text("as recorded\n")
+    pipeline = tmp_path / "profile"
+    pipeline.mkdir()
+    (pipeline / "params.yaml").write_text("{}\n")
+    (pipeline / "dvc.yaml").write_text("stages:\n  train_offline-iql: {}\n  train_offline-bc: {}\n")
+    recorded = {"iql": hashlib.md5(b"the code the run used\n").hexdigest(), "bc": hashlib.md5(b"as recorded\n").hexdigest()}
+    lock = {
+        "stages": {
+            f"train_offline-{algo}@{algo}": {"deps": [{"path": f"../rlpipe/{algo}.py", "md5": md5}], "outs": [{"path": f"sweeps/{algo}"}]}
+            for algo, md5 in recorded.items()
+        }
+    }
+    (pipeline / "dvc.lock").write_text(yaml.safe_dump(lock))
+    monkeypatch.setattr(stage_deps, "REPO", tmp_path)
+    data = board()
+    data["runs"].append(_run("bc", "hopper-medium", 1, 380.0, [380.0]))
+    for run in data["runs"]:
+        run["path"] = f"sweeps/{run['algo']}/runs/default/seed-{run['seed']}"
+    mark_stale(data["runs"], pipeline)
+    assert {run["algo"]: run["stale"] for run in data["runs"]} == {"iql": ["../rlpipe/iql.py"], "bc": []}
+    table = render_table(data)
+    assert "| hopper-medium | iql (stale: 3 of 3 runs predate their code) | 3 |" in table and "| hopper-medium | bc | 2 |" in table
+    with pytest.raises(RlpipeError, match="not a DVC pipeline"):
+        mark_stale(data["runs"], tmp_path / "elsewhere")

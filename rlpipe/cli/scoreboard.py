@@ -26,6 +26,12 @@ def scoreboard_command(
         help="An earlier scores.json whose runs stay on the board unless a given run replaces them (same dataset, algorithm, seed) "
         "or their dataset's content changed; a file that does not exist keeps nothing.",
     ),
+    stale_from: Path | None = typer.Option(
+        None,
+        "--stale-from",
+        help="The DVC pipeline folder (of this rlpipe checkout) whose stages trained the runs: rows whose runs predate "
+        "their stage's code or parameters (its dvc.lock) are marked stale.",
+    ),
 ) -> None:
     """Score offline runs as D4RL does, over seeds.
 
@@ -35,6 +41,6 @@ def scoreboard_command(
     """
     from rlpipe.pipeline.scoreboard import write_scoreboard
 
-    data, dropped = write_scoreboard(list(runs or []), datasets, out, published, markdown, keep_from)
+    data, dropped = write_scoreboard(list(runs or []), datasets, out, published, markdown, keep_from, stale_from)
     changed = f"; {dropped} kept runs dropped: their dataset changed" if dropped else ""
     typer.echo(f"wrote {out}: {len(data['runs'])} runs on {len(data['datasets'])} datasets{changed}")

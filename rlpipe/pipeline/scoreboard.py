@@ -223,17 +223,26 @@ def render_table(data: Mapping[str, Any]) -> str:
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     groups = _groups(data)
+    stale_groups = 0
     for (dataset, algo), runs in groups.items():
+        stale = [run["stale"] for run in runs if run.get("stale")]
+        stale_groups += bool(stale)
         scores = [run_score(data, run) for run in runs]
         mean, error = mean_and_error(scores)
         per_seed = ", ".join(f"{score:.1f}" for score in scores)
         updates = sorted({int(run["metrics"]["gradient_updates"]) for run in runs})
         wall = np.mean([float(run["metrics"]["wall_seconds"]) for run in runs])
         figure = published["scores"].get(dataset, {}).get(algo)
+        name = f"{algo} (stale: {len(stale)} of {len(runs)} runs predate their code)" if stale else algo
         lines.append(
-            f"| {dataset} | {algo} | {len(runs)} | {mean:.1f} ± {error:.1f} | {per_seed} | {'/'.join(map(str, updates))} "
+            f"| {dataset} | {name} | {len(runs)} | {mean:.1f} ± {error:.1f} | {per_seed} | {'/'.join(map(str, updates))} "
             f"| {wall:.0f} | {'' if figure is None else f'{figure:.1f}'} |"
         )
+    if stale_groups:
+        lines += [
+            "",
+            "Stale: the code or parameters of the stage that trained these runs changed after they ran (its `dvc.lock`); rerun it.",
+        ]
     lines += ["", *dataset_table(data)]
     for dataset, algos in _by_dataset(data).items():
         curves = {algo: dict(zip(*_mean_curve(data, runs))) for algo, runs in algos.items()}
@@ -318,6 +327,29 @@ def plot_curves(data: Mapping[str, Any], out: Path) -> list[Path]:
     return paths
 
 
+def mark_stale(runs: list[dict[str, Any]], pipeline: str | Path) -> None:
+    """Mark each run that a stage of ``pipeline`` (a DVC pipeline's folder in this rlpipe
+    checkout) wrote under its outputs and whose code or parameters changed since it ran
+    (`rlpipe.pipeline.stage_deps.stale_stages`): ``run["stale"]`` lists what changed."""
+    from rlpipe.pipeline.stage_deps import REPO, stale_stages
+
+    folder = Path(pipeline).resolve()
+    if not folder.is_relative_to(REPO) or not (folder / "dvc.lock").is_file():
+        raise RlpipeError(f"--stale-from {pipeline}: not a DVC pipeline of this rlpipe checkout (a folder under {REPO} with a dvc.lock)")
+    stale = stale_stages(REPO, folder.relative_to(REPO).as_posix())
+    lock = yaml.safe_load((folder / "dvc.lock").read_text()) or {}
+    outputs = {
+        Path(out["path"]).as_posix(): stage
+        for stage, record in (lock.get("stages") or {}).items()
+        for out in record.get("outs", [])
+        if stage in stale
+    }
+    for run in runs:
+        path = Path(str(run["path"])).as_posix()
+        changed = [stale[stage] for out, stage in outputs.items() if path == out or path.startswith(out + "/")]
+        run["stale"] = sorted({item for items in changed for item in items})
+
+
 def write_scoreboard(
     patterns: list[str],
     store: str | Path,
@@ -325,11 +357,18 @@ def write_scoreboard(
     published: str | Path | None = None,
     markdown: Sequence[str | Path] = (),
     keep_from: str | Path | None = None,
+    stale_from: str | Path | None = None,
 ) -> tuple[dict[str, Any], int]:
     """Score the runs (and those kept from ``keep_from``), write OUT/scores.json, OUT/table.md
     and the curves, and the table into the block of each ``markdown`` page; returns the
-    scoreboard's data and how many kept runs were dropped (`collect_scores`)."""
+    scoreboard's data and how many kept runs were dropped (`collect_scores`). With
+    ``stale_from`` (the pipeline whose stages trained the runs) the table marks the rows whose
+    runs predate their code (`mark_stale`)."""
     data, dropped = collect_scores(patterns, store, published, keep_from)
+    for run in data["runs"]:  # a kept run's mark is its last scoreboard's: judged anew or not at all
+        run.pop("stale", None)
+    if stale_from is not None:
+        mark_stale(data["runs"], stale_from)
     table = render_table(data)
     pages = {}
     for path in map(Path, markdown):  # every page checked before anything is written
