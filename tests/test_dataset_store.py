@@ -156,8 +156,9 @@ def test_newer_format_version_is_refused(store: Path) -> None:
 @pytest.mark.parametrize(
     "change, message",
     [
-        ({"format_version": -1}, "format version -1"),
-        ({"format_version": 0}, "format version 0"),
+        ({"format_version": -1}, "'format_version' is -1, not a version number"),
+        ({"format_version": 0}, "'format_version' is 0, not a version number"),
+        ({"format_version": "2"}, "'format_version' is \"2\", not a version number"),
         ({"formats": []}, "formats []: expected 'arrow'"),
         ({"formats": ["hdf5"]}, "formats ['hdf5']: expected 'arrow'"),
         ({"formats": ["arrow", "arrow"]}, "each once"),

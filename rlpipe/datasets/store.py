@@ -12,6 +12,7 @@ bytes it reads against the recorded sha256 (`rlpipe.datasets.loader`).
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -150,7 +151,9 @@ def read_metadata(path: Path) -> dict[str, Any]:
     if not isinstance(metadata, dict) or metadata.get("format") != FORMAT_NAME:
         raise RlpipeError(f"{meta_path} is not rlpipe dataset metadata")
     version = metadata.get("format_version")
-    if not _is_int(version) or not 1 <= version <= FORMAT_VERSION:
+    if not _is_int(version) or version < 1:  # no rlpipe wrote it: not a version a newer one reads either
+        raise RlpipeError(f"corrupted {meta_path}: 'format_version' is {json.dumps(version)}, not a version number (1 or more)")
+    if version > FORMAT_VERSION:
         raise RlpipeError(
             f"dataset {path.name} uses format version {version}; this rlpipe reads versions up to {FORMAT_VERSION} (upgrade rlpipe)"
         )
