@@ -109,10 +109,13 @@ def _column_names(text: str | None) -> tuple[str, ...] | None:
 @datasets_app.command("import")
 def import_command(
     source: str = typer.Argument(
-        ..., help="A local Minari dataset's id, ns/name-vN (--from minari; either backend), or the file to import."
+        ...,
+        help="A local Minari dataset's id, ns/name-vN (--from minari; either backend), the file to import, or a LeRobot dataset's directory.",
     ),
     source_format: str = typer.Option(
-        "minari", "--from", help="Source format: minari, parquet, csv, arrow (IPC), npz (D4RL's names), d4rl (HDF5) or ogbench (.npz)."
+        "minari",
+        "--from",
+        help="Source format: minari, parquet, csv, arrow (IPC), npz (D4RL's names), d4rl (HDF5), ogbench (.npz) or lerobot (a LeRobotDataset v3 directory).",
     ),
     name: str | None = typer.Option(None, "--name", help="Dataset name (default: the Minari id with '/' as '-', or the file's stem)."),
     env: str | None = typer.Option(None, "--env", help="Env id of the data: its spaces, evaluation in training (default: none)."),
@@ -138,9 +141,11 @@ def import_command(
         None, "--action-space", help="box:LOW,HIGH or discrete:N (default: the env's, else inferred from the data)."
     ),
 ) -> None:
-    """Import a Minari dataset or a file of logged data.
+    """Import a Minari dataset, a data file or a LeRobot dataset.
 
     Files are tables of transitions (parquet, csv, arrow) or arrays (npz, d4rl, ogbench). Columns have default names (obs, action, reward, terminated, truncated, episode_id, step, or D4RL's); without next observations an episode's terminated last row keeps its own and a truncated one is dropped. An inconsistent row is one line and nothing is written.
+
+    lerobot reads a LeRobotDataset v3 directory's data files in order: observation.state (or observation.image, PNG frames as uint8 images), action, next.reward (0 when absent, recorded in the metadata), next.done (terminated), next.truncated, episode_index and frame_index (as step). Video features are refused unless left out with --ignore-columns.
     """
     if source_format == "minari":
         from rlpipe.datasets.minari_io import import_from_minari
@@ -181,16 +186,22 @@ def import_command(
 def export_command(
     name: str = typer.Argument(..., help="Dataset name."),
     to: str = typer.Option(
-        "minari", "--to", help="Target: minari (Minari's dataset root), parquet, d4rl (D4RL's HDF5 layout) or npz (D4RL's arrays)."
+        "minari",
+        "--to",
+        help="Target: minari (Minari's dataset root), parquet, d4rl (D4RL's HDF5 layout), npz (D4RL's arrays) or lerobot (a LeRobotDataset v3 directory).",
     ),
-    out: Path | None = typer.Option(None, "--out", help="The file to write (parquet, d4rl and npz; not minari)."),
+    out: Path | None = typer.Option(
+        None, "--out", help="The file to write (parquet, d4rl and npz), or the directory (lerobot); not minari."
+    ),
     dataset_id: str | None = typer.Option(None, "--id", help="Minari dataset id, (namespace/)name-vN (default: rlpipe/NAME-v0)."),
-    force: bool = typer.Option(False, "--force", help="Replace an existing Minari dataset with that id, or an existing --out file."),
+    force: bool = typer.Option(
+        False, "--force", help="Replace an existing Minari dataset with that id, an existing --out file, or a LeRobot dataset at --out."
+    ),
     store: Path | None = STORE_OPTION,
 ) -> None:
-    """Export a dataset to Minari, Parquet, D4RL's HDF5 layout or .npz.
+    """Export a dataset: Minari, Parquet, D4RL's HDF5, .npz or LeRobot.
 
-    minari: Minari's layout in $MINARI_DATASETS_PATH (or Minari's default). parquet: one row per transition (episode_id, step, obs, action, reward, next_obs, terminated, truncated; Box values, images too, as lists of their flattened values, the shape in the field's metadata; metadata.json as the file's key-value metadata), loadable with Hugging Face datasets. d4rl and npz: observations, actions, rewards, next_observations, terminals, timeouts (floats as float32, as in D4RL); they have no episode ids, steps or spaces (an import recovers episodes from terminals and timeouts, infers the spaces unless given --env), and a step both terminated and truncated is a terminal only. No file format carries the info columns. The file is written beside --out and renamed once complete.
+    minari: Minari's layout in $MINARI_DATASETS_PATH (or Minari's default). parquet: one row per transition (episode_id, step, obs, action, reward, next_obs, terminated, truncated; Box values, images too, as lists of their flattened values, the shape in the field's metadata; metadata.json as the file's key-value metadata), loadable with Hugging Face datasets. d4rl and npz: observations, actions, rewards, next_observations, terminals, timeouts (floats as float32, as in D4RL); they have no episode ids, steps or spaces (an import recovers episodes from terminals and timeouts, infers the spaces unless given --env), and a step both terminated and truncated is a terminal only. lerobot: a LeRobotDataset v3 directory (meta/info.json, stats.json, tasks.parquet, episodes; data/chunk-000/file-000.parquet, ...), one frame per transition: observation.state (or observation.image for uint8 RGB frames, as PNG), action, next.reward, next.done (terminated), next.truncated; no next observations (an import takes the next frame's). No format carries the info columns. The file or directory is written beside --out and renamed once complete.
     """
     from rlpipe.datasets.exports import EXPORT_FORMATS, export_file
 
@@ -198,7 +209,7 @@ def export_command(
         raise RlpipeError(f"unknown export target {to!r}: choose one of {', '.join(EXPORT_FORMATS)}")
     if to != "minari":
         if out is None:
-            raise RlpipeError(f"--to {to} writes a file: give --out FILE")
+            raise RlpipeError(f"--to {to} writes {'a directory: give --out DIR' if to == 'lerobot' else 'a file: give --out FILE'}")
         if dataset_id is not None:
             raise RlpipeError("--id names a Minari dataset: it is for --to minari")
         rows = export_file(open_dataset(name, store), out, to, force=force)
@@ -208,7 +219,7 @@ def export_command(
     from rlpipe.datasets.minari_io import export_to_minari
 
     if out is not None:
-        raise RlpipeError("--out is for the file targets (parquet, d4rl, npz): --to minari writes to Minari's dataset root (--id)")
+        raise RlpipeError("--out is for the file targets (parquet, d4rl, npz, lerobot): --to minari writes to Minari's dataset root (--id)")
     info = open_dataset(name, store)
     path = export_to_minari(info, dataset_id, force=force)
     typer.echo(f"exported {name} -> {path} (minari.load_dataset({(dataset_id or default_minari_id(info.name))!r}))")

@@ -1,5 +1,6 @@
 """Importing data logged without a simulator: a table of transitions (Parquet, CSV, Arrow
-IPC) or arrays (NumPy .npz with D4RL's names, D4RL's HDF5, OGBench's .npz) becomes a dataset.
+IPC), arrays (NumPy .npz with D4RL's names, D4RL's HDF5, OGBench's .npz) or a LeRobotDataset
+v3 directory becomes a dataset.
 
 Tables stream a batch of rows at a time (Parquet row groups, CSV blocks, IPC batches) and
 HDF5 a slice at a time, so memory holds one batch plus the episode it ends in; an .npz file
@@ -14,6 +15,15 @@ a next-observation column, next_obs[t] is obs[t + 1] of the same episode, and an
 last row keeps its own obs as next_obs when it is terminated (nothing is bootstrapped past
 it) and is dropped when it is truncated (its next observation is unknown; the row before it
 becomes the truncated last row), as D4RL's `qlearning_dataset` and d3rlpy do for timeouts.
+
+A LeRobot dataset is its data files (data/chunk-NNN/file-NNN.parquet, in order) read as one
+table whose rows are frames: observation.state (else observation.image, PNG or JPEG frames
+decoded to uint8 images), action, next.reward (0 when the data has none, which the metadata
+records), next.done as terminated, next.truncated, episode_index as the episode and
+frame_index as the step; LeRobot's timestamp, index and task_index are left out, and the
+shapes of meta/info.json's features are checked on every row. Frames hold no next
+observation, so the convention above gives them. Video features are refused (rlpipe decodes
+no video) unless --ignore-columns leaves them out.
 
 OGBench's files store each trajectory's final state as a row of its own (`valids` 0, or
 `terminals` 1 without `valids`): it becomes the previous row's next_obs, and the trajectory
@@ -30,6 +40,8 @@ count from 0) and the column, raised before the writer publishes, so nothing is 
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import math
 import re
@@ -42,15 +54,16 @@ import gymnasium as gym
 import numpy as np
 import pyarrow as pa
 
+from rlpipe.datasets.exports import LEROBOT_INFO_PATH
 from rlpipe.datasets.exports import METADATA_KEY as EXPORT_METADATA_KEY
 from rlpipe.datasets.schema import ALLOW_NONFINITE_ENV, non_finite_allowed
 from rlpipe.datasets.store import check_name
 from rlpipe.datasets.writer import DatasetWriter
 from rlpipe.errors import RlpipeError
-from rlpipe.files import sha256_file
+from rlpipe.files import loads_json, read_limited, sha256_file
 
-SOURCE_FORMATS = ("minari", "parquet", "csv", "arrow", "npz", "d4rl", "ogbench")
-TABLE_FORMATS = ("parquet", "csv", "arrow")  # array formats ignore keys they do not map (D4RL's infos/, OGBench's qpos)
+SOURCE_FORMATS = ("minari", "parquet", "csv", "arrow", "npz", "d4rl", "ogbench", "lerobot")
+TABLE_FORMATS = ("parquet", "csv", "arrow", "lerobot")  # array formats ignore keys they do not map (D4RL's infos/, OGBench's qpos)
 BATCH_ROWS = 1 << 16
 CSV_BLOCK_BYTES = 8 << 20
 
@@ -66,6 +79,18 @@ DEFAULT_NAMES: dict[str, tuple[str, ...]] = {
     "step": ("step",),
 }
 REQUIRED_ROLES = ("obs", "action", "reward")
+ZERO_REWARD = "(no reward column: 0)"  # the column of zeros a LeRobot dataset without next.reward gets
+# A LeRobot dataset's columns for each role (the first one present) and the bookkeeping columns left out.
+LEROBOT_NAMES: dict[str, tuple[str, ...]] = {
+    "obs": ("observation.state", "observation.image"),
+    "action": ("action",),
+    "reward": ("next.reward", ZERO_REWARD),
+    "terminated": ("next.done",),
+    "truncated": ("next.truncated",),
+    "episode": ("episode_index",),
+    "step": ("frame_index",),
+}
+LEROBOT_LEFT_OUT = ("timestamp", "index", "task_index")
 VECTOR_ROLES = ("obs", "next_obs", "action")  # roles that may concatenate several scalar columns
 FLOAT_ROLES = ("obs", "next_obs", "action", "reward")  # checked for NaN and infinity
 
@@ -98,6 +123,7 @@ class _Source:
     # and the shape of each list column's values (images are stored flat).
     recorded: dict[str, Any] | None = None
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    images: bool = False  # decode Hugging Face image columns (structs of encoded bytes and a path), as LeRobot stores images
 
     def fail(self, row: int, role: str, problem: str, column: int = 0) -> RlpipeError:
         """One line naming the file, the row and the source column of `role` (`column`: which of several)."""
@@ -148,15 +174,29 @@ def _table_source(path: Path, kind: str, given: dict[str, tuple[str, ...]], igno
     """A table's columns resolved (every column mapped or ignored) and its batches as rows."""
     where = path.name
     opened = _open_table(path, kind, where)
-    names = resolve_columns(given, opened.schema.names, where)
-    mapped = {name for columns in names.values() for name in columns}
-    extra = [name for name in opened.schema.names if name not in mapped and name not in ignore]
-    if extra:
-        raise RlpipeError(f"{where}: column {extra[0]!r} is not mapped to a role (map it, or pass --ignore-columns {extra[0]})")
+    names = _mapped_columns(given, opened.schema.names, ignore, where)
     if kind == "csv":  # the text has no dtype: floats become float32, most envs' dtype (Parquet keeps float64)
         opened = _open_csv(path, where, _csv_types(names, opened.schema, declared))
-    source = _Source(where, names, iter(()), *_recorded_layout(opened.schema, names, where))
-    source.batches = _table_rows(source, opened)
+    return _rows_source(where, names, opened)
+
+
+def _mapped_columns(
+    given: dict[str, tuple[str, ...]], available: Sequence[str], ignore: Sequence[str], where: str
+) -> dict[str, tuple[str, ...]]:
+    """`resolve_columns`, and every other column left out on purpose (else one refusal)."""
+    names = resolve_columns(given, available, where)
+    mapped = {name for columns in names.values() for name in columns}
+    extra = [name for name in available if name not in mapped and name not in ignore]
+    if extra:
+        raise RlpipeError(f"{where}: column {extra[0]!r} is not mapped to a role (map it, or pass --ignore-columns {extra[0]})")
+    return names
+
+
+def _rows_source(where: str, names: dict[str, tuple[str, ...]], reader: Any, shapes: dict[str, tuple[int, ...]] | None = None) -> _Source:
+    """A source whose rows are `reader`'s record batches; `shapes` adds value shapes to those its schema records."""
+    recorded, recorded_shapes = _recorded_layout(reader.schema, names, where)
+    source = _Source(where, names, iter(()), recorded, {**recorded_shapes, **(shapes or {})})
+    source.batches = _table_rows(source, reader)
     return source
 
 
@@ -192,7 +232,7 @@ def _open_table(path: Path, kind: str, where: str) -> Any:
         if kind == "parquet":
             import pyarrow.parquet as pq
 
-            parquet = pq.ParquetFile(path)
+            parquet = pq.ParquetFile(path, pre_buffer=False)  # pre-buffering reads every row group ahead: RSS as large as the file
             return _Batches(parquet.schema_arrow, parquet.iter_batches(batch_size=BATCH_ROWS))
         if kind == "arrow":
             try:
@@ -278,6 +318,8 @@ def _values(source: _Source, column: pa.Array, role: str, first: int, index: int
     """One Arrow column as numpy: nulls refused, a list column as a 2-D array."""
     if column.null_count:
         raise source.fail(first + _first_true(column.is_null()), role, "is empty (null)", index)
+    if source.images and pa.types.is_struct(column.type) and column.type.get_field_index("bytes") >= 0:
+        return _decoded_images(source, column, role, first, index)
     if pa.types.is_list(column.type) or pa.types.is_large_list(column.type) or pa.types.is_fixed_size_list(column.type):
         lengths = column.value_lengths().to_numpy(zero_copy_only=False)
         if len(lengths) and np.any(lengths != lengths[0]):
@@ -299,6 +341,141 @@ def _values(source: _Source, column: pa.Array, role: str, first: int, index: int
 
 def _first_true(mask: pa.Array) -> int:
     return int(np.flatnonzero(mask.to_numpy(zero_copy_only=False))[0])
+
+
+def _decoded_images(source: _Source, column: pa.Array, role: str, first: int, index: int) -> np.ndarray:
+    """A Hugging Face image column (PNG or JPEG bytes) as rows of uint8 pixels, every image of the first one's shape."""
+    from PIL import Image, UnidentifiedImageError
+
+    rows: list[np.ndarray] = []
+    for row, encoded in enumerate(column.field("bytes").to_pylist()):
+        if encoded is None:
+            raise source.fail(first + row, role, "holds an image without its bytes (a path only)", index)
+        try:
+            with Image.open(io.BytesIO(encoded)) as image:
+                pixels = np.asarray(image.convert("RGB") if image.mode == "P" else image)  # palette indices are no pixels
+        except (UnidentifiedImageError, OSError, ValueError) as exc:
+            raise source.fail(first + row, role, f"holds an image that cannot be decoded: {_reason(exc)}", index) from None
+        if pixels.dtype != np.uint8 or (rows and pixels.shape != rows[0].shape):
+            expected = f"uint8 {rows[0].shape}" if rows else "uint8"
+            raise source.fail(first + row, role, f"holds a {pixels.dtype} image of shape {pixels.shape}, not {expected}", index)
+        rows.append(pixels)
+    return np.stack(rows).reshape(len(rows), -1)
+
+
+# ---- LeRobotDataset v3: meta/info.json and the data Parquet files -------------------------------
+
+
+def _lerobot_source(root: Path, given: dict[str, tuple[str, ...]], ignore: tuple[str, ...]) -> _Source:
+    """A LeRobot dataset's data files as one table (module doc): LeRobot's names for the roles not
+    given, the bookkeeping columns left out, and info.json's feature shapes checked on every row."""
+    where = root.name
+    info = _lerobot_info(root, where)
+    files = _lerobot_data_files(root)
+    if not files:
+        raise RlpipeError(f"{where}: no data files (data/chunk-*/file-*.parquet)")
+    features = info["features"]
+    videos = [key for key, feature in features.items() if feature["dtype"] == "video" and key not in ignore]
+    if videos:
+        raise RlpipeError(
+            f"{where}: feature {videos[0]!r} is a video, which rlpipe does not decode (leave it out: --ignore-columns {videos[0]})"
+        )
+    stored = _open_parquet(root, files[0], where).schema_arrow
+    schema = stored
+    if "reward" not in given and not any(name in stored.names for name in (*LEROBOT_NAMES["reward"], *DEFAULT_NAMES["reward"])):
+        schema = stored.append(pa.field(ZERO_REWARD, pa.float32()))
+    defaults = {}
+    for role, candidates in LEROBOT_NAMES.items():
+        present = [name for name in candidates if name in schema.names and name not in ignore]
+        if present and role not in given:
+            defaults[role] = (present[0],)
+    names = _mapped_columns({**defaults, **given}, schema.names, (*ignore, *LEROBOT_LEFT_OUT), where)
+    shapes = {
+        role: _lerobot_shape(features[columns[0]], role) for role, columns in names.items() if len(columns) == 1 and columns[0] in features
+    }
+    batches = _lerobot_batches(root, files, stored, schema, info["total_frames"])
+    source = _rows_source(where, names, _Batches(schema, batches), shapes)
+    source.images = True
+    return source
+
+
+def _lerobot_info(root: Path, where: str) -> dict[str, Any]:
+    """meta/info.json, checked for what the import reads: a v3 codebase_version, features with
+    a dtype and a shape, and total_frames."""
+    try:  # links followed: the Hugging Face cache links a snapshot's files to its blobs
+        info = loads_json(read_limited(root / LEROBOT_INFO_PATH, follow_links=True))
+    except FileNotFoundError:
+        raise RlpipeError(f"{where}: no {LEROBOT_INFO_PATH} (not a LeRobot dataset)") from None
+    except OSError as exc:
+        raise RlpipeError(f"{where}: cannot read {LEROBOT_INFO_PATH}: {exc.strerror or exc}") from None
+    except (ValueError, RecursionError) as exc:
+        raise RlpipeError(f"{where}: {LEROBOT_INFO_PATH} is not JSON: {_reason(exc)}") from None
+    if not isinstance(info, dict):
+        raise RlpipeError(f"{where}: {LEROBOT_INFO_PATH} is not a JSON object")
+    version = info.get("codebase_version")
+    if not isinstance(version, str) or not version.startswith("v3."):
+        raise RlpipeError(
+            f"{where}: {LEROBOT_INFO_PATH} says codebase_version {version!r}: rlpipe reads LeRobot's v3 layout "
+            "(LeRobot converts older datasets: python -m lerobot.scripts.convert_dataset_v21_to_v30)"
+        )
+    features = info.get("features")
+    if not isinstance(features, dict):
+        raise RlpipeError(f"{where}: {LEROBOT_INFO_PATH} has no features")
+    for key, feature in features.items():
+        shape = feature.get("shape") if isinstance(feature, dict) else None
+        sizes = isinstance(shape, list) and all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in shape)
+        if not (sizes and isinstance(feature.get("dtype"), str)):
+            raise RlpipeError(f"{where}: {LEROBOT_INFO_PATH}: feature {key!r} has no dtype and shape (a list of sizes)")
+    total = info.get("total_frames")
+    if not isinstance(total, int) or isinstance(total, bool) or total < 0:
+        raise RlpipeError(f"{where}: {LEROBOT_INFO_PATH}: total_frames is not a count")
+    return info
+
+
+def _lerobot_data_files(root: Path) -> list[Path]:
+    """The data files in order (LeRobot's reader globs them so too)."""
+    return sorted((root / "data").glob("*/*.parquet"))
+
+
+def _lerobot_shape(feature: dict[str, Any], role: str) -> tuple[int, ...]:
+    """The shape a role's values take: the feature's, but LeRobot's shape (1,) is a scalar for
+    rewards, flags, ids, steps and integer (Discrete) actions."""
+    shape = tuple(feature["shape"])
+    scalar = role not in VECTOR_ROLES or (role == "action" and feature["dtype"].startswith(("int", "uint")))
+    return () if shape == (1,) and scalar else shape
+
+
+def _open_parquet(root: Path, path: Path, where: str) -> Any:
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.ParquetFile(path, pre_buffer=False)  # as _open_table's: one row group in memory at a time
+    except (pa.ArrowException, OSError) as exc:
+        raise RlpipeError(f"{where}/{path.relative_to(root)}: cannot read it as parquet: {_reason(exc)}") from None
+
+
+def _lerobot_batches(root: Path, files: list[Path], stored: pa.Schema, schema: pa.Schema, total_frames: int) -> Iterator[pa.RecordBatch]:
+    """The data files' record batches in order, of `schema` (`stored`, the first file's columns,
+    which every file must have, then zero rewards where it has none); their frames must add up
+    to info.json's total_frames."""
+    where, frames = root.name, 0
+    for path in files:
+        parquet = _open_parquet(root, path, where)
+        found = parquet.schema_arrow
+        for name in dict.fromkeys([*stored.names, *found.names]):
+            if name not in found.names or name not in stored.names or found.field(name).type != stored.field(name).type:
+                held = found.field(name).type if name in found.names else "nothing"
+                first = stored.field(name).type if name in stored.names else "nothing"
+                raise RlpipeError(
+                    f"{where}/{path.relative_to(root)}: column {name!r} holds {held}, {files[0].relative_to(root)} holds {first}"
+                )
+        for batch in parquet.iter_batches(batch_size=BATCH_ROWS):
+            if len(schema) > len(stored):
+                batch = pa.RecordBatch.from_arrays([*batch.columns, pa.array(np.zeros(batch.num_rows, np.float32))], schema=schema)
+            frames += batch.num_rows
+            yield batch
+    if frames != total_frames:
+        raise RlpipeError(f"{where}: its data files hold {frames} frames, {LEROBOT_INFO_PATH} says total_frames {total_frames}")
 
 
 # ---- arrays: .npz with D4RL's names, D4RL's HDF5, OGBench's .npz ------------------------------
@@ -642,7 +819,8 @@ def import_file(
     fmt: str = "both",
     force: bool = False,
 ) -> Path:
-    """Import the file `path` of `source_format` (not minari) as dataset `name`; returns its path.
+    """Import the file `path` of `source_format` (not minari; lerobot: a LeRobot dataset's
+    directory) as dataset `name`; returns its path.
 
     `columns` maps roles (obs, next_obs, action, reward, terminated, truncated, episode, step)
     to source column names; `ignore_columns` are table columns left out on purpose."""
@@ -651,10 +829,14 @@ def import_file(
         raise RlpipeError(f"unknown source format {source_format!r}: choose one of {', '.join(SOURCE_FORMATS)}")
     declared = parse_action_space(action_space) if action_space else None
     path = Path(path)
-    if not path.is_file():
+    if source_format == "lerobot" and not path.is_dir():
+        raise RlpipeError(f"{path}: no such directory (--from lerobot reads a LeRobot dataset's directory)")
+    if source_format != "lerobot" and not path.is_file():
         raise RlpipeError(f"{path}: no such file")
     given = columns or {}
-    if source_format in TABLE_FORMATS:
+    if source_format == "lerobot":
+        source = _lerobot_source(path, given, tuple(ignore_columns))
+    elif source_format in TABLE_FORMATS:
         source = _table_source(path, source_format, given, tuple(ignore_columns), declared)
     else:
         source = _array_source(path, source_format, given)
@@ -694,14 +876,15 @@ def import_file(
             raise RlpipeError(f"{source.where}: no transition is left once each episode's last row without a next observation is dropped")
         if chosen is None:  # the writer reads the spaces again only when it writes metadata
             writer.action_space = action_range.space(first.columns["action"].dtype, source.where)
+        size, digest = _digest(path)
         producer = {
             "algorithm": "unknown",
             "imported_from": f"{source_format}:{path.name}",
             "source": {
                 "format": source_format,
                 "file": path.name,
-                "bytes": path.stat().st_size,
-                "sha256": sha256_file(path),
+                "bytes": size,
+                "sha256": digest,
                 "columns": {role: list(names) for role, names in source.names.items()},
                 "rows": rows_read,
                 "dropped_rows": episodes.dropped,
@@ -710,6 +893,16 @@ def import_file(
             "checkpoint_sha256": None,
         }
         return writer.finalize(producer)
+
+
+def _digest(path: Path) -> tuple[int, str]:
+    """A source's bytes and sha256: a file's own; for a LeRobot directory, its info.json's and
+    data files' bytes and the sha256 of their `sha256  path` lines (as sha256sum prints them)."""
+    if path.is_file():
+        return path.stat().st_size, sha256_file(path)
+    files = [path / LEROBOT_INFO_PATH, *_lerobot_data_files(path)]
+    lines = "".join(f"{sha256_file(file)}  {file.relative_to(path)}\n" for file in files)
+    return sum(file.stat().st_size for file in files), hashlib.sha256(lines.encode()).hexdigest()
 
 
 def _recorded_dataset(source: _Source) -> tuple[gym.Space, gym.Space, str | None, str | None] | None:
