@@ -73,7 +73,7 @@ def test_every_stage_that_writes_a_dataset_or_checkpoint_depends_on_the_file_wri
         name
         for name, (_, _, outs) in stages.items()
         for out in (next(iter(out)) if isinstance(out, dict) else out for out in outs)
-        if out.startswith(("datasets/", "sweeps/", "ope/", "logs/")) or out.endswith("model.safetensors")
+        if out.startswith(("datasets/", "sweeps/", "ope/")) or out.endswith("model.safetensors")
     }
     assert len(writers) == len(stages) - 1  # all but the report
     assert all("rlpipe/files.py" in stages[name][1] for name in writers)
