@@ -32,42 +32,15 @@ from rlpipe.datasets import exports
 from rlpipe.datasets.imports import ZERO_REWARD
 from rlpipe.datasets.loader import TransitionArrays, load_dataset
 from rlpipe.datasets.store import open_dataset
-from tests.test_collector import collect_dataset
+from tests.test_exports import export_ok, fails, sources  # noqa: F401  (sources: the exports' random-policy store, a fixture)
 from tests.test_imports import FIELDS, import_fails, import_ok, without_next_obs
 
 INDEX_COLUMNS = ["timestamp", "frame_index", "episode_index", "index", "task_index"]
 
 
-@pytest.fixture(scope="module")
-def sources(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Random-policy datasets: pendulum (Box actions, truncated episodes), cartpole (Discrete
-    actions, terminated ones), frames (uint8 8 x 8 x 3 images) and goals (Dict observations)."""
-    store = tmp_path_factory.mktemp("sources")
-    for env_id, name, episodes in [
-        ("Pendulum-v1", "pendulum", 3),
-        ("CartPole-v1", "cartpole", 6),
-        ("TinyFrames-v0", "frames", 6),
-        ("GoalWorld-v0", "goals", 1),
-    ]:
-        collect_dataset(store, env_id, name, fmt="arrow", episodes=episodes)
-    return store
-
-
-def export_ok(cli, store: Path, name: str, out: Path, *args: str) -> Path:
-    result = cli("datasets", "export", name, "--to", "lerobot", "--out", out, "--store", store, *args)
-    assert result.code == 0, result.err
-    assert f"exported {name} -> {out} ({len(load_dataset(name, store))} transitions, lerobot)" in result.out
-    return out
-
-
-def fails(result, expected: str) -> None:
-    assert result.code == 2, (result.out, result.err)
-    assert len(result.err.strip().splitlines()) == 1 and expected in result.err, result.err
-
-
 @pytest.mark.parametrize("name", ["pendulum", "cartpole", "frames"])
 def test_an_export_imports_back_without_what_lerobot_cannot_carry(cli, sources: Path, store: Path, tmp_path: Path, name: str) -> None:
-    out = export_ok(cli, sources, name, tmp_path / "out" / name)
+    out = export_ok(cli, sources, name, "lerobot", tmp_path / "out" / name)
     leftovers = [p.name for p in out.parent.iterdir() if p.name.startswith((".tmp-", ".trash-", ".rm-"))]
     assert leftovers == [], "the directory was built beside --out and renamed into place"
     back = import_ok(cli, store, out, "lerobot", name=name)
@@ -90,7 +63,7 @@ def test_an_export_imports_back_without_what_lerobot_cannot_carry(cli, sources: 
 def test_the_export_follows_lerobots_v3_layout(cli, sources: Path, store: Path, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(exports, "LEROBOT_FILE_BYTES", 4096)  # an episode per data file ...
     monkeypatch.setattr(exports, "LEROBOT_CHUNK_FILES", 2)  # ... two files per chunk folder
-    out = export_ok(cli, sources, "pendulum", tmp_path / "pendulum")
+    out = export_ok(cli, sources, "pendulum", "lerobot", tmp_path / "pendulum")
     data = load_dataset("pendulum", sources)
     obs, action = np.asarray(data.obs), np.asarray(data.action)
     info = json.loads((out / "meta" / "info.json").read_text())
@@ -137,7 +110,7 @@ def test_the_export_follows_lerobots_v3_layout(cli, sources: Path, store: Path, 
 
 
 def test_the_export_of_images_and_discrete_actions(cli, sources: Path, tmp_path: Path) -> None:
-    out = export_ok(cli, sources, "frames", tmp_path / "frames")
+    out = export_ok(cli, sources, "frames", "lerobot", tmp_path / "frames")
     data = load_dataset("frames", sources)
     features = json.loads((out / "meta" / "info.json").read_text())["features"]
     assert features["observation.image"] == {"dtype": "image", "shape": [8, 8, 3], "names": ["height", "width", "channels"]}
@@ -160,9 +133,9 @@ def test_export_refusals_are_one_line_and_leave_nothing(cli, sources: Path, tmp_
     (tmp_path / "mine" / "notes.txt").write_text("mine")
     fails(export("cartpole", "--to", "lerobot", "--out", tmp_path / "mine"), "is not a LeRobot dataset; refusing to replace it")
     assert (tmp_path / "mine" / "notes.txt").read_text() == "mine"
-    out = export_ok(cli, sources, "cartpole", tmp_path / "c")
+    out = export_ok(cli, sources, "cartpole", "lerobot", tmp_path / "c")
     fails(export("cartpole", "--to", "lerobot", "--out", out), "exists (use --force to replace it)")
-    export_ok(cli, sources, "pendulum", out, "--force")
+    export_ok(cli, sources, "pendulum", "lerobot", out, "--force")
     assert json.loads((out / "meta" / "info.json").read_text())["total_frames"] == 600
     assert not [p for p in tmp_path.iterdir() if p.name.startswith((".tmp-", ".trash-", ".rm-"))]
 
@@ -394,7 +367,7 @@ print("lerobot read", len(dataset), "frames equal")
 @pytest.mark.skipif(not os.environ.get("RLPIPE_LEROBOT_PYTHON"), reason="set RLPIPE_LEROBOT_PYTHON to a Python with lerobot installed")
 @pytest.mark.parametrize("name", ["pendulum", "cartpole", "frames"])
 def test_lerobots_reader_loads_the_export(cli, sources: Path, tmp_path: Path, name: str) -> None:
-    out = export_ok(cli, sources, name, tmp_path / name)
+    out = export_ok(cli, sources, name, "lerobot", tmp_path / name)
     data: TransitionArrays = load_dataset(name, sources)
     arrays = {field: np.asarray(getattr(data, field)) for field in ("obs", "action", "reward", "terminated", "truncated", "episode_id")}
     np.savez(tmp_path / "ours.npz", **arrays)
