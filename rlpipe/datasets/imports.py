@@ -844,9 +844,12 @@ def import_file(
     if first is None:
         raise RlpipeError(f"{source.where}: holds no rows")
     recorded = _recorded_dataset(source) if not (env_id or declared) else None  # an rlpipe export: its spaces and env back
-    env_spaces = _env_spaces(env_id) if env_id else recorded[:2] if recorded else None
-    env_spec = recorded[3] if recorded else None
-    env_id = recorded[2] if recorded else env_id
+    env_spec = None
+    if recorded is not None:
+        recorded_observations, recorded_actions, env_id, env_spec = recorded
+        env_spaces: tuple[gym.Space, gym.Space] | None = (recorded_observations, recorded_actions)
+    else:
+        env_spaces = _env_spaces(env_id) if env_id else None
     observation_space = _observation_space(first, env_spaces[0] if env_spaces else None, source.where)
     if declared:
         chosen: gym.Space | None = _declared_action_space(declared, first, source.where)

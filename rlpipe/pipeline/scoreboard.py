@@ -225,7 +225,7 @@ def render_table(data: Mapping[str, Any]) -> str:
     groups = _groups(data)
     stale_groups = 0
     for (dataset, algo), runs in groups.items():
-        stale = [run["stale"] for run in runs if run.get("stale")]
+        stale = sum(bool(run.get("stale")) for run in runs)
         stale_groups += bool(stale)
         scores = [run_score(data, run) for run in runs]
         mean, error = mean_and_error(scores)
@@ -233,7 +233,7 @@ def render_table(data: Mapping[str, Any]) -> str:
         updates = sorted({int(run["metrics"]["gradient_updates"]) for run in runs})
         wall = np.mean([float(run["metrics"]["wall_seconds"]) for run in runs])
         figure = published["scores"].get(dataset, {}).get(algo)
-        name = f"{algo} (stale: {len(stale)} of {len(runs)} runs predate their code)" if stale else algo
+        name = f"{algo} (stale: {stale} of {len(runs)} runs predate their code)" if stale else algo
         lines.append(
             f"| {dataset} | {name} | {len(runs)} | {mean:.1f} ± {error:.1f} | {per_seed} | {'/'.join(map(str, updates))} "
             f"| {wall:.0f} | {'' if figure is None else f'{figure:.1f}'} |"

@@ -258,9 +258,8 @@ class Run:
             meta = {
                 "algo": self.algo,
                 "env_id": self.config.env_id,
-                "env_spec": env_spec_json(self.config.env_id)
-                if self.config.env_id
-                else None,  # rebuilds a dataset's env spec in `rlpipe eval`
+                # rebuilds a dataset's env spec in `rlpipe eval` (none for data with no environment)
+                "env_spec": env_spec_json(self.config.env_id) if self.config.env_id else None,
                 "action_space": space_to_json(action_space),
                 # as a string, as dataset metadata holds it: an unbounded Box's Infinity is not standard JSON
                 **({} if self.observation_space is None else {"observation_space": json.dumps(space_to_json(self.observation_space))}),

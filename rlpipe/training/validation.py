@@ -9,7 +9,7 @@ An offline run on such data instead:
    episodes' logged actions (`ValidationSet.action_error`: mean squared error in the policy's
    [-1, 1] action units, or the share of differing actions for discrete ones) and keeps a copy
    of the actor's weights there (`Snapshots`);
-3. after training fits FQE (`rlpipe.pipeline.ope.fitted_q_evaluation`) for all those copies at
+3. after training fits FQE (`rlpipe.training.fqe.fitted_q_evaluation`) for all those copies at
    once on the whole dataset, which estimates each one's discounted return from the data's
    initial states;
 4. keeps the copy ``select_by`` picks: the last one, the lowest validation error or the
@@ -18,7 +18,7 @@ An offline run on such data instead:
 
 The action error measures how far the policy is from the logging policy, which is what BC
 minimises and what a good offline RL policy may deliberately depart from; FQE measures value
-but carries its regression's bias. docs/datasets.md#training-without-an-environment states
+but carries its regression's bias. docs/your-own-data.md#choosing-a-checkpoint-measured states
 what the two selected on data where the truth is known.
 """
 
@@ -27,7 +27,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -138,8 +138,7 @@ class Snapshots:
 
     def score_fqe(self, estimates: Sequence[tuple[float, float]]) -> None:
         self.taken = [
-            Snapshot(s.updates, s.state, s.action_error, estimate, error)
-            for s, (estimate, error) in zip(self.taken, estimates, strict=True)
+            replace(s, fqe_estimate=estimate, fqe_standard_error=error) for s, (estimate, error) in zip(self.taken, estimates, strict=True)
         ]
 
     def select(self, rule: str) -> Snapshot:
