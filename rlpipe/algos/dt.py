@@ -25,7 +25,7 @@ from rlpipe.algos.registry import AlgoSpec, Family
 from rlpipe.datasets.frames import chain_starts
 from rlpipe.datasets.mapped import MappedTransitions
 from rlpipe.errors import RlpipeError
-from rlpipe.models.networks import ObsNormalizer, register_policy_class
+from rlpipe.models.networks import Float32Linear, ObsNormalizer, register_policy_class
 from rlpipe.training import ActionScaler, OfflineConfig, TrainResult
 from rlpipe.training.config import positive
 from rlpipe.training.diagnostics import Diagnosed
@@ -162,7 +162,7 @@ class DecisionTransformer(nn.Module):
         self.embed_norm, self.embed_drop = nn.LayerNorm(embedding_dim), nn.Dropout(dropout)
         self.blocks = nn.ModuleList(CausalBlock(embedding_dim, heads, dropout) for _ in range(layers))
         self.out_norm = nn.LayerNorm(embedding_dim)
-        self.head = nn.Linear(embedding_dim, act_dim)
+        self.head = Float32Linear(embedding_dim, act_dim)
         self.register_buffer("causal", torch.ones(3 * context, 3 * context, dtype=torch.bool).tril(), persistent=False)
         self.apply(_gpt_init)
 

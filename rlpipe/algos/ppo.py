@@ -45,7 +45,7 @@ from rlpipe.training.config import layer_sizes, positive
 from rlpipe.training.diagnostics import Diagnostics
 from rlpipe.training.env import BOX, DISCRETE, action_dim
 from rlpipe.training.onpolicy import PPOBatch, PPOSettings, RecurrentRolloutStorage, RolloutStorage
-from rlpipe.training.optim import adam, optimizer_step
+from rlpipe.training.optim import adam, autocast, optimizer_step
 from rlpipe.training.resume import Checkpointer
 
 ACTION_SPACES = (DISCRETE, BOX)
@@ -186,7 +186,8 @@ def ppo_update(
     for _ in range(settings.num_epochs):
         approx_kl = torch.zeros(())
         for idx in torch.randperm(n, generator=generator, device=batch.obs.device).tensor_split(n_minibatches):
-            loss, stats = loss_of(actor, batch, idx, clip, settings)  # type: ignore[arg-type]
+            with autocast(settings.precision, batch.obs.device):
+                loss, stats = loss_of(actor, batch, idx, clip, settings)  # type: ignore[arg-type]
             optimizer_step(optimizer, loss, settings.max_grad_norm)
             approx_kl = stats["approx_kl"]
             if diagnostics is not None:

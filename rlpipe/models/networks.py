@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import UnionType
 from typing import Any, Literal, TypeVar, Union, cast, get_args, get_origin, get_type_hints
 
@@ -39,6 +39,23 @@ def register_policy_class(cls: PolicyClass) -> PolicyClass:
     return cls
 
 
+def float32_output(layer: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    """``layer(x)`` in float32 even under bfloat16 autocast (rlpipe.training.optim.autocast): a
+    network's outputs (values, logits, actions) keep full precision, so the losses and targets
+    built on them do too; the hidden layers' products are where bfloat16 saves time."""
+    if torch.is_autocast_enabled(x.device.type):
+        with torch.autocast(x.device.type, enabled=False):
+            return layer(x.float())
+    return layer(x)
+
+
+class Float32Linear(nn.Linear):
+    """An output ``nn.Linear`` that stays float32 under autocast (:func:`float32_output`)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return float32_output(super().forward, x)
+
+
 def mlp(
     in_dim: int,
     out_dim: int,
@@ -60,8 +77,8 @@ def mlp(
     dims = [in_dim, *hidden, out_dim]
     layers: list[nn.Module] = []
     for i, (d_in, d_out) in enumerate(zip(dims[:-1], dims[1:])):
-        layer = nn.Linear(d_in, d_out)
         last = i == len(dims) - 2
+        layer = Float32Linear(d_in, d_out) if last else nn.Linear(d_in, d_out)
         if orthogonal:
             nn.init.orthogonal_(layer.weight, out_gain if last and out_gain is not None else math.sqrt(2))
             nn.init.zeros_(layer.bias)
@@ -344,14 +361,12 @@ class EnsembleMLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() == 2:  # the same batch for every member
             x = x.unsqueeze(0).expand(self.n, -1, -1)
-        last = len(self.layers) - 1
-        for i, layer in enumerate(self.layers):
-            x = layer(x)
-            if i < last:
-                x = self.act(x)
-                if self.norms is not None:
-                    x = self.norms[i](x)
-        return x
+        *hidden, output = self.layers
+        for i, layer in enumerate(hidden):
+            x = self.act(layer(x))
+            if self.norms is not None:
+                x = self.norms[i](x)
+        return float32_output(output, x)
 
 
 class EnsembleQ(nn.Module):

@@ -77,6 +77,9 @@ LoggerName = Literal["dvclive", "tensorboard", "wandb"]
 # Which checkpoint a run on data with no environment keeps: its last, the lowest validation
 # action error, or the highest FQE estimate (rlpipe.training.validation).
 SelectBy = Literal["last", "val_loss", "fqe"]
+# The arithmetic of a run's updates: float32, or the networks' matrix products in bfloat16
+# (rlpipe.training.optim.autocast; weights, optimiser state, output layers and losses in float32).
+Precision = Literal["fp32", "bf16"]
 
 # Fields set only by their own command option, never by a setting: field -> that option.
 NOT_SETTABLE = {"env_id": "--env (offline: the dataset's metadata)", "dataset": "--dataset", "store": "--store"}
@@ -90,6 +93,7 @@ class RunConfig:
     seed: int = 0
     device: str = "cpu"
     torch_threads: int = positive(1)
+    precision: Precision = "fp32"  # bf16: mixed precision, where the CPU (AMX, AVX512-BF16) or GPU multiplies bf16 faster
     eval_every: int = positive(1_000)  # in the run's unit: env steps online, gradient updates offline
     eval_episodes: int = positive(10)
     # After training, this many episodes on seeds neither training nor the periodic evaluation

@@ -41,6 +41,7 @@ from rlpipe.training.evaluation import Acting, PolicyFn, policy_fn
 from rlpipe.training.families import dataset_evaluator
 from rlpipe.training.fqe import FQEConfig, fitted_q_evaluation
 from rlpipe.training.graphs import UpdateStepper, graphs_enabled
+from rlpipe.training.optim import mixed_precision
 from rlpipe.training.resume import Checkpointer
 from rlpipe.training.run import Run, TrainResult
 from rlpipe.training.sampler import MappedSampler, TransitionSampler
@@ -461,6 +462,7 @@ def train_offline(
     """
     if getattr(config, "finetune_env_steps", 0):
         require_finetunable(data)
+    update = mixed_precision(update, config.precision, data.device)
     snapshots = None
     if data.validation is not None:
         require_validatable(algo, config, data, actor, policy_of)

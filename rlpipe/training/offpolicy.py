@@ -29,6 +29,7 @@ from rlpipe.errors import RlpipeError
 from rlpipe.training.buffer import Batch, ReplayBuffer, Update
 from rlpipe.training.env import BOX, ActionScaler, action_dim, make_vec_env, require_spaces, resolve_device
 from rlpipe.training.evaluation import FrameStacks, policy_fn
+from rlpipe.training.optim import mixed_precision
 from rlpipe.training.resume import Checkpointer
 from rlpipe.training.run import Run, TrainResult
 from rlpipe.training.seeding import seed_everything
@@ -176,6 +177,7 @@ def train_off_policy(
         env.envs.close()
         raise RlpipeError(f"{algo} does not support --checkpoint-every yet")
     eval_policy = policy_fn(agent.actor, scaler, env.device, deterministic=not config.eval_sampled_actions)
+    update = mixed_precision(agent.update, config.precision, env.device)
     run = Run(algo, config, out_dir, progress)
     frames = FrameStacks(env.frame_stack) if env.frame_stack > 1 else None
     loop_state = {"buffer": buffer, "stepper": stepper, "rng": env.rng, **({"frames": frames} if frames is not None else {})}
@@ -201,7 +203,7 @@ def train_off_policy(
             if len(buffer):
                 credit += earned_updates(config, stepper, b)
                 while credit >= 1.0:
-                    run.diagnostics.add(agent.update(buffer.sample(config.batch_size), updates))
+                    run.diagnostics.add(update(buffer.sample(config.batch_size), updates))
                     updates += 1
                     credit -= 1.0
             run.show(stepper.env_steps, stepper.last_return)

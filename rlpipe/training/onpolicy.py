@@ -25,6 +25,7 @@ import torch
 
 from rlpipe.models.networks import ActorCritic
 from rlpipe.models.recurrent import RecurrentActorCritic
+from rlpipe.training.config import Precision
 
 
 class RowStep(Protocol):
@@ -67,6 +68,7 @@ class PPOSettings(Protocol):
     ent_coef: float
     max_grad_norm: float
     target_kl: float | None
+    precision: Precision
 
 
 def compute_gae(

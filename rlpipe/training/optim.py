@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
-from typing import TypeVar
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
 
+from rlpipe.training.config import Precision
 from rlpipe.training.distributed import average_gradients
 
 ModuleT = TypeVar("ModuleT", bound=nn.Module)
+UpdateT = TypeVar("UpdateT", bound=Callable[..., Any])
 
 
 def adam(params: Iterable[torch.Tensor], lr: float, eps: float = 1e-8) -> torch.optim.Adam:
@@ -20,6 +22,29 @@ def adam(params: Iterable[torch.Tensor], lr: float, eps: float = 1e-8) -> torch.
     on CUDA capturable, so its steps can be part of a CUDA graph."""
     params = list(params)
     return torch.optim.Adam(params, lr=lr, eps=eps, fused=True, capturable=params[0].is_cuda)
+
+
+def autocast(precision: Precision, device: torch.device) -> AbstractContextManager[Any]:
+    """The arithmetic of ``precision`` on ``device`` for the code it encloses: nothing for fp32;
+    for bf16 ``torch.autocast`` (matrix products in bfloat16, weights and optimiser state in
+    float32; output layers stay float32: :class:`rlpipe.models.networks.Float32Linear`). No
+    cast cache: an update steps its optimisers between forward passes, and a cached bfloat16
+    copy of a weight would outlive the step."""
+    if precision == "fp32":
+        return nullcontext()
+    return torch.autocast(device.type, dtype=torch.bfloat16, cache_enabled=False)
+
+
+def mixed_precision(update: UpdateT, precision: Precision, device: torch.device) -> UpdateT:
+    """``update`` run under :func:`autocast` (itself for fp32)."""
+    if precision == "fp32":
+        return update
+
+    def update_in_precision(*args: Any) -> Any:
+        with autocast(precision, device):
+            return update(*args)
+
+    return update_in_precision  # type: ignore[return-value]
 
 
 def target_copy(module: ModuleT) -> ModuleT:

@@ -41,6 +41,7 @@ from rlpipe.training.evaluation import policy_fn
 from rlpipe.training.graphs import UpdateStepper, graphs_enabled
 from rlpipe.training.offline import OfflineData, dataset_metrics
 from rlpipe.training.offpolicy import OffPolicySetup, earned_updates, run_replay_buffer, warmup_actions
+from rlpipe.training.optim import mixed_precision
 from rlpipe.training.run import Run, TrainResult
 from rlpipe.training.sampler import SeedSampler, TransitionSampler
 
@@ -155,6 +156,7 @@ def train_offline_seeds(
     scaler = ActionScaler(data.action_space)
     policies = [policy_fn(actor, scaler, data.device) for actor in actors]
     sampler = SeedSampler(data.sampler, [config.seed for config in configs])
+    update = mixed_precision(update, first.precision, data.device)
     step = UpdateStepper(update, sampler, first.batch_size, first.updates, graph=graphs_enabled(data.device))
     results: dict[int, TrainResult] = {}
     updates = 0
@@ -237,6 +239,7 @@ def train_off_policy_seeds(
         policy_fn(seed_modules["policy"], scaler, setups[0].device, deterministic=not config.eval_sampled_actions)
         for seed_modules, config in zip(modules, configs)
     ]
+    update = mixed_precision(update, configs[0].precision, setups[0].device)
     runs: list[Run] = []
     results: dict[int, TrainResult] = {}
     updates = 0
