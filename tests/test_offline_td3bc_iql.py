@@ -89,3 +89,50 @@ def test_iql_rejects_bad_options() -> None:
         iql.make_config("Pendulum-v1", actor="beta")
     with pytest.raises(RlpipeError, match="expectile"):
         iql.make_config("Pendulum-v1", expectile=1.0)
+
+
+def test_cosine_schedule_follows_torch_and_resumes_where_it_stopped() -> None:
+    """CosineLR is CosineAnnealingLR's curve over its ``total`` steps, held at 0 after it, and
+    an optimizer restored from a state dict goes on from its own step count."""
+    from rlpipe.training.optim import CosineLR, adam
+
+    ours, theirs = torch.nn.Parameter(torch.ones(3)), torch.nn.Parameter(torch.ones(3))
+    optimizer, reference = adam([ours], 0.1), torch.optim.Adam([theirs], lr=0.1)
+    schedule, torch_schedule = CosineLR(optimizer, 10), torch.optim.lr_scheduler.CosineAnnealingLR(reference, 10)
+    rates = []
+    for _ in range(10):
+        for opt, param in ((optimizer, ours), (reference, theirs)):
+            opt.zero_grad()
+            param.square().sum().backward()
+            opt.step()
+        schedule.step()
+        torch_schedule.step()
+        rates.append(float(optimizer.param_groups[0]["lr"]))
+        assert rates[-1] == pytest.approx(reference.param_groups[0]["lr"], abs=1e-7)
+    assert rates[-1] == 0.0
+    resumed_param = torch.nn.Parameter(torch.ones(3))
+    resumed = adam([resumed_param], 0.1)
+    resumed_schedule = CosineLR(resumed, 20)
+    resumed.load_state_dict(optimizer.state_dict())  # 10 steps done
+    resumed_schedule.step()
+    assert float(resumed.param_groups[0]["lr"]) == pytest.approx(0.05, abs=1e-7)  # halfway down 20 steps
+
+
+def test_iql_cosine_schedule_anneals_the_actor_to_zero(offline_store: Path) -> None:
+    module = get_algo("iql")
+    config = module.make_config(
+        "Pendulum-v1", dataset="pendulum-mixed", store=str(offline_store), updates=40, eval_every=40, eval_episodes=1,
+        heldout_eval_episodes=0, actor_lr_schedule="cosine",
+    )  # fmt: skip
+    rates: list[float] = []
+    original = torch.optim.Adam.step
+
+    def recording_step(self: torch.optim.Adam, *args: object, **kwargs: object) -> object:
+        if isinstance(self.param_groups[0]["lr"], torch.Tensor):  # the actor's: the one scheduled
+            rates.append(float(self.param_groups[0]["lr"]))
+        return original(self, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(torch.optim.Adam, "step", recording_step)
+        module.train(config, None, progress=False)
+    assert len(rates) == 40 and rates[0] == pytest.approx(3e-4) and rates[-1] < 1e-6 < rates[20]

@@ -27,7 +27,7 @@ from rlpipe.training.config import FinetuneFields, layer_sizes, positive
 from rlpipe.training.diagnostics import Diagnosed
 from rlpipe.training.env import BOX
 from rlpipe.training.offline import fit_obs_normalizer, load_offline, returns_range_scale, train_offline
-from rlpipe.training.optim import adam, optimizer_step, polyak_update, target_copy
+from rlpipe.training.optim import CosineLR, adam, optimizer_step, polyak_update, target_copy
 
 ACTION_SPACES = (BOX,)
 SPEC = AlgoSpec(
@@ -51,6 +51,9 @@ class Config(FinetuneFields, OfflineConfig):
     max_weight: float = 100.0  # clip of exp(beta * advantage)
     actor: Literal["gaussian", "deterministic"] = "gaussian"  # tanh-Gaussian likelihood, or MSE
     normalize_obs: bool = True  # with the dataset's mean and std
+    # cosine: the actor's rate annealed to 0 over the run's updates (with fine-tuning, its steps'
+    # updates too), as CORL and d3rlpy run the paper's IQL
+    actor_lr_schedule: Literal["constant", "cosine"] = "constant"
     scale_rewards: bool = False  # rewards x 1000 / (max - min episode return): the paper's MuJoCo setting
 
     def __post_init__(self) -> None:
@@ -101,6 +104,7 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
     actor_opt = adam(actor.parameters(), config.actor_lr)
     critic_opt = adam(critic.parameters(), config.critic_lr)
     value_opt = adam(value.parameters(), config.value_lr)
+    actor_schedule = CosineLR(actor_opt, config.updates + config.finetune_env_steps) if config.actor_lr_schedule == "cosine" else None
     reward_scale = returns_range_scale(data) if config.scale_rewards else 1.0
 
     def update(b: Batch, _: int) -> Diagnosed:
@@ -125,6 +129,8 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
             nll = (actor(b.obs) - b.actions).square().sum(-1)
         actor_loss = (weight * nll).mean()
         optimizer_step(actor_opt, actor_loss)
+        if actor_schedule is not None:
+            actor_schedule.step()
         return {
             "value_loss": value_loss.detach(),
             "critic_loss": critic_loss.detach(),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, TypeVar
@@ -45,6 +46,26 @@ def mixed_precision(update: UpdateT, precision: Precision, device: torch.device)
             return update(*args)
 
     return update_in_precision  # type: ignore[return-value]
+
+
+class CosineLR:
+    """``optimizer``'s learning rate annealed from its initial value to 0 over ``total`` steps
+    along a half cosine (the closed form of torch's ``CosineAnnealingLR``, which CORL's and
+    d3rlpy's IQL step after each actor update): call :meth:`step` after each optimizer step.
+    The rate is a tensor updated in place from the optimizer's own step count, so a CUDA
+    graph replaying the update follows it and a resumed run (its optimizer state restored)
+    goes on where it stopped."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, total: int) -> None:
+        group = optimizer.param_groups[0]
+        self.optimizer, self.total, self.initial = optimizer, total, float(group["lr"])
+        group["lr"] = torch.tensor(self.initial, device=group["params"][0].device)
+
+    def step(self) -> None:
+        group = self.optimizer.param_groups[0]
+        done = self.optimizer.state[group["params"][0]]["step"]
+        progress = (done / self.total).clamp(max=1.0)
+        group["lr"].copy_(0.5 * self.initial * (1.0 + torch.cos(math.pi * progress)))
 
 
 def target_copy(module: ModuleT) -> ModuleT:
