@@ -66,12 +66,13 @@ def seed_list(text: str) -> list[int]:
     return [int(seed) for seed in text.split(",")]
 
 
-def learning(dataset: str, store: str, seeds: list[int]) -> dict[str, dict[str, list[float]]]:
-    """Held-out returns of BC, TD3+BC and IQL on ``dataset``: algo -> precision -> one per seed."""
+def learning(dataset: str, store: str, seeds: list[int], algos: list[str]) -> dict[str, dict[str, list[float]]]:
+    """Held-out returns of ``algos`` (of BC, TD3+BC and IQL) on ``dataset``: algo -> precision -> one per seed."""
     import rlpipe
 
     found: dict[str, dict[str, list[float]]] = {}
-    for algo, updates in LEARNING_UPDATES.items():
+    for algo in algos:
+        updates = LEARNING_UPDATES[algo]
         found[algo] = {"fp32": [], "bf16": []}
         for seed in seeds:
             for precision, returns in found[algo].items():
@@ -99,7 +100,7 @@ def print_learning(dataset: str, found: dict[str, dict[str, list[float]]]) -> No
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--algos", default=",".join(ALGOS), help="comma-separated: " + ", ".join(ALGOS))
+    parser.add_argument("--algos", help="comma-separated: " + ", ".join(ALGOS) + " (with --learning: bc, td3bc, iql; default all)")
     parser.add_argument("--updates", type=int, default=200, help="timed updates per block")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="10 updates, one repeat")
@@ -108,16 +109,18 @@ def main() -> None:
     parser.add_argument("--store", default="datasets", help="the dataset store of --learning")
     parser.add_argument("--seeds", default="0-4", help="the seeds of --learning: 0-4 or 0,3,5")
     args = parser.parse_args()
+    algos = args.algos.split(",") if args.algos else list(LEARNING_UPDATES if args.learning else ALGOS)
     if args.learning:
         limit_threads()
-        found = learning(args.learning, args.store, seed_list(args.seeds))
+        if unknown := set(algos) - set(LEARNING_UPDATES):
+            parser.error(f"--algos with --learning: {sorted(unknown)} not among {sorted(LEARNING_UPDATES)}")
+        found = learning(args.learning, args.store, seed_list(args.seeds), algos)
         print_learning(args.learning, found)
         if args.json:
             Path(args.json).write_text(json.dumps({"cpu_bf16": bf16_flags(), "heldout_return": found}, indent=2) + "\n")
         return
     if args.quick:
         args.updates, args.repeats = 10, 1
-    algos = args.algos.split(",")
     if unknown := set(algos) - set(ALGOS):
         parser.error(f"--algos: unknown {sorted(unknown)}")
     limit_threads()
