@@ -27,13 +27,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlpipe.datasets.loader import TransitionArrays, load_dataset
-from rlpipe.datasets.store import DatasetInfo, list_datasets, open_dataset
+from rlpipe.datasets.store import DatasetInfo, list_datasets, open_dataset, reusing_opened
 from rlpipe.errors import ArgumentTypeError, RlpipeError
 from rlpipe.limits import MAX_ENV_STEPS, MAX_EPISODES, check_count, check_seed
 
 if TYPE_CHECKING:
     from rlpipe.algos.policy import LoadedPolicy
     from rlpipe.pipeline.collect import CollectedDataset
+    from rlpipe.pipeline.runs import PreparedRun
     from rlpipe.training.config import RunConfig
     from rlpipe.training.evaluation import EvalResult
     from rlpipe.training.run import TrainResult
@@ -64,18 +65,18 @@ def collect(
     of a fresh expert run of ``expert_steps`` steps is stored (a mixed-quality dataset). Give
     ``episodes`` or ``steps`` (whole episodes either way) except with ``from_training``. The
     default ``name`` is ``<env>-random``, ``<env>-expert`` or ``<env>-mixed``; an existing
-    dataset of that name is replaced only with ``force``. ``options`` are the remaining keyword
-    arguments of `rlpipe.pipeline.collect.collect_dataset` (``num_envs``, ``fmt``,
-    ``stochastic``, ``workers``, ...). Returns the dataset's path and metadata.
+    dataset of that name is replaced only with ``force``. ``options`` are the remaining fields
+    of the request, `rlpipe.pipeline.collect.CollectRequest`, and of its roll-out (``num_envs``,
+    ``fmt``, ``stochastic``, ``workers``, ``info_keys``, ...). Returns the dataset's path and metadata.
     """
-    from rlpipe.pipeline.collect import collect_dataset
+    from rlpipe.pipeline.collect import CollectRequest, collect_dataset
 
     _check_text("env_id", env_id)
     for argument, count in (("episodes", episodes), ("steps", steps), ("expert_steps", expert_steps)):
         if count is not None:
             check_count(count, argument, MAX_ENV_STEPS)
     check_seed(seed)
-    return collect_dataset(
+    request = CollectRequest.of(
         env_id,
         expert=expert,
         from_training=from_training,
@@ -89,6 +90,7 @@ def collect(
         progress=progress,
         **options,
     )
+    return collect_dataset(request)
 
 
 def make_config(
@@ -97,12 +99,7 @@ def make_config(
     """The config ``rlpipe train ALGO`` would use: the algorithm's tuned defaults for the env
     (online algorithms: ``env``; offline ones: the env recorded in ``dataset``'s metadata),
     then ``settings`` (config field names, values checked against the fields' types)."""
-    from rlpipe.pipeline.runs import prepare_run
-
-    _check_text("env", env, optional=True)
-    _check_text("dataset", dataset, optional=True)
-    # run_dir given so that no default run directory is named: where a run goes is train's `out`
-    return prepare_run(algo, env_id=env, dataset=dataset, store=store, settings=_typed(algo, settings), run_dir=".").config
+    return _prepare(algo, env, dataset, store, settings).config
 
 
 def train(
@@ -127,15 +124,18 @@ def train(
     from rlpipe.algos import get_algo
 
     spec = get_algo(algo)
+    opened = None  # the dataset a config made here opened and checked: the run reuses it
     if config is None:
-        config = make_config(algo, env=env, dataset=dataset, store=store, **settings)
+        prepared = _prepare(algo, env, dataset, store, settings)
+        config, opened = prepared.config, prepared.dataset
     else:
         if env is not None or dataset is not None or store is not None:
             raise RlpipeError("give either a config or env/dataset/store, not both: the config names its env or dataset")
         if not isinstance(config, spec.config_class):
             raise RlpipeError(f"{algo} trains with a {spec.config_class.__name__} of {spec.module}, not a {type(config).__name__}")
         config = replace(config, **_typed(algo, settings))
-    return spec.train(config, None if out is None else Path(out), progress=progress)
+    with reusing_opened(opened):
+        return spec.train(config, None if out is None else Path(out), progress=progress)
 
 
 def load_policy(run_dir: PathLike, device: str = "cpu", deterministic: bool = True) -> LoadedPolicy:
@@ -186,6 +186,16 @@ def sampler(
     if sample_from_maps(info):
         return MappedSampler(MappedTransitions(info), device, seed, frame_stack=frame_stack)
     return TransitionSampler(load_dataset(dataset, store), device, seed, frame_stack=frame_stack)
+
+
+def _prepare(algo: str, env: str | None, dataset: str | None, store: PathLike | None, settings: dict[str, Any]) -> PreparedRun:
+    """`rlpipe.pipeline.runs.prepare_run` of `make_config`'s arguments, their types checked."""
+    from rlpipe.pipeline.runs import prepare_run
+
+    _check_text("env", env, optional=True)
+    _check_text("dataset", dataset, optional=True)
+    # run_dir given so that no default run directory is named: where a run goes is train's `out`
+    return prepare_run(algo, env_id=env, dataset=dataset, store=store, settings=_typed(algo, settings), run_dir=".")
 
 
 def _check_text(argument: str, value: object, optional: bool = False) -> None:

@@ -82,31 +82,29 @@ def collect_command(
 
     The dataset is Arrow shards and metadata.json, with Minari's HDF5 layout on request (--format).
     """
-    from rlpipe.pipeline.collect import collect_dataset
+    from rlpipe.pipeline.collect import CollectRequest, Rollout, collect_dataset
 
     if metrics is not None:
         check_output_file(metrics, "--metrics", make_parents=True)  # before anything is collected
+    rollout = Rollout(episodes, steps, _num_envs(num_envs), seed, not quiet, tuple(info_keys))
     collected = collect_dataset(
-        env,
-        policy=policy,
-        expert=expert,
-        expert_run=expert_run,
-        expert_steps=expert_steps,
-        expert_settings=_expert_settings(expert, expert_set),
-        from_training=from_training,
-        stochastic=stochastic,
-        episodes=episodes,
-        steps=steps,
-        seed=seed,
-        num_envs=_num_envs(num_envs),
-        name=name,
-        fmt=fmt,
-        store=store,
-        force=force,
-        progress=not quiet,
-        info_keys=tuple(info_keys),
-        backend=backend,
-        workers=workers,
+        CollectRequest(
+            env,
+            rollout,
+            policy=policy,
+            expert=expert,
+            expert_run=expert_run,
+            expert_steps=expert_steps,
+            expert_settings=_expert_settings(expert, expert_set),
+            from_training=from_training,
+            stochastic=stochastic,
+            name=name,
+            fmt=fmt,
+            store=store,
+            force=force,
+            backend=backend,
+            workers=workers,
+        )
     )
     summary = collected.summary()
     if metrics is not None:

@@ -99,7 +99,7 @@ class EpisodeAssembler:
         sink: receives each flushed block of rows (e.g. `DatasetWriter.write`).
         episodes, steps: the budget (at most one), split evenly over the envs.
         capacity: initial staging rows; doubled when unfinished episodes fill half of it.
-        info_space: the info keys stored as `info`/`next_info` columns (see `probe_info_space`);
+        info_space: the info keys stored as `info`/`next_info` columns (see `resolve_env`);
             `obs_info` must then hold the columns that came with the first observations.
     """
 
@@ -227,15 +227,58 @@ class EpisodeAssembler:
         self._size = 0
 
 
-def probe_info_space(env_id: str, keys: tuple[str, ...]) -> gym.spaces.Dict | None:
-    """The Dict of those info `keys` the env reports (at reset or on a random first step),
-    each as the Box its values fit; None when it reports none of them."""
-    envs = make_vec_env(env_id, 1)
+CollectionEnvs = gym.Env | gym.vector.VectorEnv  # what a collection steps: one env, or a vector env
+
+
+@dataclass(frozen=True)
+class EnvRef:
+    """An env resolved once, at the edge of a collection (`resolve_env`): its id, its
+    single-env spaces and the info keys it reports, passed down instead of building the env
+    again to read them."""
+
+    env_id: str
+    observation_space: gym.Space
+    action_space: gym.Space
+    info_space: gym.spaces.Dict | None  # the info keys stored as info/next_info columns (see `EpisodeAssembler`)
+
+
+def open_envs(env_id: str, num_envs: int) -> CollectionEnvs:
+    """The envs a collection of `num_envs` steps: one ``gym.make`` env (see `OneEnvRollout`), or a vector env."""
+    return make_env(env_id) if num_envs == 1 else make_vec_env(env_id, num_envs)
+
+
+def resolve_env(env_id: str, info_keys: tuple[str, ...], num_envs: int | None = None) -> tuple[EnvRef, CollectionEnvs | None]:
+    """Build `env_id` once and read its `EnvRef`: its spaces, and the Dict of those `info_keys`
+    it reports at reset or on a random first step, each as the Box its values fit (None when it
+    reports none of them).
+
+    With `num_envs` the env is built as the envs a collection of that many steps
+    (`open_envs`) and returned for `collect` to step (its reset with the collection's seed
+    starts them afresh), so the collection builds none; the caller closes them. Without, a
+    one-env probe is built and closed here: the collection runs elsewhere (tasks, a training run).
+    """
+    envs = open_envs(env_id, num_envs or 1)
     try:
-        envs.action_space.seed(0)
-        infos = [envs.reset(seed=0)[1], envs.step(envs.action_space.sample())[-1]]
-    finally:
+        if isinstance(envs, gym.vector.VectorEnv):
+            spaces = envs.single_observation_space, envs.single_action_space
+        else:
+            spaces = envs.observation_space, envs.action_space
+        ref = EnvRef(env_id, *spaces, _probe_info_space(envs, info_keys) if info_keys else None)
+    except BaseException:
         envs.close()
+        raise
+    if num_envs is None:
+        envs.close()
+        return ref, None
+    return ref, envs
+
+
+def _probe_info_space(envs: CollectionEnvs, keys: tuple[str, ...]) -> gym.spaces.Dict | None:
+    """`resolve_env`'s info space, from the first env's reset (seed 0) and first random step."""
+    envs.action_space.seed(0)
+    infos = [envs.reset(seed=0)[1], envs.step(envs.action_space.sample())[-1]]
+    if not isinstance(envs, gym.vector.VectorEnv):
+        infos = [{key: [value] for key, value in info.items()} for info in infos]  # as a one-env vector env reports them
     found: dict[str, gym.Space] = {}
     for key in keys:
         values = [info[key][0] for info in infos if key in info and info.get(f"_{key}", np.ones(1, bool))[0]]
@@ -292,6 +335,7 @@ def collect(
     seed: int = 0,
     show_progress: bool = True,
     info_space: gym.spaces.Dict | None = None,
+    envs: CollectionEnvs | None = None,
 ) -> CollectStats:
     """Run a policy in `num_envs` vector envs until `episodes` whole episodes (or at least
     `steps` transitions in whole episodes) are done, sending rows to `sink`. The budget is
@@ -303,20 +347,23 @@ def collect(
     step is the real final observation: the env steps through
     :class:`~rlpipe.envs.stepper.VecStepper`, which marks the reset step after an episode's
     end (next-step autoreset), and that row is dropped. With `info_space` the rows also get
-    those info keys (`info` with obs, `next_info` with next_obs; see `probe_info_space`).
+    those info keys (`info` with obs, `next_info` with next_obs; see `resolve_env`).
 
     With one env there is nothing to batch: `OneEnvRollout` steps a plain ``gym.make`` env
     (a 1-env vector env costs several times a CartPole step) and gives the same rows as a
-    1-env SyncVectorEnv would.
+    1-env SyncVectorEnv would. `envs` are the `num_envs` envs to step when the caller built
+    them already (`resolve_env`) and closes them; by default they are built here (`open_envs`).
     """
     check_budget(episodes, steps)
-    if num_envs == 1:
-        return OneEnvRollout(env_id, make_policy, sink, episodes, steps, info_space).run(seed, show_progress)
-    envs = make_vec_env(env_id, num_envs)
+    owned = envs is None
+    envs = open_envs(env_id, num_envs) if envs is None else envs
     try:
-        policy = make_policy(envs.single_action_space, num_envs)
+        if num_envs == 1:
+            return OneEnvRollout(env_id, make_policy, sink, episodes, steps, info_space).run(cast(gym.Env, envs), seed, show_progress)
+        vector = cast(gym.vector.VectorEnv, envs)
+        policy = make_policy(vector.single_action_space, num_envs)
         assembler = EpisodeAssembler(num_envs, sink, episodes=episodes, steps=steps, info_space=info_space)
-        stepper = VecStepper(envs, None, seed, assembler.add_step)
+        stepper = VecStepper(vector, None, seed, assembler.add_step)
         if info_space is not None:
             assembler.obs_info = info_columns(stepper.infos, info_space, num_envs)
         start_episodes = _episode_starts(policy)
@@ -330,7 +377,8 @@ def collect(
             assembler.close()
             meter.done(assembler.episodes_done, assembler.recent_returns)
     finally:
-        envs.close()
+        if owned:
+            envs.close()
     return CollectStats(
         episodes=assembler.episodes_done,
         steps=assembler.steps_done,
@@ -374,21 +422,18 @@ class OneEnvRollout:
         self._lengths: list[int] = []
         self._ends: list[tuple[bool, bool]] = []
 
-    def run(self, seed: int, show_progress: bool) -> CollectStats:
-        env = make_env(self.env_id)
-        try:
-            policy = self.make_policy(env.action_space, 1)
-            obs, info = env.reset(seed=seed)
-            start = time.perf_counter()
-            with _progress(show_progress) as progress:
-                meter = _Meter(progress, f"collect {self.env_id}", self.episodes, self.steps, start)
-                while not self._budget_used():
-                    obs, info = self._episode(env, policy, obs, info)
-                    meter.show(self.kept_steps, len(self.returns), self.kept_steps, self.returns[-100:])
-                self._flush()
-                meter.done(len(self.returns), self.returns[-100:])
-        finally:
-            env.close()
+    def run(self, env: gym.Env, seed: int, show_progress: bool) -> CollectStats:
+        """Collect the budget from `env`, reset with `seed` first (the caller closes it)."""
+        policy = self.make_policy(env.action_space, 1)
+        obs, info = env.reset(seed=seed)
+        start = time.perf_counter()
+        with _progress(show_progress) as progress:
+            meter = _Meter(progress, f"collect {self.env_id}", self.episodes, self.steps, start)
+            while not self._budget_used():
+                obs, info = self._episode(env, policy, obs, info)
+                meter.show(self.kept_steps, len(self.returns), self.kept_steps, self.returns[-100:])
+            self._flush()
+            meter.done(len(self.returns), self.returns[-100:])
         return CollectStats(len(self.returns), self.kept_steps, self.kept_steps, time.perf_counter() - start, float(np.mean(self.returns)))
 
     def _budget_used(self) -> bool:

@@ -15,6 +15,9 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeGuard, cast
@@ -386,9 +389,13 @@ def _dataset_path(root: Path, name: str) -> Path:
 
 def open_dataset(name: str, store: str | os.PathLike | None = None, check_files: bool = True) -> DatasetInfo:
     """Find dataset `name` in the store and check its metadata and (with `check_files`) its
-    file layout, or raise a one-line error. An interrupted replace of it is rolled back first."""
+    file layout, or raise a one-line error. An interrupted replace of it is rolled back first.
+    Within `reusing_opened` of this dataset, the info opened there is returned instead."""
     root = store_root(store)
     path = _dataset_path(root, name)
+    reused = _reused(path)
+    if reused is not None:
+        return reused
     atomic.recover_name(root, path.name, is_dataset_dir)
     if not is_dataset_dir(path):
         available = ", ".join(info.name for info in list_datasets(root)) or "none"
@@ -403,6 +410,55 @@ def _checked_info(path: Path, check_files: bool = True) -> DatasetInfo:
     if problems:
         more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
         raise RlpipeError(f"dataset {name!r} is corrupted: {problems[0]}{more} (run `rlpipe datasets validate`)")
+    return info
+
+
+# The dataset one training run opened and checked at its start, with its files' stats then:
+# its later opens reuse it (`reusing_opened`).
+_OPENED: ContextVar[tuple[DatasetInfo, tuple[Any, ...]] | None] = ContextVar("rlpipe_opened_dataset", default=None)
+
+
+@contextmanager
+def reusing_opened(info: DatasetInfo | None) -> Iterator[None]:
+    """Within this block (one run, after `info` was opened and checked at its edge),
+    `open_dataset` of the same dataset returns `info` instead of reading and checking it again,
+    as long as none of the files those checks read has changed since the block began (a
+    changed, replaced or added file: opened afresh). None: nothing to reuse."""
+    token = _OPENED.set(None if info is None else (info, _files_stats(info)))
+    try:
+        yield
+    finally:
+        _OPENED.reset(token)
+
+
+def _files_stats(info: DatasetInfo) -> tuple[Any, ...]:
+    """(inode, size, mtime) of what opening `info` checks: metadata.json, every recorded file
+    and the folders whose stray files it refuses (None for one that is missing)."""
+    paths = [
+        info.path / METADATA_FILE,
+        *(info.path / rel for rel in sorted(info.metadata["files"])),
+        info.path / STEPS_DIR,
+        info.path / MINARI_DIR,
+    ]
+    stats: list[tuple[int, int, int] | None] = []
+    for path in paths:
+        try:
+            stat = path.stat()
+        except OSError:
+            stats.append(None)
+        else:
+            stats.append((stat.st_ino, stat.st_size, stat.st_mtime_ns))
+    return tuple(stats)
+
+
+def _reused(path: Path) -> DatasetInfo | None:
+    """The info `reusing_opened` holds when it is of the dataset at `path` and still current."""
+    opened = _OPENED.get()
+    if opened is None:
+        return None
+    info, stats = opened
+    if info.path.resolve() != path.resolve() or _files_stats(info) != stats:
+        return None
     return info
 
 

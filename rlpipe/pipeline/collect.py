@@ -9,15 +9,26 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
-from rlpipe.datasets.collector import CollectStats, Policy, RandomPolicy, RowSink, check_budget, collect, probe_info_space
+from rlpipe.datasets.collector import (
+    CollectionEnvs,
+    CollectStats,
+    EnvRef,
+    Policy,
+    RandomPolicy,
+    RowSink,
+    check_budget,
+    collect,
+    resolve_env,
+)
 from rlpipe.datasets.scores import reference_scores
 from rlpipe.datasets.store import check_name
 from rlpipe.datasets.writer import DatasetWriter
-from rlpipe.envs import env_slug, env_spaces, has_native_vector_env
+from rlpipe.envs import env_slug, has_native_vector_env
 from rlpipe.envs.multiagent import is_multi_agent
 from rlpipe.errors import RlpipeError
 from rlpipe.files import check_output_dir
@@ -33,23 +44,76 @@ INFO_KEYS = ("is_success",)  # env info keys stored as info/next_info columns by
 @dataclass(frozen=True)
 class Rollout:
     """One collection's roll-out: its budget (whole episodes, or at least this many steps),
-    envs, seed, progress bar and the info keys its rows keep."""
+    envs (None: auto, resolved by `collect_dataset`), seed, progress bar and the info keys
+    its rows keep when the env reports them."""
 
-    episodes: int | None
-    steps: int | None
-    num_envs: int
-    seed: int
-    show_progress: bool
-    info_space: gym.spaces.Dict | None
+    episodes: int | None = None
+    steps: int | None = None
+    num_envs: int | None = None
+    seed: int = 0
+    progress: bool = True
+    info_keys: tuple[str, ...] = INFO_KEYS
 
     @property
     def budget(self) -> dict[str, int | None]:
         """The budget as a producer records it."""
         return {"episodes": self.episodes, "steps": self.steps}
 
-    def run(self, env_id: str, make_policy: Callable[[gym.Space, int], Policy], sink: RowSink) -> CollectStats:
-        """Roll out ``make_policy``'s policy in ``env_id`` for this budget, rows to ``sink``."""
-        return collect(env_id, make_policy, sink, **vars(self))  # the fields are collect's keywords
+    @property
+    def env_count(self) -> int:
+        """`num_envs`, once `collect_dataset` has resolved it."""
+        return cast(int, self.num_envs)
+
+    def run(self, env: EnvRef, envs: CollectionEnvs | None, make_policy: Callable[[gym.Space, int], Policy], sink: RowSink) -> CollectStats:
+        """Roll out ``make_policy``'s policy in ``envs`` (built by `resolve_env`; None: built by
+        `collect`) for this budget, rows to ``sink``."""
+        return collect(
+            env.env_id,
+            make_policy,
+            sink,
+            episodes=self.episodes,
+            steps=self.steps,
+            num_envs=self.env_count,
+            seed=self.seed,
+            show_progress=self.progress,
+            info_space=env.info_space,
+            envs=envs,
+        )
+
+
+@dataclass(frozen=True)
+class CollectRequest:
+    """One collection as asked, built once by ``rlpipe collect`` or `rlpipe.api.collect` and
+    passed down: the env, the behaviour policy (random, or an expert; see `collect_dataset`),
+    the roll-out, and the dataset's name, format (None: arrow) and store."""
+
+    env_id: str
+    rollout: Rollout = Rollout()
+    policy: str = "random"
+    expert: str | None = None
+    expert_run: Path | None = None
+    expert_steps: int | None = None
+    expert_settings: dict[str, Any] | None = None
+    from_training: bool = False
+    stochastic: bool = False
+    name: str | None = None
+    fmt: str | None = None
+    store: str | os.PathLike | None = None
+    force: bool = False
+    backend: str | None = None
+    workers: int | None = None
+
+    @classmethod
+    def of(cls, env_id: str, **options: Any) -> CollectRequest:
+        """The request of keyword options: `Rollout`'s fields go to the roll-out, the others are this class's."""
+        rollout_fields = {f.name for f in fields(Rollout)}
+        rollout = Rollout(**{key: value for key, value in options.items() if key in rollout_fields})
+        return cls(env_id, rollout, **{key: value for key, value in options.items() if key not in rollout_fields})
+
+    @property
+    def format(self) -> str:
+        """The dataset's format: `fmt`, arrow when not given."""
+        return self.fmt or "arrow"
 
 
 @dataclass(frozen=True)
@@ -117,30 +181,10 @@ def dataset_name(env_id: str, kind: str) -> str:
     return f"{env_slug(env_id)}-{kind}"
 
 
-def collect_dataset(
-    env_id: str,
-    *,
-    policy: str = "random",
-    expert: str | None = None,
-    expert_run: Path | None = None,
-    expert_steps: int | None = None,
-    expert_settings: dict[str, Any] | None = None,
-    from_training: bool = False,
-    stochastic: bool = False,
-    episodes: int | None = None,
-    steps: int | None = None,
-    seed: int = 0,
-    num_envs: int | None = None,
-    name: str | None = None,
-    fmt: str | None = None,
-    store: str | os.PathLike | None = None,
-    force: bool = False,
-    progress: bool = True,
-    info_keys: tuple[str, ...] = INFO_KEYS,
-    backend: str | None = None,
-    workers: int | None = None,
-) -> CollectedDataset:
-    """Collect a dataset from `env_id` into the store and return where it went.
+def collect_dataset(request: CollectRequest | str, /, **options: Any) -> CollectedDataset:
+    """Collect the dataset `request` asks for into its store and return where it went. An env
+    id with keyword options stands for `CollectRequest.of` of them (how the tests and
+    benchmarks call it).
 
     The behaviour policy is `policy` (random) unless `expert` names an algorithm: then its
     run in `expert_run` (default models/<expert>-<env>, retrained when its params differ) is
@@ -148,7 +192,7 @@ def collect_dataset(
     `from_training` the expert is trained from scratch and every transition it saw is
     stored (a mixed-quality dataset). `expert_settings` are config fields of the expert's
     training (typed, e.g. from `--expert-set`; `stop_at_return` stops it at a medium policy),
-    on top of `expert_steps` and `seed`. Give `episodes` or `steps` (whole episodes either way),
+    on top of `expert_steps` and the seed. Give the roll-out's `episodes` or `steps` (whole episodes either way),
     except with `from_training`, whose budget is `expert_steps`. The default name is
     `<env>-random`, `<env>-expert` or `<env>-mixed`. Those `info_keys` the env reports are
     stored as `info`/`next_info` columns (not for training runs). The metadata gets reference
@@ -157,71 +201,59 @@ def collect_dataset(
     Multi-agent envs go to :func:`collect_multi_agent`. Nothing is left in the
     store on failure. `num_envs`
     None picks it from the env and the budget (`auto_num_envs`); the producer records the number used.
+    The env is built once before the first row (`resolve_env`): the envs that read its spaces
+    and info keys are those the roll-out steps (a one-env probe where the collection runs elsewhere).
 
     With `backend` ("local" or "ray") or `workers`, the budget is split into tasks run by
     `workers` processes or Ray tasks (`rlpipe.pipeline.tasks`): the same bytes for any
     number of workers and either backend (but not the bytes of a single-process collection).
     """
-    check_seed(seed)
-    if name is not None:
-        check_name(name)  # before any work: an empty name is refused, not replaced by the default
-    if expert_run is not None:
-        check_output_dir(expert_run, "--expert-run")  # a missing expert is trained there: a name too long fails now
-    if num_envs is not None:
-        check_num_envs(num_envs)
-    if expert_settings and (expert is None or is_multi_agent(env_id)):
-        raise RlpipeError("--expert-set sets how an --expert sac|ppo is trained: give --expert (not with multi-agent envs)")
+    if isinstance(request, str):
+        request = CollectRequest.of(request, **options)
+    elif options:
+        raise TypeError(f"collect_dataset: give a CollectRequest or an env id with options, not both ({', '.join(options)})")
+    _check_request(request)
+    env_id, rollout, expert = request.env_id, request.rollout, request.expert
     if is_multi_agent(env_id):
-        return collect_multi_agent(
-            env_id,
-            policy=policy,
-            expert=expert,
-            expert_run=expert_run,
-            stochastic=stochastic,
-            episodes=episodes,
-            steps=steps,
-            seed=seed,
-            num_envs=num_envs or 8,
-            name=name,
-            fmt=fmt or "arrow",
-            store=store,
-            force=force,
-        )
-    fmt = fmt or "arrow"
-    _check_choice(policy, expert, from_training, episodes, steps, expert_steps)
-    overrides = expert_overrides(expert_steps, seed, expert_settings or {})
-    if from_training and (backend is not None or workers is not None):
+        return collect_multi_agent(request)
+    _check_choice(request)
+    overrides = expert_overrides(request.expert_steps, rollout.seed, request.expert_settings or {})
+    in_tasks = request.backend is not None or request.workers is not None
+    if request.from_training and in_tasks:
         raise RlpipeError("--from-training is one training run: it cannot be split over --workers/--backend")
-    if num_envs is None:
-        num_envs = auto_num_envs(env_id, episodes, steps, batched_policy=expert is not None)
-    kind = "mixed" if from_training else ("expert" if expert else policy)
-    obs_space, act_space = env_spaces(env_id)  # validates the id before any file is made
-    info_space = None if from_training else probe_info_space(env_id, info_keys)
-    rollout = Rollout(episodes, steps, num_envs, seed, progress, info_space)
-    with DatasetWriter(
-        dataset_name(env_id, kind) if name is None else name,
-        obs_space,
-        act_space,
-        env_id=env_id,
-        store=store,
-        fmt=fmt,
-        force=force,
-        info_space=info_space,
-    ) as writer:
-        producer: Producer
-        if backend is not None or workers is not None:
-            producer, expert_return = _collect_in_tasks(
-                expert, env_id, writer, expert_run, overrides, stochastic, rollout, backend or "local", workers or 1
+    if rollout.num_envs is None:
+        rollout = replace(rollout, num_envs=auto_num_envs(env_id, rollout.episodes, rollout.steps, batched_policy=expert is not None))
+    kind = "mixed" if request.from_training else ("expert" if expert else request.policy)
+    in_process = not (in_tasks or request.from_training)  # whether the roll-out steps envs here: then the probe is them
+    info_keys = () if request.from_training else rollout.info_keys
+    env, envs = resolve_env(env_id, info_keys, rollout.num_envs if in_process else None)  # validates the id before any file is made
+    with ExitStack() as stack:
+        if envs is not None:
+            stack.callback(envs.close)
+        writer = stack.enter_context(
+            DatasetWriter(
+                dataset_name(env_id, kind) if request.name is None else request.name,
+                env.observation_space,
+                env.action_space,
+                env_id=env_id,
+                store=request.store,
+                fmt=request.format,
+                force=request.force,
+                info_space=env.info_space,
             )
+        )
+        producer: Producer
+        if in_tasks:
+            producer, expert_return = _collect_in_tasks(request, rollout, writer, overrides)
         elif expert is None:
-            rollout.run(env_id, lambda space, n: RandomPolicy(space, n, seed=seed), writer.write)
-            producer = RandomProducer(seed, num_envs, rollout.budget)
+            rollout.run(env, envs, lambda space, n: RandomPolicy(space, n, seed=rollout.seed), writer.write)
+            producer = RandomProducer(rollout.seed, rollout.env_count, rollout.budget)
             expert_return = None
-        elif from_training:
-            producer = _store_training_run(expert, env_id, writer, expert_run, overrides, progress)
+        elif request.from_training:
+            producer = _store_training_run(expert, env_id, writer, request.expert_run, overrides, rollout.progress)
             expert_return = producer.final_eval_return_mean
         else:
-            producer, expert_return = _roll_out_expert(expert, env_id, writer, expert_run, overrides, stochastic, rollout)
+            producer, expert_return = _roll_out_expert(expert, request, rollout, env, envs, writer, overrides)
         path = writer.finalize(asdict(producer), reference_scores(env_id, expert_return))
     return CollectedDataset(path, writer.metadata)
 
@@ -247,25 +279,37 @@ def auto_num_envs(env_id: str, episodes: int | None, steps: int | None, batched_
     return int(min(AUTO_MAX_ENVS, max(1, share)))
 
 
-def _check_choice(
-    policy: str, expert: str | None, from_training: bool, episodes: int | None, steps: int | None, expert_steps: int | None
-) -> None:
+def _check_request(request: CollectRequest) -> None:
+    """One-line errors for options that are wrong for any env (before any work)."""
+    check_seed(request.rollout.seed)
+    if request.name is not None:
+        check_name(request.name)  # an empty name is refused, not replaced by the default
+    if request.expert_run is not None:
+        check_output_dir(request.expert_run, "--expert-run")  # a missing expert is trained there: a name too long fails now
+    if request.rollout.num_envs is not None:
+        check_num_envs(request.rollout.num_envs)
+    if request.expert_settings and (request.expert is None or is_multi_agent(request.env_id)):
+        raise RlpipeError("--expert-set sets how an --expert sac|ppo is trained: give --expert (not with multi-agent envs)")
+
+
+def _check_choice(request: CollectRequest) -> None:
     """One-line errors for a policy/expert/budget combination that makes no dataset (before
     the store is touched)."""
-    if expert is None and policy not in POLICIES:
-        raise RlpipeError(f"unknown policy {policy!r}: use --policy random, or --expert ppo|sac")
+    expert, from_training, rollout = request.expert, request.from_training, request.rollout
+    if expert is None and request.policy not in POLICIES:
+        raise RlpipeError(f"unknown policy {request.policy!r}: use --policy random, or --expert ppo|sac")
     if expert is not None:
         from rlpipe.pipeline import experts  # torch: only collections with an expert import it
 
         experts.check_expert(expert)
     if from_training and expert is None:
         raise RlpipeError("--from-training needs --expert (the algorithm to train)")
-    if from_training and (episodes is not None or steps is not None):
+    if from_training and (rollout.episodes is not None or rollout.steps is not None):
         raise RlpipeError("--from-training stores the whole training run: use --expert-steps, not --episodes/--steps")
     if not from_training:
-        check_budget(episodes, steps)
-    if expert_steps is not None and expert_steps < 1:
-        raise RlpipeError(f"--expert-steps must be at least 1, got {expert_steps}")
+        check_budget(rollout.episodes, rollout.steps)
+    if request.expert_steps is not None and request.expert_steps < 1:
+        raise RlpipeError(f"--expert-steps must be at least 1, got {request.expert_steps}")
 
 
 def expert_overrides(expert_steps: int | None, seed: int, settings: dict[str, Any]) -> dict[str, Any]:
@@ -285,49 +329,49 @@ def _expert_params(overrides: dict[str, Any]) -> dict[str, Any]:
 
 
 def _collect_in_tasks(
-    expert: str | None,
-    env_id: str,
-    writer: DatasetWriter,
-    expert_run: Path | None,
-    overrides: dict[str, Any],
-    stochastic: bool,
-    rollout: Rollout,
-    backend: str,
-    workers: int,
+    request: CollectRequest, rollout: Rollout, writer: DatasetWriter, overrides: dict[str, Any]
 ) -> tuple[RandomProducer | ExpertProducer, float | None]:
     """Collect `rollout`'s budget as tasks (`rlpipe.pipeline.tasks`); the expert, if any, is
     loaded (or trained) here first and reloaded from its run directory by each task."""
     from rlpipe.pipeline.tasks import TaskPolicy, collect_tasks
 
+    expert, env_id, stochastic = request.expert, request.env_id, request.stochastic
     budget = rollout.budget
     policy = TaskPolicy()
     if expert is not None:
         from rlpipe.pipeline import experts
 
-        run_dir = expert_run or experts.default_run_dir(expert, env_id)
+        run_dir = request.expert_run or experts.default_run_dir(expert, env_id)
         loaded, _ = experts.ensure_expert(
             expert,
             env_id,
             run_dir,
             overrides,
-            match_params=expert_run is None,
+            match_params=request.expert_run is None,
             deterministic=not stochastic,
-            progress=rollout.show_progress,
+            progress=rollout.progress,
         )
         policy = TaskPolicy(str(Path(run_dir).resolve()), not stochastic)
     tasks, mean_return = collect_tasks(
-        writer, env_id, policy, **budget, seed=rollout.seed, num_envs=rollout.num_envs, backend=backend, workers=workers
+        writer,
+        env_id,
+        policy,
+        **budget,
+        seed=rollout.seed,
+        num_envs=rollout.env_count,
+        backend=request.backend or "local",
+        workers=request.workers or 1,
     )
     params = {**budget, "tasks": tasks}
     if expert is None:
-        return RandomProducer(rollout.seed, rollout.num_envs, params), None
+        return RandomProducer(rollout.seed, rollout.env_count, params), None
     return ExpertProducer(
         expert,
         loaded.checkpoint_sha256,
         str(run_dir),
         not stochastic,
         rollout.seed,
-        rollout.num_envs,
+        rollout.env_count,
         {**params, **_expert_params(overrides)},
     ), mean_return
 
@@ -352,62 +396,56 @@ def _store_training_run(
 
 def _roll_out_expert(
     expert: str,
-    env_id: str,
-    writer: DatasetWriter,
-    expert_run: Path | None,
-    overrides: dict[str, Any],
-    stochastic: bool,
+    request: CollectRequest,
     rollout: Rollout,
+    env: EnvRef,
+    envs: CollectionEnvs | None,
+    writer: DatasetWriter,
+    overrides: dict[str, Any],
 ) -> tuple[ExpertProducer, float]:
-    """Load (or first train) the expert and collect `rollout`'s budget of its episodes into
-    `writer`; returns the producer record and the mean return of the stored episodes.
+    """Load (or first train) the expert and collect `rollout`'s budget of its episodes from
+    `envs` into `writer`; returns the producer record and the mean return of the stored episodes.
 
-    Without `expert_run` the default run is retrained when its saved params differ; a given
+    Without an `expert_run` the default run is retrained when its saved params differ; a given
     run is used as it is.
     """
     from rlpipe.pipeline import experts
     from rlpipe.training.seeding import seed_everything
 
-    run_dir = expert_run or experts.expert_run_dir(expert, env_id, overrides)
+    stochastic = request.stochastic
+    run_dir = request.expert_run or experts.expert_run_dir(expert, env.env_id, overrides)
     loaded, _ = experts.ensure_expert(
-        expert, env_id, run_dir, overrides, match_params=expert_run is None, deterministic=not stochastic, progress=rollout.show_progress
+        expert,
+        env.env_id,
+        run_dir,
+        overrides,
+        match_params=request.expert_run is None,
+        deterministic=not stochastic,
+        progress=rollout.progress,
     )
     seed_everything(rollout.seed, torch_threads=None)  # an expert's sampled actions (--stochastic) repeat with the seed
-    stats = rollout.run(env_id, lambda space, n: loaded, writer.write)
+    stats = rollout.run(env, envs, lambda space, n: loaded, writer.write)
     producer = ExpertProducer(
         expert,
         loaded.checkpoint_sha256,
         str(run_dir),
         not stochastic,
         rollout.seed,
-        rollout.num_envs,
+        rollout.env_count,
         {**rollout.budget, **_expert_params(overrides)},
     )
     return producer, stats.mean_return
 
 
-def collect_multi_agent(
-    env_id: str,
-    *,
-    policy: str = "random",
-    expert: str | None = None,
-    expert_run: Path | None = None,
-    stochastic: bool = False,
-    episodes: int | None = None,
-    steps: int | None = None,
-    seed: int = 0,
-    num_envs: int = 8,
-    name: str | None = None,
-    fmt: str = "arrow",
-    store: str | os.PathLike | None = None,
-    force: bool = False,
-) -> CollectedDataset:
-    """Collect ``episodes`` whole episodes of a multi-agent env, one row per living agent per
+def collect_multi_agent(request: CollectRequest) -> CollectedDataset:
+    """Collect the request's ``episodes`` whole episodes of a multi-agent env, one row per living agent per
     step (an ``agent`` column), with random actions or a trained run's team policy, as the
-    env's family collects them (:mod:`rlpipe.training.families`). Arrow only: Minari's HDF5
-    has no multi-agent layout."""
+    env's family collects them (:mod:`rlpipe.training.families`); 8 envs unless ``num_envs``
+    is given. Arrow only: Minari's HDF5 has no multi-agent layout."""
     from rlpipe.training.families import family_plugin
 
+    env_id, expert, expert_run, policy, fmt = request.env_id, request.expert, request.expert_run, request.policy, request.format
+    episodes, steps, seed, num_envs = request.rollout.episodes, request.rollout.steps, request.rollout.seed, request.rollout.num_envs or 8
     plugin = family_plugin(env_id)
     if plugin.collection is None:
         raise RlpipeError(f"rlpipe collect has no multi-agent collection for {env_id!r}")
@@ -432,15 +470,15 @@ def collect_multi_agent(
         saved = load_saved_actor(expert_run)
         if saved.meta["env_id"] != env_id:
             raise RlpipeError(f"--expert-run {expert_run} was trained on {saved.meta['env_id']}, not {env_id}")
-    collection = plugin.collection(saved, stochastic, seed)
+    collection = plugin.collection(saved, request.stochastic, seed)
     with DatasetWriter(
-        dataset_name(env_id, "expert" if expert else policy) if name is None else name,
+        dataset_name(env_id, "expert" if expert else policy) if request.name is None else request.name,
         collection.observation_space,
         collection.action_space,
         env_id=env_id,
-        store=store,
+        store=request.store,
         fmt="arrow",
-        force=force,
+        force=request.force,
         multi_agent=True,
     ) as writer:
         collection.play(writer.write, episodes, num_envs, seed)

@@ -19,7 +19,7 @@ from typing import Any, cast
 import yaml
 
 from rlpipe.algos.registry import RESUMABLE, SPECS, AlgoSpec, get_algo
-from rlpipe.datasets.store import open_dataset, store_root
+from rlpipe.datasets.store import DatasetInfo, open_dataset, reusing_opened, store_root
 from rlpipe.envs import env_spaces, trusted_env_id
 from rlpipe.envs.multiagent import is_multi_agent
 from rlpipe.errors import RlpipeError
@@ -49,6 +49,7 @@ class PreparedRun:
     config: RunConfig
     run_dir: Path
     source: str  # the env id (online) or dataset name (offline) the run learns from
+    dataset: DatasetInfo | None = None  # the dataset opened and checked here (offline), reused by the run
 
 
 def merge_settings(options: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str, Any]:
@@ -117,6 +118,7 @@ def prepare_run(
     spec = get_algo(algo)
     overrides = merge_settings(options or {}, settings or {})
     check_loggers(overrides.get("loggers", ()))  # a missing extra is named before anything else is read or written
+    info: DatasetInfo | None = None
     if spec.online:
         if dataset is not None:
             raise RlpipeError(f"{algo} is an online algorithm and trains in the environment; --dataset is for offline algorithms")
@@ -141,7 +143,7 @@ def prepare_run(
     if config.checkpoint_every is not None and not spec.resumable:
         raise RlpipeError(f"{algo} does not support --checkpoint-every yet (resumable: {', '.join(RESUMABLE)})")
     out = Path(run_dir) if run_dir is not None else confined_path(runs_root, f"{algo}-{source}", "run name", option="--out")
-    return PreparedRun(spec, config, out, source)
+    return PreparedRun(spec, config, out, source, info)
 
 
 def _check_env(spec: AlgoSpec, env_id: str) -> None:
@@ -234,8 +236,11 @@ def _last_line(exc: BaseException) -> str:
 
 
 def train_run(run: PreparedRun, *, progress: bool = True) -> TrainResult:
-    """Train a prepared run; its checkpoint, ``metrics.json`` and curve go to ``run.run_dir``."""
-    return run.spec.train(run.config, run.run_dir, progress=progress)
+    """Train a prepared run; its checkpoint, ``metrics.json`` and curve go to ``run.run_dir``.
+    An offline run's dataset, opened and checked by `prepare_run`, is not opened again
+    (`reusing_opened`: the algorithms' ``train(config, ...)`` take a config, not the dataset)."""
+    with reusing_opened(run.dataset):
+        return run.spec.train(run.config, run.run_dir, progress=progress)
 
 
 __all__ = [
