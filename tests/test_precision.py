@@ -69,7 +69,7 @@ def test_an_unknown_precision_is_refused_in_one_line(cli, store: Path, tmp_path:
 
 
 def test_bc_in_bf16_learns_the_logging_policy_and_not_from_shuffled_actions(
-    cli, store: Path, tmp_path: Path, logs: dict[str, Path], learning_seed: int, record_property  # noqa: F811
+    cli, store: Path, tmp_path: Path, logs: dict[str, Path], learning_seed: int, record_property
 ) -> None:
     """test_envfree's learning test in bfloat16, with its bars: held-out action error below
     0.05 on the controller's logs, above 0.2 on the same actions shuffled across rows."""
@@ -87,7 +87,9 @@ def test_bc_in_bf16_learns_the_logging_policy_and_not_from_shuffled_actions(
 
 
 @pytest.mark.parametrize("algo", ["td3bc", "iql", "cql"])
-def test_critic_algorithms_train_in_bf16_with_finite_diagnostics(cli, store: Path, tmp_path: Path, logs: dict[str, Path], algo: str) -> None:  # noqa: F811
+def test_critic_algorithms_train_in_bf16_with_finite_diagnostics(
+    cli, store: Path, tmp_path: Path, logs: dict[str, Path], algo: str
+) -> None:
     import_logs(cli, store, logs["controller"], "controller")
     result = cli(
         "train", algo, "--dataset", "controller", "--store", store, "--out", tmp_path / algo, "--updates", "60",
