@@ -109,8 +109,8 @@ def captured_update(
     )
     caught: dict[str, Any] = {}
 
-    def stand_in(_algo: str, _config: Any, data: Any, _actor: Any, _modules: Any, update: Any, *args: Any, **kwargs: Any) -> None:
-        caught.update(sampler=data.sampler, update=update)
+    def stand_in(_algo: str, _config: Any, data: Any, learner: Any, *_: Any) -> None:
+        caught.update(sampler=data.sampler if learner.sampler is None else learner.sampler, update=learner.update)
         raise _Caught
 
     with mock.patch.object(module, "train_offline", stand_in), contextlib.suppress(_Caught):

@@ -27,7 +27,7 @@ from rlpipe.models.networks import CategoricalActor
 from rlpipe.training import Batch, OfflineConfig, TrainResult
 from rlpipe.training.config import positive
 from rlpipe.training.env import DISCRETE
-from rlpipe.training.offline import load_offline, train_offline
+from rlpipe.training.offline import Learner, load_offline, train_offline
 from rlpipe.training.optim import adam, optimizer_step
 
 ACTION_SPACES = (DISCRETE,)
@@ -54,7 +54,7 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
     def update(b: Batch, i: int) -> None:
         optimizer_step(optimizer, -actor.dist(b.obs).log_prob(b.actions.long()).mean())
 
-    return train_offline(SPEC.name, config, data, actor, {"policy": actor}, update, out_dir, progress)
+    return train_offline(SPEC.name, config, data, Learner(actor, {"policy": actor}, update), out_dir, progress)
 '''
 
 

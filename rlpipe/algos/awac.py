@@ -31,7 +31,7 @@ from rlpipe.training import Batch, OfflineConfig, TrainResult
 from rlpipe.training.config import FinetuneFields, layer_sizes, positive
 from rlpipe.training.diagnostics import Diagnosed
 from rlpipe.training.env import BOX
-from rlpipe.training.offline import fit_obs_normalizer, load_offline, train_offline
+from rlpipe.training.offline import Learner, fit_obs_normalizer, load_offline, train_offline
 from rlpipe.training.optim import adam, optimizer_step, polyak_update, target_copy
 
 ACTION_SPACES = (BOX,)
@@ -107,4 +107,4 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
         return {"critic_loss": critic_loss.detach(), "actor_loss": actor_loss.detach(), "q_mean": q_data.detach().mean()}
 
     modules = {"policy": actor, "critic": critic, "critic_target": critic_target}
-    return train_offline(SPEC.name, config, data, actor, modules, update, out_dir, progress)
+    return train_offline(SPEC.name, config, data, Learner(actor, modules, update), out_dir, progress)

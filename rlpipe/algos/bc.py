@@ -28,7 +28,7 @@ from rlpipe.training import Batch, OfflineConfig, TrainResult
 from rlpipe.training.config import layer_sizes, positive
 from rlpipe.training.diagnostics import Diagnosed
 from rlpipe.training.env import BOX, DISCRETE, encoder_spec
-from rlpipe.training.offline import IMAGE_OBSERVATION_KINDS, OfflineData, load_offline, require_flat_observations, train_offline
+from rlpipe.training.offline import IMAGE_OBSERVATION_KINDS, Learner, OfflineData, load_offline, require_flat_observations, train_offline
 from rlpipe.training.optim import adam, optimizer_step
 from rlpipe.training.windows import MAX_WINDOW, WindowBatch, window_sampler
 
@@ -100,18 +100,9 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
         optimizer_step(optimizer, loss)
         return {"loss": loss.detach()}
 
-    return train_offline(
-        SPEC.name,
-        config,
-        data,
-        actor,
-        {"policy": actor},
-        update,
-        out_dir,
-        progress,
-        optimizers={"optimizer": optimizer},
-        deterministic_eval=config.eval_deterministic or not data.discrete,
-    )
+    deterministic_eval = config.eval_deterministic or not data.discrete
+    learner = Learner(actor, {"policy": actor}, update, optimizers={"optimizer": optimizer}, deterministic_eval=deterministic_eval)
+    return train_offline(SPEC.name, config, data, learner, out_dir, progress)
 
 
 def _train_recurrent(config: Config, data: OfflineData, out_dir: str | Path | None, progress: bool) -> TrainResult:
@@ -131,16 +122,12 @@ def _train_recurrent(config: Config, data: OfflineData, out_dir: str | Path | No
         optimizer_step(optimizer, loss)
         return {"loss": loss.detach()}
 
-    return train_offline(
-        SPEC.name,
-        config,
-        data,
+    learner = Learner(
         actor,
         {"policy": actor},
         update,
-        out_dir,
-        progress,
         optimizers={"optimizer": optimizer},
         deterministic_eval=config.eval_deterministic,
         sampler=window_sampler(data, config.window, config.seed),
     )
+    return train_offline(SPEC.name, config, data, learner, out_dir, progress)

@@ -31,12 +31,12 @@ from torch import nn
 
 from rlpipe.algos.registry import OFFLINE_IMAGE_OBSERVATION_KINDS, AlgoSpec, Family
 from rlpipe.models.encoders import EncoderChoice, build_encoder
-from rlpipe.models.networks import EnsembleQ, mlp, register_policy_class
+from rlpipe.models.networks import EnsembleQ, init_spec, mlp, register_policy_class
 from rlpipe.training import Batch, OfflineConfig, TrainResult, Update
 from rlpipe.training.config import check_fractions, layer_sizes, positive
 from rlpipe.training.diagnostics import Diagnosed
 from rlpipe.training.env import BOX, DISCRETE, encoder_spec
-from rlpipe.training.offline import IMAGE_OBSERVATION_KINDS, OfflineData, load_offline, require_flat_observations, train_offline
+from rlpipe.training.offline import IMAGE_OBSERVATION_KINDS, Learner, OfflineData, load_offline, require_flat_observations, train_offline
 from rlpipe.training.optim import adam, frozen, optimizer_step, polyak_update, target_copy
 
 ACTION_SPACES = (BOX, DISCRETE)
@@ -119,15 +119,7 @@ class BCQPolicy(nn.Module):
         n_candidates: int = 10,
     ) -> None:
         super().__init__()
-        self.spec = {
-            "obs_dim": obs_dim,
-            "act_dim": act_dim,
-            "hidden": list(hidden),
-            "vae_hidden": list(vae_hidden),
-            "latent_dim": latent_dim,
-            "max_shift": max_shift,
-            "n_candidates": n_candidates,
-        }
+        self.spec = init_spec(BCQPolicy.__init__, locals())
         self.latent_dim, self.n_candidates = latent_dim, n_candidates
         self.decoder = mlp(obs_dim + latent_dim, act_dim, vae_hidden)
         self.perturbation = Perturbation(obs_dim, act_dim, hidden, max_shift)
@@ -168,7 +160,7 @@ class DiscreteBCQPolicy(nn.Module):
         encoder: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
-        self.spec = {"obs_dim": obs_dim, "n_actions": n_actions, "hidden": list(hidden), "threshold": threshold, "encoder": encoder}
+        self.spec = init_spec(DiscreteBCQPolicy.__init__, locals())
         self.threshold = threshold
         self.encoder, features = build_encoder(encoder, obs_dim)
         self.q = mlp(features, n_actions, hidden)
@@ -307,4 +299,4 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
     """Train BCQ on ``config.dataset``; with ``out_dir`` also write checkpoint, metrics and curve."""
     data = load_offline(SPEC.name, config, ACTION_SPACES, observation_kinds=IMAGE_OBSERVATION_KINDS)
     policy, modules, update, extra = (discrete_bcq if data.discrete else continuous_bcq)(config, data)
-    return train_offline(SPEC.name, config, data, policy, modules, update, out_dir, progress, extra)
+    return train_offline(SPEC.name, config, data, Learner(policy, modules, update, extra_metrics=extra), out_dir, progress)

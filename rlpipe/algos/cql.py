@@ -44,7 +44,7 @@ from rlpipe.training.config import FinetuneFields, layer_sizes, positive
 from rlpipe.training.diagnostics import Diagnosed
 from rlpipe.training.env import BOX, DISCRETE, encoder_spec
 from rlpipe.training.losses import of_actions, quantile_huber_loss
-from rlpipe.training.offline import IMAGE_OBSERVATION_KINDS, OfflineData, load_offline, require_flat_observations, train_offline
+from rlpipe.training.offline import IMAGE_OBSERVATION_KINDS, Learner, OfflineData, load_offline, require_flat_observations, train_offline
 from rlpipe.training.optim import adam, optimizer_step, polyak_update, target_copy
 from rlpipe.training.seeding import seed_everything
 from rlpipe.training.seedstack import SeedStack, train_offline_seeds
@@ -327,7 +327,7 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
     """Train CQL on ``config.dataset``; with ``out_dir`` also write checkpoint, metrics and curve."""
     data = load_offline(SPEC.name, config, ACTION_SPACES, observation_kinds=IMAGE_OBSERVATION_KINDS)
     actor, modules, update, extra = (discrete_cql if data.discrete else continuous_cql)(config, data)
-    return train_offline(SPEC.name, config, data, actor, modules, update, out_dir, progress, extra)
+    return train_offline(SPEC.name, config, data, Learner(actor, modules, update, extra_metrics=extra), out_dir, progress)
 
 
 def train_seeds(configs: Sequence[Config], out_dirs: Sequence[str | Path | None], *, progress: bool = True) -> list[TrainResult]:

@@ -25,12 +25,12 @@ from rlpipe.algos.registry import AlgoSpec, Family
 from rlpipe.datasets.frames import chain_starts
 from rlpipe.datasets.mapped import MappedTransitions
 from rlpipe.errors import RlpipeError
-from rlpipe.models.networks import Float32Linear, ObsNormalizer, register_policy_class
+from rlpipe.models.networks import Float32Linear, ObsNormalizer, init_spec, register_policy_class
 from rlpipe.training import ActionScaler, OfflineConfig, TrainResult
 from rlpipe.training.config import positive
 from rlpipe.training.diagnostics import Diagnosed
 from rlpipe.training.env import BOX, DISCRETE
-from rlpipe.training.offline import OfflineData, fit_obs_normalizer, load_offline, train_offline
+from rlpipe.training.offline import Learner, OfflineData, fit_obs_normalizer, load_offline, train_offline
 from rlpipe.training.optim import optimizer_step
 from rlpipe.training.windows import MAX_WINDOW, WindowBatch, window_sampler
 
@@ -138,20 +138,7 @@ class DecisionTransformer(nn.Module):
         normalize_obs: bool = True,
     ) -> None:
         super().__init__()
-        self.spec: dict[str, Any] = {
-            "obs_dim": obs_dim,
-            "act_dim": act_dim,
-            "discrete": discrete,
-            "context": context,
-            "max_timestep": max_timestep,
-            "target_return": target_return,
-            "return_scale": return_scale,
-            "embedding_dim": embedding_dim,
-            "layers": layers,
-            "heads": heads,
-            "dropout": dropout,
-            "normalize_obs": normalize_obs,
-        }
+        self.spec = init_spec(DecisionTransformer.__init__, locals())
         self.discrete, self.context, self.max_timestep = discrete, context, max_timestep
         self.target_return, self.return_scale = target_return, return_scale
         self.obs_norm = ObsNormalizer(obs_dim) if normalize_obs else nn.Identity()
@@ -325,17 +312,13 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
         model.eval()  # evaluation (between updates) acts without dropout
         return {"loss": loss.detach()}
 
-    return train_offline(
-        SPEC.name,
-        config,
-        data,
+    learner = Learner(
         model,
         {"policy": model},
         update,
-        out_dir,
-        progress,
         optimizers={"optimizer": optimizer},
         sampler=windows,
         policy_of=ReturnConditionedPolicy,
         extra_metrics=lambda: {"target_return": model.target_return},
     )
+    return train_offline(SPEC.name, config, data, learner, out_dir, progress)

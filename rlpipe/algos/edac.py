@@ -28,7 +28,7 @@ from rlpipe.training import Batch, OfflineConfig, TrainResult, Update
 from rlpipe.training.config import positive
 from rlpipe.training.diagnostics import Diagnosed
 from rlpipe.training.env import BOX
-from rlpipe.training.offline import load_offline, train_offline
+from rlpipe.training.offline import Learner, load_offline, train_offline
 
 ACTION_SPACES = (BOX,)
 SPEC = AlgoSpec(
@@ -132,4 +132,4 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
         return {"alpha": sac.alpha(), "diversity": float(stats.get("diversity", math.nan))}
 
     modules = {"policy": sac.actor, "critic": sac.critic, "critic_target": sac.critic_target}
-    return train_offline(SPEC.name, config, data, sac.actor, modules, update, out_dir, progress, extra)
+    return train_offline(SPEC.name, config, data, Learner(sac.actor, modules, update, extra_metrics=extra), out_dir, progress)

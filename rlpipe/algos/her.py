@@ -229,7 +229,7 @@ class HerReplayBuffer:
 
 
 def train(
-    config: Any,
+    config: DDPGHerConfig | TD3HerConfig | SACHerConfig,
     out_dir: str | Path | None = None,
     *,
     progress: bool = True,

@@ -26,7 +26,7 @@ from rlpipe.training import Batch, OfflineConfig, TrainResult
 from rlpipe.training.config import FinetuneFields, layer_sizes, positive
 from rlpipe.training.diagnostics import Diagnosed
 from rlpipe.training.env import BOX
-from rlpipe.training.offline import fit_obs_normalizer, load_offline, returns_range_scale, train_offline
+from rlpipe.training.offline import Learner, fit_obs_normalizer, load_offline, returns_range_scale, train_offline
 from rlpipe.training.optim import CosineLR, adam, optimizer_step, polyak_update, target_copy
 
 ACTION_SPACES = (BOX,)
@@ -140,4 +140,4 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
         }
 
     modules: dict[str, nn.Module] = {"policy": actor, "critic": critic, "critic_target": critic_target, "value": value}
-    return train_offline(SPEC.name, config, data, actor, modules, update, out_dir, progress)
+    return train_offline(SPEC.name, config, data, Learner(actor, modules, update), out_dir, progress)

@@ -35,7 +35,7 @@ from rlpipe.training.model_based import (
     fit_on,
     load_dynamics,
 )
-from rlpipe.training.offline import OfflineData, load_offline, train_offline
+from rlpipe.training.offline import Learner, OfflineData, load_offline, train_offline
 from rlpipe.training.planning import ModelEnv
 
 ACTION_SPACES = (BOX,)
@@ -123,4 +123,5 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
     mixed = MixedBatches(dataset_sampler.sample, synthetic, config.real_ratio)
     modules = {"policy": sac.actor, "critic": sac.critic, "critic_target": sac.critic_target, DYNAMICS_MODULE: model}
     extra = lambda: {**model_metrics, "alpha": sac.alpha(), "penalised_model_reward": stats["rollout_reward"]}  # noqa: E731
-    return train_offline(SPEC.name, config, data, sac.actor, modules, update, out_dir, progress, extra, sampler=mixed)
+    learner = Learner(sac.actor, modules, update, sampler=mixed, extra_metrics=extra)
+    return train_offline(SPEC.name, config, data, learner, out_dir, progress)

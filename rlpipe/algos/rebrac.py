@@ -24,7 +24,7 @@ from rlpipe.models.networks import DeterministicActor, EnsembleQ, edac_init_
 from rlpipe.training import Batch, OfflineConfig, TrainResult
 from rlpipe.training.config import layer_sizes, positive
 from rlpipe.training.env import BOX
-from rlpipe.training.offline import fit_obs_normalizer, load_offline, train_offline
+from rlpipe.training.offline import Learner, fit_obs_normalizer, load_offline, train_offline
 
 ACTION_SPACES = (BOX,)
 SPEC = AlgoSpec(
@@ -103,4 +103,4 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
         return behaviour_penalty(next_action, b.next_actions, config.critic_bc_coef)
 
     update, modules = td3_update(actor, critic, config, actor_loss, target_penalty, actor_q_min=True)
-    return train_offline(SPEC.name, config, data, actor, modules, update, out_dir, progress, update_period=config.policy_delay)
+    return train_offline(SPEC.name, config, data, Learner(actor, modules, update, update_period=config.policy_delay), out_dir, progress)

@@ -73,6 +73,15 @@ class SACNetworkSettings(Protocol):
     alpha_lr: float
 
 
+class SeedStackSettings(SACNetworkSettings, Protocol):
+    """What :meth:`StackedSoftActorCritic.build` reads of each seed's config: the networks'
+    settings, the seed they are built after and the target networks' rate."""
+
+    seed: int
+    torch_threads: int
+    tau: float
+
+
 @dataclass
 class Config(SACFields, OnlineConfig):
     buffer_size: int = buffer_capacity(1_000_000)
@@ -206,7 +215,7 @@ class StackedSoftActorCritic:
     tau: float
 
     @classmethod
-    def build(cls, configs: Sequence[Any], obs_dim: int, act_dim: int, device: torch.device) -> StackedSoftActorCritic:
+    def build(cls, configs: Sequence[SeedStackSettings], obs_dim: int, act_dim: int, device: torch.device) -> StackedSoftActorCritic:
         """From ``configs`` (SAC's fields, equal but for ``seed``): each seed's networks built
         right after seeding, as in its own run."""
         seeds = []

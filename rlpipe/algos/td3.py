@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 import torch
 from torch import nn
@@ -53,6 +53,18 @@ TargetPenalty = Callable[[Batch, torch.Tensor], torch.Tensor]
 ``(batch.next_obs, next_action)`` before discounting."""
 
 
+class TD3Settings(Protocol):
+    """What TD3's update reads of a config (TD3's, TD3+BC's, ReBRAC's)."""
+
+    gamma: float
+    tau: float
+    actor_lr: float
+    critic_lr: float
+    policy_delay: int
+    target_noise: float
+    target_noise_clip: float
+
+
 def maximise_q(b: Batch, pi: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """TD3's actor loss: -Q1(s, pi(s))."""
     return -q.mean()
@@ -69,7 +81,7 @@ def smoothed_next_action(actor_target: nn.Module, next_obs: torch.Tensor, noise_
 
 @torch.no_grad()
 def td3_target(
-    actor_target: nn.Module, critic_target: EnsembleQ, b: Batch, config: Any, penalty: TargetPenalty | None = None
+    actor_target: nn.Module, critic_target: EnsembleQ, b: Batch, config: TD3Settings, penalty: TargetPenalty | None = None
 ) -> torch.Tensor:
     """Clipped double-Q target r + gamma * (1 - terminated) * (min_i Q'_i(s', a') - penalty(b, a')),
     a' the smoothed target action (no penalty: TD3's)."""
@@ -83,7 +95,7 @@ def td3_target(
 def td3_update(
     actor: DeterministicActor,
     critic: EnsembleQ,
-    config: Any,
+    config: TD3Settings,
     actor_loss: ActorLoss = maximise_q,
     target_penalty: TargetPenalty | None = None,
     actor_q_min: bool = False,
@@ -91,8 +103,7 @@ def td3_update(
     """TD3's update of ``actor`` and twin ``critic`` (TD3+BC reuses it with its own ``actor_loss``,
     ReBRAC also with a ``target_penalty`` and the actor's Q the twins' minimum, ``actor_q_min``).
 
-    Makes the target networks and optimisers; ``config`` needs gamma, tau, actor_lr,
-    critic_lr, policy_delay, target_noise and target_noise_clip. Returns
+    Makes the target networks and optimisers. Returns
     ``update(batch, update_index)`` (critic every call; actor and targets every
     ``policy_delay`` calls) and the modules to checkpoint.
     """

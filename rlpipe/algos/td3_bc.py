@@ -21,7 +21,7 @@ from rlpipe.models.networks import DeterministicActor, EnsembleQ
 from rlpipe.training import Batch, OfflineConfig, TrainResult
 from rlpipe.training.config import layer_sizes, positive
 from rlpipe.training.env import BOX
-from rlpipe.training.offline import fit_obs_normalizer, load_offline, train_offline
+from rlpipe.training.offline import Learner, fit_obs_normalizer, load_offline, train_offline
 
 ACTION_SPACES = (BOX,)
 SPEC = AlgoSpec(
@@ -80,4 +80,4 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
         return td3_bc_actor_loss(pi, q, b.actions, config.alpha)
 
     update, modules = td3_update(actor, critic, config, actor_loss)
-    return train_offline(SPEC.name, config, data, actor, modules, update, out_dir, progress, update_period=config.policy_delay)
+    return train_offline(SPEC.name, config, data, Learner(actor, modules, update, update_period=config.policy_delay), out_dir, progress)

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rlpipe.models.networks import EnsembleLinear
+from rlpipe.models.networks import EnsembleLinear, init_spec
 
 Layers = list[tuple[torch.Tensor, torch.Tensor]]
 """(weight [K, in, out], bias [K, 1, out]) per layer, for K chosen members."""
@@ -54,7 +54,7 @@ class GaussianEnsemble(nn.Module):
         self.num_elites = members if elites is None else elites
         if not 1 <= self.num_elites <= members:
             raise ValueError(f"elites must be between 1 and members ({members}), got {elites}")
-        self.spec = dict(obs_dim=obs_dim, act_dim=act_dim, members=members, hidden=list(hidden), elites=self.num_elites)
+        self.spec = init_spec(GaussianEnsemble.__init__, {**locals(), "elites": self.num_elites})  # the elites, resolved
         in_dim, self.out_dim = obs_dim + act_dim, obs_dim + 1
         dims = [in_dim, *hidden, 2 * self.out_dim]
         self.layers = nn.ModuleList(EnsembleLinear(members, a, b) for a, b in zip(dims[:-1], dims[1:]))

@@ -11,9 +11,10 @@ that wrote it (:func:`rlpipe.algos.registry.import_algorithm`), so its classes a
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from types import UnionType
 from typing import Any, Literal, TypeVar, Union, cast, get_args, get_origin, get_type_hints
 
@@ -37,6 +38,19 @@ def register_policy_class(cls: PolicyClass) -> PolicyClass:
     if _POLICY_CLASSES.setdefault(kind, cls) is not cls:
         raise RlpipeError(f"policy kind {kind!r} is registered twice: {_POLICY_CLASSES[kind].__qualname__} and {cls.__qualname__}")
     return cls
+
+
+def init_spec(init: Callable[..., None], arguments: Mapping[str, Any], only_if_set: Collection[str] = ()) -> dict[str, Any]:
+    """A policy's ``spec``, the JSON a checkpoint rebuilds it from (:func:`build_policy`:
+    ``cls(**spec)``): the parameters of its ``init`` in their order, valued from ``arguments``
+    (``locals()`` in ``init``), sequences as lists. A parameter in ``only_if_set`` is left out
+    where it has its default, so that checkpoints written before it existed keep their specs."""
+    spec: dict[str, Any] = {}
+    for name, parameter in list(inspect.signature(init).parameters.items())[1:]:  # after self
+        value = arguments[name]
+        if name not in only_if_set or value != parameter.default:
+            spec[name] = list(value) if isinstance(value, (list, tuple)) else value
+    return spec
 
 
 def float32_output(layer: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor:
@@ -157,7 +171,7 @@ class TanhGaussianActor(nn.Module):
 
     def __init__(self, obs_dim: int, act_dim: int, hidden: Sequence[int] = (256, 256), normalize_obs: bool = False) -> None:
         super().__init__()
-        self.spec = {"obs_dim": obs_dim, "act_dim": act_dim, "hidden": list(hidden), "normalize_obs": normalize_obs}
+        self.spec = init_spec(TanhGaussianActor.__init__, locals())
         self.obs_norm = ObsNormalizer(obs_dim) if normalize_obs else nn.Identity()
         self.net = mlp(obs_dim, 2 * act_dim, hidden)
 
@@ -203,9 +217,7 @@ class DeterministicActor(nn.Module):
         self, obs_dim: int, act_dim: int, hidden: Sequence[int] = (256, 256), normalize_obs: bool = False, layer_norm: bool = False
     ) -> None:
         super().__init__()
-        self.spec = {"obs_dim": obs_dim, "act_dim": act_dim, "hidden": list(hidden), "normalize_obs": normalize_obs}
-        if layer_norm:  # only then in the spec: checkpoints without it stay as they were
-            self.spec["layer_norm"] = True
+        self.spec = init_spec(DeterministicActor.__init__, locals(), only_if_set=("layer_norm",))
         self.obs_norm = ObsNormalizer(obs_dim) if normalize_obs else nn.Identity()
         self.net = mlp(obs_dim, act_dim, hidden, layer_norm=layer_norm)
 
@@ -236,15 +248,7 @@ class CategoricalActor(nn.Module):
         from rlpipe.models.encoders import build_encoder
 
         super().__init__()
-        self.spec: dict[str, Any] = {
-            "obs_dim": obs_dim,
-            "n_actions": n_actions,
-            "hidden": list(hidden),
-            "activation": activation,
-            "normalize_obs": normalize_obs,
-        }
-        if encoder:  # only when set: checkpoints written before encoders load unchanged
-            self.spec["encoder"] = encoder
+        self.spec = init_spec(CategoricalActor.__init__, locals(), only_if_set=("encoder",))
         self.obs_norm = ObsNormalizer(obs_dim) if normalize_obs else nn.Identity()
         self.encoder, features = build_encoder(encoder, obs_dim)
         self.net = mlp(features, n_actions, hidden, activation, out_gain=0.01, orthogonal=True)
@@ -418,15 +422,7 @@ class ActorCritic(nn.Module):
         init_log_std: float = 0.0,
     ) -> None:
         super().__init__()
-        self.spec = {
-            "obs_dim": obs_dim,
-            "act_dim": act_dim,
-            "discrete": discrete,
-            "hidden": list(hidden),
-            "activation": activation,
-            "normalize_obs": normalize_obs,
-            "init_log_std": init_log_std,
-        }
+        self.spec = init_spec(ActorCritic.__init__, locals())
         self.discrete = discrete
         self.obs_norm = ObsNormalizer(obs_dim) if normalize_obs else nn.Identity()
         self.body = EnsembleMLP(2, obs_dim, act_dim, hidden, activation, out_gains=(0.01, 1.0))
@@ -487,8 +483,7 @@ class GreedyQPolicy(nn.Module):
         from rlpipe.models.encoders import build_encoder
 
         super().__init__()
-        self.spec: dict[str, Any] = {"obs_dim": obs_dim, "n_actions": n_actions, "hidden": list(hidden)}
-        self.spec.update({key: value for key, value in (("encoder", encoder), ("dueling", dueling), ("quantiles", quantiles)) if value})
+        self.spec = init_spec(GreedyQPolicy.__init__, locals(), only_if_set=("encoder", "dueling", "quantiles"))
         self.encoder, features = build_encoder(encoder, obs_dim)
         self.n_actions, self.atoms = n_actions, max(quantiles, 1)
         self.net = mlp(features, n_actions * self.atoms, hidden)

@@ -13,12 +13,12 @@ that start an episode (:meth:`RecurrentPolicy.initial_state` gives the zero stat
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal, cast
+from typing import Literal, cast
 
 import torch
 from torch import nn
 
-from rlpipe.models.networks import ActorCritic, ObsNormalizer, mlp, register_policy_class
+from rlpipe.models.networks import ActorCritic, ObsNormalizer, init_spec, mlp, register_policy_class
 
 Cell = Literal["lstm", "gru"]
 CELLS: tuple[Cell, ...] = ("lstm", "gru")
@@ -122,17 +122,7 @@ class RecurrentActorCritic(RecurrentPolicy):
         init_log_std: float = 0.0,
     ) -> None:
         super().__init__()
-        self.spec: dict[str, Any] = {
-            "obs_dim": obs_dim,
-            "act_dim": act_dim,
-            "discrete": discrete,
-            "cell": cell,
-            "hidden_size": hidden_size,
-            "hidden": list(hidden),
-            "activation": activation,
-            "normalize_obs": normalize_obs,
-            "init_log_std": init_log_std,
-        }
+        self.spec = init_spec(RecurrentActorCritic.__init__, locals())
         self.discrete = discrete
         self.obs_norm = ObsNormalizer(obs_dim) if normalize_obs else nn.Identity()
         self.cores = nn.ModuleList(RecurrentCore(obs_dim, cell, hidden_size) for _ in ("policy", "value"))
@@ -175,14 +165,7 @@ class RecurrentCategoricalActor(RecurrentPolicy):
         activation: str = "relu",
     ) -> None:
         super().__init__()
-        self.spec: dict[str, Any] = {
-            "obs_dim": obs_dim,
-            "n_actions": n_actions,
-            "cell": cell,
-            "hidden_size": hidden_size,
-            "hidden": list(hidden),
-            "activation": activation,
-        }
+        self.spec = init_spec(RecurrentCategoricalActor.__init__, locals())
         self.cores = nn.ModuleList([RecurrentCore(obs_dim, cell, hidden_size)])
         self.head = mlp(hidden_size, n_actions, hidden, activation, out_gain=0.01, orthogonal=True)
 

@@ -26,6 +26,7 @@ from rlpipe.models.checkpoint import read_meta
 from rlpipe.training.run import METRICS_FILE
 
 if TYPE_CHECKING:
+    from rlpipe.training.config import RunConfig
     from rlpipe.training.families import SavedActor
 
 EXPERTS = ("ppo", "sac", "dqn", "qrdqn")  # PPO for either action kind, SAC continuous, (QR-)DQN discrete
@@ -65,7 +66,7 @@ def check_expert(algo: str) -> None:
         raise RlpipeError(f"unknown expert {algo!r}: choose one of {', '.join(EXPERTS)}")
 
 
-def _saved_config_matches(run_dir: Path, config: Any) -> bool:
+def _saved_config_matches(run_dir: Path, config: RunConfig) -> bool:
     try:
         saved = read_meta(run_dir).get("config")
     except (RlpipeError, FileNotFoundError, OSError):

@@ -37,6 +37,7 @@ from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 from rlpipe.errors import RlpipeError
 from rlpipe.training.buffer import Batch
+from rlpipe.training.config import FinetuneFields, OfflineConfig, RunConfig
 
 # A rank's global RNG (exploration noise, sampled actions) is seeded seed + this * rank: rank 0
 # draws what a single-process run draws, the others streams of their own.
@@ -194,19 +195,19 @@ class RankShard:
 NOT_SHARDABLE = {"mopo": "its batches mix the dataset with model rollouts"}
 
 
-def require_data_parallel(algo: str, config: Any) -> None:
+def require_data_parallel(algo: str, config: RunConfig) -> None:
     """Refuse, before any process starts, a data-parallel run of what cannot be split: an
     algorithm in `NOT_SHARDABLE`, offline-to-online fine-tuning (one env, one buffer), or a
-    batch that does not divide among the ranks."""
-    nproc = getattr(config, "nproc", 1)
-    if nproc == 1:
+    batch that does not divide among the ranks. Only offline runs have ``nproc``."""
+    if not isinstance(config, OfflineConfig) or config.nproc == 1:
         return
-    batch_size = getattr(config, "batch_size", nproc)
+    nproc = config.nproc
+    batch_size = getattr(config, "batch_size", nproc)  # the dynamics ensemble's run has none
     if batch_size % nproc:
         raise RlpipeError(f"batch_size={batch_size} is not divisible by nproc={nproc}")
     if algo in NOT_SHARDABLE:
         raise RlpipeError(f"{algo} cannot train with nproc > 1: {NOT_SHARDABLE[algo]}")
-    if getattr(config, "finetune_env_steps", 0):
+    if isinstance(config, FinetuneFields) and config.finetune_env_steps:
         raise RlpipeError(f"{algo} with nproc > 1: fine-tuning online is not supported across processes")
 
 

@@ -56,7 +56,7 @@ class ModelFields:
             raise RlpipeError(f"setting holdout_fraction={self.holdout_fraction}: expected a number in [0, 1)")
 
 
-def build_ensemble(config: Any, obs_dim: int, act_dim: int, device: torch.device) -> tuple[GaussianEnsemble, torch.optim.Optimizer]:
+def build_ensemble(config: ModelFields, obs_dim: int, act_dim: int, device: torch.device) -> tuple[GaussianEnsemble, torch.optim.Optimizer]:
     """The ensemble of ``config.members`` (``config.elites`` elites) MLPs of ``config.model_hidden``,
     and its Adam (``config.model_lr``; the weight decay is in the fit's loss)."""
     model = GaussianEnsemble(obs_dim, act_dim, config.members, config.model_hidden, config.elites).to(device)
@@ -67,7 +67,7 @@ def fit_on(
     model: GaussianEnsemble,
     optimizer: torch.optim.Optimizer,
     batch: Batch,
-    config: Any,
+    config: ModelFields,
     generator: torch.Generator,
     *,
     known_reward: bool,

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property, partial
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Protocol, cast, runtime_checkable
 
 import gymnasium as gym
 import numpy as np
@@ -34,7 +34,7 @@ from rlpipe.models.networks import ObsNormalizer
 from rlpipe.models.recurrent import RecurrentPolicy
 from rlpipe.training import distributed
 from rlpipe.training.buffer import Batch, ReplayBuffer, ReturnsToGo, Update, join_batches
-from rlpipe.training.config import OfflineConfig
+from rlpipe.training.config import FinetuneFields, OfflineConfig
 from rlpipe.training.diagnostics import Diagnosed
 from rlpipe.training.env import BOX, GOAL, IMAGE, ActionScaler, action_dim, env_spaces, make_vec_env, require_spaces, resolve_device
 from rlpipe.training.evaluation import Acting, PolicyFn, policy_fn
@@ -265,7 +265,7 @@ def _load_in_ram(
     return OfflineData(info, data, make_sampler, box, act_space, *dims, device, frame_stack, validation, all_rows)
 
 
-def require_flat_observations(algo: str, config: Any, data: OfflineData) -> None:
+def require_flat_observations(algo: str, config: OfflineConfig, data: OfflineData) -> None:
     """Refuse images and frame stacks where the networks read one flat observation (the
     continuous-action variants, whose actors and critics take no encoder)."""
     if is_image_space(data.observation_space) or getattr(config, "frame_stack", 1) > 1:
@@ -337,9 +337,20 @@ def require_finetunable(data: OfflineData) -> None:
         raise RlpipeError("fine-tuning online needs a continuous-action dataset held in memory (not multi-agent data)")
 
 
+class FinetuneConfig(Protocol):
+    """What `finetune_online` reads of a config: `FinetuneFields` and the run's env, seed and batch size."""
+
+    env_id: str
+    seed: int
+    batch_size: int
+    finetune_env_steps: int
+    finetune_eval_every: int
+    finetune_mixing_ratio: float | None
+
+
 def finetune_online(
     run: Run,
-    config: Any,
+    config: FinetuneConfig,
     data: OfflineData,
     actor: nn.Module,
     update: Update,
@@ -382,7 +393,7 @@ def finetune_online(
     return stepper.env_steps, updates
 
 
-def require_validatable(algo: str, config: Any, data: OfflineData, actor: nn.Module, policy_of: Callable[..., PolicyFn]) -> None:
+def require_validatable(algo: str, config: OfflineConfig, data: OfflineData, actor: nn.Module, policy_of: Callable[..., PolicyFn]) -> None:
     """Refuse, before training, what held-out episodes cannot score on data with no environment."""
     where = f"dataset {data.info.name!r} names no environment"
     if policy_of is not policy_fn or isinstance(actor, RecurrentPolicy) or data.frame_stack > 1:
@@ -400,7 +411,7 @@ def _take_snapshot(snapshots: Snapshots | None, run: Run, updates: int) -> None:
         snapshots.take(updates, cast(float, run.history[-1].validation_error))
 
 
-def select_checkpoint(config: Any, data: OfflineData, snapshots: Snapshots) -> dict[str, Any]:
+def select_checkpoint(config: OfflineConfig, data: OfflineData, snapshots: Snapshots) -> dict[str, Any]:
     """Score every snapshot with FQE on the whole dataset (``config.fqe_updates`` > 0), keep
     the one ``config.select_by`` picks in the actor, and return what ``metrics.json`` records."""
     assert data.validation is not None and data.all_rows is not None  # a run on data with no environment
@@ -421,7 +432,9 @@ def select_checkpoint(config: Any, data: OfflineData, snapshots: Snapshots) -> d
     }
 
 
-def _data_parallel(algo: str, config: Any, sampler: Any, modules: dict[str, nn.Module], ranks: distributed.Ranks) -> distributed.RankShard:
+def _data_parallel(
+    algo: str, config: OfflineConfig, sampler: Any, modules: dict[str, nn.Module], ranks: distributed.Ranks
+) -> distributed.RankShard:
     """Set up this rank of a data-parallel run (`rlpipe.training.distributed`): rank 0's weights
     everywhere, a global RNG of the rank's own, and the rank's share of every batch."""
     distributed.require_data_parallel(algo, config)  # where torchrun started the ranks; --nproc checked before
@@ -430,44 +443,65 @@ def _data_parallel(algo: str, config: Any, sampler: Any, modules: dict[str, nn.M
     return distributed.RankShard(sampler, ranks)
 
 
+@runtime_checkable
+class Batched(Protocol):
+    """A config's minibatch size: each algorithm declares its own ``batch_size`` field, in its
+    place among the algorithm's fields (`OfflineConfig` has none)."""
+
+    batch_size: int
+
+
+@dataclass
+class Learner:
+    """What an offline algorithm hands `train_offline`: its networks and update, and how the
+    loop samples, evaluates and saves them."""
+
+    actor: nn.Module  # the policy that is evaluated and checkpointed (``modules["policy"]``)
+    modules: dict[str, nn.Module]  # everything checkpointed, including "policy"
+    # update(batch, update_index) on the sampler's batches: a `Batch` (an `Update`), or a sequence model's windows
+    update: Callable[[Any, int], Diagnosed]
+    # What a resumed run needs beyond ``modules``; None: --checkpoint-every is refused.
+    optimizers: dict[str, torch.optim.Optimizer] | None = None
+    update_period: int = 1  # the update's work repeats every this many indices (one CUDA graph captures a period)
+    deterministic_eval: bool = True  # evaluate the actor's mode; False: its sampled actions
+    # Batches from elsewhere than ``data.sampler``: a sequence model's windows (`rlpipe.training.windows`), MOPO's
+    # mix of dataset and model rows. None: the dataset's transitions.
+    sampler: Any = None
+    # policy_of(actor, scaler, device, deterministic): the evaluated policy function; a policy
+    # that keeps state across steps (a return-conditioned one) brings its own.
+    policy_of: Callable[..., PolicyFn] = policy_fn
+    extra_metrics: Callable[[], dict[str, Any]] = dict  # added to metrics.json when the run ends
+
+
+def _snapshots(algo: str, config: OfflineConfig, data: OfflineData, learner: Learner) -> Snapshots | None:
+    """On data with no environment, the copies of the actor that its held-out episodes choose
+    among (what they cannot score refused first); else None."""
+    if data.validation is None:
+        return None
+    require_validatable(algo, config, data, learner.actor, learner.policy_of)
+    return Snapshots(learner.actor)
+
+
 def train_offline(
-    algo: str,
-    config: Any,
-    data: OfflineData,
-    actor: nn.Module,
-    modules: dict[str, nn.Module],
-    update: Callable[[Any, int], Diagnosed],
-    out_dir: str | Path | None,
-    progress: bool,
-    extra_metrics: Callable[[], dict[str, Any]] | None = None,
-    update_period: int = 1,
-    optimizers: dict[str, torch.optim.Optimizer] | None = None,
-    deterministic_eval: bool = True,
-    sampler: Any = None,
-    policy_of: Callable[..., PolicyFn] = policy_fn,
+    algo: str, config: OfflineConfig, data: OfflineData, learner: Learner, out_dir: str | Path | None, progress: bool
 ) -> TrainResult:
-    """Run `config.updates` updates on `config.batch_size` samples, evaluating every
-    `config.eval_every` updates in the dataset's env (with the actor's mode, or sampled
-    actions without ``deterministic_eval``); save the run like online ones.
-    `modules` must include ``"policy"`` (the actor that is evaluated and checkpointed).
+    """Run `config.updates` updates of ``learner.update`` on `config.batch_size` samples,
+    evaluating ``learner.actor`` every `config.eval_every` updates in the dataset's env; save
+    the run like online ones.
     On CUDA the updates replay as a CUDA graph (:mod:`rlpipe.training.graphs`; not with a
-    `MappedSampler`, which gathers on the CPU); an update
-    whose work repeats every ``update_period`` indices is captured over that period.
-    With ``config.checkpoint_every`` the full state (``modules``, ``optimizers``, sampler,
-    RNGs) is saved for resuming (:mod:`rlpipe.training.resume`); ``optimizers`` are then required.
-    ``sampler`` replaces ``data.sampler`` (a sequence model's windows: `rlpipe.training.windows`; MOPO's
-    mix of dataset and model rows);
-    ``policy_of(actor, scaler, device, deterministic)`` makes the evaluated policy function
-    (default `policy_fn`; a policy that keeps state across steps, such as a return-conditioned one).
+    `MappedSampler`, which gathers on the CPU), captured over ``learner.update_period`` updates.
+    With ``config.checkpoint_every`` the full state (``learner.modules``, ``learner.optimizers``,
+    sampler, RNGs) is saved for resuming (:mod:`rlpipe.training.resume`); the optimizers are then required.
     """
-    if getattr(config, "finetune_env_steps", 0):
+    if not isinstance(config, Batched):
+        raise RlpipeError(f"{algo}'s config declares no batch_size")
+    actor, modules, update, optimizers = learner.actor, learner.modules, learner.update, learner.optimizers
+    finetune = config if isinstance(config, FinetuneFields) and config.finetune_env_steps else None
+    if finetune is not None:
         require_finetunable(data)
     update = mixed_precision(update, config.precision, data.device)
-    snapshots = None
-    if data.validation is not None:
-        require_validatable(algo, config, data, actor, policy_of)
-        snapshots = Snapshots(actor)
-    sampler = data.sampler if sampler is None else sampler
+    snapshots = _snapshots(algo, config, data, learner)
+    sampler: Any = data.sampler if learner.sampler is None else learner.sampler
     ranks = distributed.ranks()
     if ranks.parallel:
         sampler = _data_parallel(algo, config, sampler, modules, ranks)
@@ -487,14 +521,14 @@ def train_offline(
         run.close()
         raise RlpipeError(f"{algo} does not support --checkpoint-every yet")
     checkpoints = Checkpointer(run, {**modules, **(optimizers or {}), "sampler": sampler}, out_dir)
-    eval_policy = policy_of(actor, ActionScaler(data.action_space), data.device, deterministic_eval)
+    eval_policy = learner.policy_of(actor, ActionScaler(data.action_space), data.device, learner.deterministic_eval)
     step = UpdateStepper(
         update,
         sampler,
         config.batch_size,
         config.updates,
         graph=graphs_enabled(data.device) and isinstance(sampler, TransitionSampler),
-        period=update_period,
+        period=learner.update_period,
     )
     try:
         updates = (checkpoints.restore() or {}).get("updates", 0)
@@ -518,16 +552,16 @@ def train_offline(
         _take_snapshot(snapshots, run, updates)
         if snapshots is not None:
             phases = select_checkpoint(config, data, snapshots)
-        if getattr(config, "finetune_env_steps", 0):
+        if finetune is not None:
             offline_heldout = {f"offline_{key}": value for key, value in run.heldout(eval_policy).items()}  # the same episodes as the end's
-            env_steps, updates = finetune_online(run, config, data, actor, update, updates, eval_policy)
+            env_steps, updates = finetune_online(run, finetune, data, actor, update, updates, eval_policy)
             phases = {
                 "offline_updates": offline_end.done,
                 "offline_eval_return_mean": offline_end.mean,
                 **offline_heldout,
                 "finetune_env_steps": env_steps,
             }
-        extra = {**dataset_metrics(data), **phases, **(team.metrics() if team else {}), **(extra_metrics() if extra_metrics else {})}
+        extra = {**dataset_metrics(data), **phases, **(team.metrics() if team else {}), **learner.extra_metrics()}
         result = run.finish(eval_policy, actor, modules, data.action_space, env_steps, updates, extra)
         checkpoints.discard()
         if snapshots is not None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import gymnasium as gym
 import numpy as np
@@ -27,6 +27,7 @@ from rlpipe.envs.spaces import is_image_space
 from rlpipe.envs.stepper import StepBatch, StepSink, VecStepper
 from rlpipe.errors import RlpipeError
 from rlpipe.training.buffer import Batch, ReplayBuffer, Update
+from rlpipe.training.config import OnlineConfig
 from rlpipe.training.env import BOX, ActionScaler, action_dim, make_vec_env, require_spaces, resolve_device
 from rlpipe.training.evaluation import FrameStacks, policy_fn
 from rlpipe.training.optim import mixed_precision
@@ -47,6 +48,27 @@ class Replay(Protocol):
     def store(self, step: StepBatch) -> None: ...
 
     def sample(self, batch_size: int) -> Batch: ...
+
+
+@runtime_checkable
+class OffPolicyConfig(Protocol):
+    """What the off-policy loop reads of a config beyond `OnlineConfig`'s budget and seed: the
+    replay fields, which each algorithm declares (with its own defaults) among its fields."""
+
+    seed: int
+    env_steps: int
+    num_envs: int
+    batch_size: int
+    buffer_size: int
+    learning_starts: int  # uniform random actions, and no updates, before this many env steps
+    updates_per_step: float  # gradient updates per collected transition
+
+
+def require_off_policy_config(algo: str, config: OnlineConfig) -> OffPolicyConfig:
+    """``config``, which must declare the replay fields of `OffPolicyConfig`."""
+    if not isinstance(config, OffPolicyConfig):
+        raise RlpipeError(f"{algo}'s config needs batch_size, buffer_size, learning_starts and updates_per_step for the off-policy loop")
+    return config
 
 
 @dataclass
@@ -98,7 +120,7 @@ def noisy_explore(actor: nn.Module, noise: Callable[[np.ndarray], np.ndarray], d
     return explore
 
 
-def setup(algo: str, config: Any, observations: tuple[str, ...] = (BOX,), actions: tuple[str, ...] = (BOX,)) -> OffPolicySetup:
+def setup(algo: str, config: OnlineConfig, observations: tuple[str, ...] = (BOX,), actions: tuple[str, ...] = (BOX,)) -> OffPolicySetup:
     """Make ``config.num_envs`` envs, check spaces (``observations`` and ``actions``: accepted
     kinds, see :func:`require_spaces`), resolve the device, seed everything. The networks
     read ``config.frame_stack`` observations a decision (1 where the config has no such field)."""
@@ -118,7 +140,7 @@ def setup(algo: str, config: Any, observations: tuple[str, ...] = (BOX,), action
     return OffPolicySetup(envs, act_space, obs_dim, action_dim(act_space), device, rng, obs_dtype, frame_stack)
 
 
-def run_replay_buffer(config: Any, env: OffPolicySetup) -> ReplayBuffer:
+def run_replay_buffer(config: OffPolicyConfig, env: OffPolicySetup) -> ReplayBuffer:
     """A run's plain replay buffer: ``config.buffer_size`` rows, capped at what the run can fill."""
     capacity = min(config.buffer_size, config.env_steps + config.num_envs)
     act_dim, action_dtype = (1, torch.int64) if env.discrete else (env.act_dim, torch.float32)
@@ -140,7 +162,7 @@ def with_frame_stacks(step: StepBatch, stacks: np.ndarray) -> StepBatch:
     return replace(step, obs=stacks, next_obs=next_stacks)
 
 
-def earned_updates(config: Any, stepper: VecStepper, b: StepBatch) -> float:
+def earned_updates(config: OffPolicyConfig, stepper: VecStepper, b: StepBatch) -> float:
     """The updates step ``b`` earns: ``config.updates_per_step`` per valid transition
     collected after ``config.learning_starts`` env steps."""
     if stepper.env_steps <= config.learning_starts:
@@ -150,7 +172,7 @@ def earned_updates(config: Any, stepper: VecStepper, b: StepBatch) -> float:
 
 def train_off_policy(
     algo: str,
-    config: Any,
+    config: OnlineConfig,
     env: OffPolicySetup,
     agent: Agent,
     out_dir: str | Path | None,
@@ -169,10 +191,11 @@ def train_off_policy(
     ``config.checkpoint_every`` the full state (agent, buffer, envs, frame stacks, RNGs,
     counters) is saved for resuming (:mod:`rlpipe.training.resume`).
     """
+    replay = require_off_policy_config(algo, config)
     scaler = ActionScaler(env.action_space)
     stepper = VecStepper(env.envs, scaler, config.seed, step_sink)
     if buffer is None:
-        buffer = run_replay_buffer(config, env)
+        buffer = run_replay_buffer(replay, env)
     if config.checkpoint_every is not None and (agent.resume_state is None or not hasattr(buffer, "state_dict")):
         env.envs.close()
         raise RlpipeError(f"{algo} does not support --checkpoint-every yet")
@@ -189,7 +212,7 @@ def train_off_policy(
             obs = flatten_obs(stepper.obs)
             if frames is not None:
                 obs = frames.push(obs)  # [envs, k, *frame], pushed at every step, warm-up included
-            if stepper.env_steps < config.learning_starts:
+            if stepper.env_steps < replay.learning_starts:
                 actions = warmup_actions(env, stepper.num_envs)
             else:
                 actions = agent.explore(obs, ~stepper.valid, stepper.env_steps)
@@ -201,9 +224,9 @@ def train_off_policy(
             # Credit only post-warm-up transitions, and only once the buffer can be sampled
             # (HER's holds completed episodes only).
             if len(buffer):
-                credit += earned_updates(config, stepper, b)
+                credit += earned_updates(replay, stepper, b)
                 while credit >= 1.0:
-                    run.diagnostics.add(update(buffer.sample(config.batch_size), updates))
+                    run.diagnostics.add(update(buffer.sample(replay.batch_size), updates))
                     updates += 1
                     credit -= 1.0
             run.show(stepper.env_steps, stepper.last_return)

@@ -35,12 +35,20 @@ from rlpipe.envs.goals import flatten_obs
 from rlpipe.envs.stepper import VecStepper
 from rlpipe.errors import RlpipeError
 from rlpipe.training.buffer import Batch, ReplayBuffer, Update, join_batches
+from rlpipe.training.config import OfflineConfig, OnlineConfig, RunConfig
 from rlpipe.training.diagnostics import Diagnosed
 from rlpipe.training.env import ActionScaler
 from rlpipe.training.evaluation import policy_fn
 from rlpipe.training.graphs import UpdateStepper, graphs_enabled
-from rlpipe.training.offline import OfflineData, dataset_metrics
-from rlpipe.training.offpolicy import OffPolicySetup, earned_updates, run_replay_buffer, warmup_actions
+from rlpipe.training.offline import Batched, OfflineData, dataset_metrics
+from rlpipe.training.offpolicy import (
+    OffPolicyConfig,
+    OffPolicySetup,
+    earned_updates,
+    require_off_policy_config,
+    run_replay_buffer,
+    warmup_actions,
+)
 from rlpipe.training.optim import mixed_precision
 from rlpipe.training.run import Run, TrainResult
 from rlpipe.training.sampler import SeedSampler, TransitionSampler
@@ -119,7 +127,7 @@ def add_per_seed(runs: Sequence[Run], diagnostics: Diagnosed, finished: Mapping[
             run.diagnostics.add({name: values[k] for name, values in diagnostics.items()})
 
 
-def check_seed_configs(algo: str, configs: Sequence[Any]) -> None:
+def check_seed_configs(algo: str, configs: Sequence[RunConfig]) -> None:
     """An RlpipeError unless ``configs`` differ only in their (distinct) seeds and none asks
     for checkpoints to resume from."""
     if len({repr(replace(config, seed=0)) for config in configs}) != 1 or len({c.seed for c in configs}) != len(configs):
@@ -130,7 +138,7 @@ def check_seed_configs(algo: str, configs: Sequence[Any]) -> None:
 
 def train_offline_seeds(
     algo: str,
-    configs: Sequence[Any],
+    configs: Sequence[OfflineConfig],
     data: OfflineData,
     stack: SeedStack,
     modules: Sequence[dict[str, nn.Module]],
@@ -151,6 +159,8 @@ def train_offline_seeds(
     if not isinstance(data.sampler, TransitionSampler):
         raise RlpipeError(f"{algo}: batched seeds need the dataset in memory (it is sampled from its memory maps)")
     first = configs[0]
+    if not isinstance(first, Batched):
+        raise RlpipeError(f"{algo}'s config declares no batch_size")
     runs: list[Run] = []
     actors = [seed_modules["policy"] for seed_modules in modules]
     scaler = ActionScaler(data.action_space)
@@ -184,7 +194,7 @@ class _OnlineSeed:
     """One seed's side of batched online training: its envs, replay buffer and update credit,
     as in its own run (rlpipe.training.offpolicy.train_off_policy)."""
 
-    def __init__(self, env: OffPolicySetup, config: Any, scaler: ActionScaler) -> None:
+    def __init__(self, env: OffPolicySetup, config: OffPolicyConfig, scaler: ActionScaler) -> None:
         self.env, self.config = env, config
         self.stepper = VecStepper(env.envs, scaler, config.seed)
         self.buffer = run_replay_buffer(config, env)
@@ -206,7 +216,7 @@ class _OnlineSeed:
 
 def train_off_policy_seeds(
     algo: str,
-    configs: Sequence[Any],
+    configs: Sequence[OnlineConfig],
     setups: Sequence[OffPolicySetup],
     stack: SeedStack,
     modules: Sequence[dict[str, nn.Module]],
@@ -231,9 +241,9 @@ def train_off_policy_seeds(
     ``stop_at_return``) stops stepping while the others go on.
     """
     check_seed_configs(algo, configs)
-    k_seeds, batch_size = len(configs), configs[0].batch_size
     scaler = ActionScaler(setups[0].action_space)
-    seeds = [_OnlineSeed(env, config, scaler) for env, config in zip(setups, configs)]
+    seeds = [_OnlineSeed(env, require_off_policy_config(algo, config), scaler) for env, config in zip(setups, configs)]
+    k_seeds, batch_size = len(configs), seeds[0].config.batch_size
     buffers = [seed.buffer for seed in seeds]
     policies = [
         policy_fn(seed_modules["policy"], scaler, setups[0].device, deterministic=not config.eval_sampled_actions)

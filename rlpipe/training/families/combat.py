@@ -24,7 +24,7 @@ from gymnasium import spaces
 from rlpipe.datasets.store import DatasetInfo
 from rlpipe.envs.combat import CHANNELS, CombatRules, CombatVectorEnv
 from rlpipe.errors import RlpipeError
-from rlpipe.models.networks import ActorCritic, register_policy_class
+from rlpipe.models.networks import ActorCritic, init_spec, register_policy_class
 from rlpipe.training.evaluation import EvalResult
 from rlpipe.training.families import FamilyPlugin, RowSink, SavedActor
 from rlpipe.training.multiagent import RowStep, TeamPolicy, team_policy, with_agent_ids
@@ -60,15 +60,7 @@ class CombatActorCritic(ActorCritic):
         activation: str = "tanh",
     ) -> None:
         super().__init__(obs_dim + extra_dim, act_dim, True, hidden, activation)
-        self.spec = {
-            "obs_dim": obs_dim,
-            "act_dim": act_dim,
-            "n_opponents": n_opponents,
-            "hidden": list(hidden),
-            "extra_dim": extra_dim,
-            "mask_attacks": mask_attacks,
-            "activation": activation,
-        }
+        self.spec = init_spec(CombatActorCritic.__init__, locals())  # its own arguments, not ActorCritic's
         self.obs_dim, self.view = obs_dim, math.isqrt(obs_dim // CHANNELS)
         self.n_opponents, self.mask_attacks = n_opponents, mask_attacks
 
