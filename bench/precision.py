@@ -29,8 +29,8 @@ from pathlib import Path
 import _common  # noqa: F401  (sets thread limits before numpy/torch are imported)
 import numpy as np
 import torch
-from _common import limit_threads, machine_description, median, random_dataset, table, today, versions
-from update_flops import ENV_ID, NAME, OFFLINE, Step, offline_step, sac_step
+from _common import limit_threads, machine_description, median, table, today, versions
+from update_flops import Step, algorithm_steps
 
 from rlpipe.training.optim import autocast
 
@@ -126,11 +126,7 @@ def main() -> None:
     limit_threads()
     results: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        store = Path(tmp)
-        if set(algos) & set(OFFLINE):
-            random_dataset(store, ENV_ID, NAME, 20_000)
-        for algo in algos:
-            step = sac_step() if algo == "sac" else offline_step(algo, store)
+        for algo, step in algorithm_steps(algos, Path(tmp)):
             done = 0
             for precision in ("fp32", "bf16"):  # warm-up, both paths (even count: delayed actor updates alternate)
                 updates_per_s(step, done, 10, precision)

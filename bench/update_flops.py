@@ -25,7 +25,7 @@ import argparse
 import json
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -88,6 +88,15 @@ def sac_step() -> Step:
     )
     update = make_agent(config, env).update
     return lambda i: update(buffer.sample(BATCH), i)
+
+
+def algorithm_steps(algos: list[str], store: Path) -> Iterator[tuple[str, Step]]:
+    """Each of ``algos``' update steps in turn; the offline ones train on a random Hopper
+    dataset written to ``store`` first."""
+    if set(algos) & set(OFFLINE):
+        random_dataset(store, ENV_ID, NAME, 20_000)
+    for algo in algos:
+        yield algo, sac_step() if algo == "sac" else offline_step(algo, store)
 
 
 def update_flops(step: Step, index: int) -> int:
@@ -153,11 +162,7 @@ def main() -> None:
     limit_threads()
     results: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        store = Path(tmp)
-        if set(algos) & set(OFFLINE):
-            random_dataset(store, ENV_ID, NAME, 20_000)
-        for algo in algos:
-            step = sac_step() if algo == "sac" else offline_step(algo, store)
+        for algo, step in algorithm_steps(algos, Path(tmp)):
             results[algo] = measure(step, args.updates, args.repeats)
             print(f"{algo}: {1 / results[algo]['update_s']:.0f} updates/s", flush=True)
     print(f"\n{today()}  {machine_description()}  {versions()}  one torch thread, 256x256, batch 256, Hopper sizes\n")
