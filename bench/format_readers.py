@@ -13,10 +13,11 @@ cannot import rlpipe):
 - minari: `minari.load_dataset` on the export in `$MINARI_DATASETS_PATH`, its episodes
   concatenated (observations minus the last as obs, minus the first as next_obs; infos the
   same way) (.bench-venvs/minari);
-- npz: OGBench's `ogbench.load_dataset` with the dtypes OGBench's own `make_env_and_datasets`
-  passes (uint8 images, int32 discrete actions, else float32) (.bench-venvs/ogbench). rlpipe
-  writes D4RL's arrays, not OGBench's layout (a final-state row ending each trajectory), so this
-  row shows what OGBench's loader makes of them; it does not count towards the exit status.
+- ogbench: OGBench's `ogbench.load_dataset` (its regular layout: next_observations, terminals
+  ending trajectories) on the `--to ogbench` export, with the dtypes OGBench's own
+  `make_env_and_datasets` passes (uint8 images, int32 discrete actions, else float32)
+  (.bench-venvs/ogbench). The npz export (D4RL's arrays) has no reader of its own here: d3rlpy
+  reads the same arrays from the HDF5.
 
 The datasets: Pendulum-v1 (Box actions, truncations), CartPole-v1 (Discrete actions,
 terminations), TinyFrames-v0 (8x8x3 uint8 frames, tests/image_env.py; a step can be both
@@ -73,11 +74,11 @@ READERS: dict[str, dict[str, Any]] = {
         "format": "minari",
         "call": "minari.load_dataset",
     },
-    "ogbench": {"venv": "ogbench", "dist": "ogbench", "pins": ["ogbench==1.2.2"], "format": "npz", "call": "ogbench.load_dataset"},
+    "ogbench": {"venv": "ogbench", "dist": "ogbench", "pins": ["ogbench==1.2.2"], "format": "ogbench", "call": "ogbench.load_dataset"},
 }
-# the reader made for the format (a mismatch fails the bench), unlike OGBench's on D4RL's npz
-OWN_LAYOUT = {"hf": True, "d3rlpy": True, "minari": True, "ogbench": False}
-SUFFIX = {"parquet": "parquet", "d4rl": "hdf5", "npz": "npz"}
+# the reader made for the format (a mismatch fails the bench); each reads its own layout now
+OWN_LAYOUT = {"hf": True, "d3rlpy": True, "minari": True, "ogbench": True}
+SUFFIX = {"parquet": "parquet", "d4rl": "hdf5", "ogbench": "npz"}
 
 # name, env id, episodes; Dict observations go to the formats that carry them only
 DATASETS = [
@@ -93,7 +94,8 @@ NOT_CARRIED = {
     "parquet": "the info/next_info columns",
     "d4rl": "episode ids, steps, spaces, env id, float64 precision, the truncation of a step that also terminated, "
     "the info columns; Dict observations refused",
-    "npz": "as d4rl; and not OGBench's layout (no final-state row per trajectory)",
+    "ogbench": "for OGBench's loader, rewards and which trajectories terminated (the file's rewards and terminations are for "
+    "rlpipe's import); episode ids, steps, spaces, env id, float64 precision, the info columns; Box observations only",
     "minari": "rlpipe's metadata.json beyond the spaces, env spec and producer's algorithm name "
     "(episode ids and steps come back as the episodes' ids and positions)",
 }

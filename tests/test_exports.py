@@ -1,4 +1,4 @@
-"""`rlpipe datasets export NAME --to parquet|d4rl|npz --out FILE`: an export imported back
+"""`rlpipe datasets export NAME --to parquet|d4rl|npz|ogbench --out FILE`: an export imported back
 (`rlpipe datasets import`) gives the same arrays, each format carries what its docs say, and
 every refusal is one line, exit 2, with no file (or temporary file) left behind."""
 
@@ -19,10 +19,12 @@ import tests.image_env  # noqa: F401  (registers TinyFrames-v0)
 from rlpipe.datasets import exports
 from rlpipe.datasets.loader import TransitionArrays, load_dataset
 from rlpipe.datasets.store import open_dataset
+from rlpipe.datasets.writer import write_rows
 from tests.test_collector import collect_dataset
+from tests.test_dataset_store import synthetic_rows
 from tests.test_imports import FIELDS
 
-SUFFIX = {"parquet": "parquet", "d4rl": "hdf5", "npz": "npz"}
+SUFFIX = {"parquet": "parquet", "d4rl": "hdf5", "npz": "npz", "ogbench": "npz"}
 D4RL_KEYS = {"observations", "actions", "rewards", "next_observations", "terminals", "timeouts"}
 
 if "ShortCartPole-v0" not in gym.registry:  # CartPole cut at 20 steps: episodes that terminate and episodes truncated
@@ -64,7 +66,7 @@ def digests(data: TransitionArrays) -> dict[str, str]:
     return {field: hashlib.sha256(np.ascontiguousarray(getattr(data, field)).tobytes()).hexdigest() for field in FIELDS}
 
 
-@pytest.mark.parametrize("target", ["parquet", "d4rl", "npz"])
+@pytest.mark.parametrize("target", ["parquet", "d4rl", "npz", "ogbench"])
 @pytest.mark.parametrize("name", ["pendulum", "cartpole", "mixed"])
 def test_an_export_imports_back_to_the_same_arrays(cli, sources: Path, store: Path, tmp_path: Path, name: str, target: str) -> None:
     out = export_ok(cli, sources, name, target, tmp_path / f"{name}.{SUFFIX[target]}")
@@ -144,6 +146,56 @@ def test_a_step_both_terminated_and_truncated_comes_back_terminated_only_from_d4
     both, back = load_dataset("both", store), load_dataset("back", store)
     assert both.truncated[end] and both.terminated[end] and not back.truncated[end] and back.terminated[end]
     assert digests(back) == digests(data)
+
+
+@pytest.mark.parametrize("name", ["cartpole", "frames"])
+def test_ogbench_holds_each_episode_then_its_final_state(cli, sources: Path, store: Path, tmp_path: Path, name: str) -> None:
+    """OGBench's layout: an episode's observations, then its last next_obs as a row of its own
+    (terminals 1.0 there, the last action repeated); rewards and terminations for rlpipe's import."""
+    data = load_dataset(name, sources)
+    with np.load(export_ok(cli, sources, name, "ogbench", tmp_path / f"{name}.npz")) as npz:
+        arrays = {key: npz[key] for key in npz.files}
+    assert set(arrays) == {"observations", "actions", "terminals", "rewards", "terminations"}
+    starts = data.episode_starts()
+    lasts = np.r_[starts[1:], len(data)] - 1
+    finals = lasts + np.arange(1, len(lasts) + 1)  # each episode's final-state row in the file
+    rows = np.setdiff1d(np.arange(len(data) + len(lasts)), finals)
+    obs, action = np.asarray(data.obs), np.asarray(data.action)
+    assert np.array_equal(arrays["observations"][rows], obs)
+    assert np.array_equal(arrays["observations"][finals], np.asarray(data.next_obs)[lasts])
+    assert np.array_equal(arrays["actions"][rows], action) and np.array_equal(arrays["actions"][finals], action[lasts])
+    assert arrays["terminals"].dtype == np.float32 and np.flatnonzero(arrays["terminals"]).tolist() == finals.tolist()
+    assert np.array_equal(arrays["terminations"][rows], data.terminated) and not arrays["terminations"][finals].any()
+    assert np.array_equal(arrays["rewards"][rows], data.reward) and not arrays["rewards"][finals].any()
+    assert arrays["observations"].dtype == obs.dtype and arrays["actions"].dtype == action.dtype  # uint8 images, int64 Discrete actions
+    assert cli("datasets", "import", tmp_path / f"{name}.npz", "--from", "ogbench", "--name", "back", "--store", store).code == 0
+    assert digests(load_dataset("back", store)) == digests(data)
+
+
+def test_ogbench_streams_shards_and_refuses_what_its_layout_cannot_hold(cli, sources: Path, store: Path, tmp_path: Path) -> None:
+    """Episodes over many small shards come back whole; Dict or Discrete observations and a
+    transitions dataset (rows that need not chain) are one line each, and nothing is written."""
+    data, info = load_dataset("mixed", sources), open_dataset("mixed", sources)
+    columns = {field: np.asarray(getattr(data, field)) for field in FIELDS}
+    episodes = [{field: values[data.episode_id == i] for field, values in columns.items()} for i in np.unique(data.episode_id)]
+    spaces = (info.observation_space, info.action_space)
+    write_rows("sharded", episodes, *spaces, env_id=info.env_id, producer={}, store=store, fmt="arrow", shard_bytes=500)
+    assert len(open_dataset("sharded", store).shard_paths) > 3
+    out = export_ok(cli, store, "sharded", "ogbench", tmp_path / "sharded.npz")
+    assert cli("datasets", "import", out, "--from", "ogbench", "--name", "back", "--store", store).code == 0
+    assert digests(load_dataset("back", store)) == digests(data)
+    write_rows("relabelled", episodes, *spaces, env_id=info.env_id, producer={}, store=store, fmt="arrow", kind="transitions")
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    result = cli("datasets", "export", "relabelled", "--to", "ogbench", "--out", bad / "r.npz", "--store", store)
+    fails(result, "dataset 'relabelled' holds transitions, not whole episodes: OGBench's layout stores episodes")
+    result = cli("datasets", "export", "goals", "--to", "ogbench", "--out", bad / "g.npz", "--store", sources)
+    fails(result, "has Dict observations: OGBench's layout holds arrays (export it --to parquet)")
+    states, actions = gym.spaces.Discrete(5), gym.spaces.Discrete(2)
+    write_rows("cells", [synthetic_rows([3, 4], states, actions)], states, actions, env_id=None, producer={}, store=store, fmt="arrow")
+    result = cli("datasets", "export", "cells", "--to", "ogbench", "--out", bad / "c.npz", "--store", store)
+    fails(result, "has observations Discrete(5): OGBench's layout holds Box observations (states or images)")
+    assert list(bad.iterdir()) == []
 
 
 def test_dict_observations_export_to_parquet_only(cli, sources: Path, tmp_path: Path) -> None:

@@ -188,10 +188,10 @@ def export_command(
     to: str = typer.Option(
         "minari",
         "--to",
-        help="Target: minari (Minari's dataset root), parquet, d4rl (D4RL's HDF5 layout), npz (D4RL's arrays) or lerobot (a LeRobotDataset v3 directory).",
+        help="Target: minari (Minari's dataset root), parquet, d4rl (D4RL's HDF5 layout), npz (D4RL's arrays), ogbench (OGBench's .npz layout) or lerobot (a LeRobotDataset v3 directory).",
     ),
     out: Path | None = typer.Option(
-        None, "--out", help="The file to write (parquet, d4rl and npz), or the directory (lerobot); not minari."
+        None, "--out", help="The file to write (parquet, d4rl, npz and ogbench), or the directory (lerobot); not minari."
     ),
     dataset_id: str | None = typer.Option(None, "--id", help="Minari dataset id, (namespace/)name-vN (default: rlpipe/NAME-v0)."),
     force: bool = typer.Option(
@@ -199,11 +199,11 @@ def export_command(
     ),
     store: Path | None = STORE_OPTION,
 ) -> None:
-    """Export a dataset: Minari, Parquet, D4RL's HDF5, .npz or LeRobot.
+    """Export a dataset: Minari, Parquet, D4RL's HDF5, .npz, OGBench's .npz or LeRobot.
 
-    minari: Minari's layout in $MINARI_DATASETS_PATH (or Minari's default). parquet: one row per transition (episode_id, step, obs, action, reward, next_obs, terminated, truncated; Box values, images too, as lists of their flattened values, the shape in the field's metadata; metadata.json as the file's key-value metadata), loadable with Hugging Face datasets. d4rl and npz: observations, actions, rewards, next_observations, terminals, timeouts (floats as float32, as in D4RL); they have no episode ids, steps or spaces (an import recovers episodes from terminals and timeouts, infers the spaces unless given --env), and a step both terminated and truncated is a terminal only. lerobot: a LeRobotDataset v3 directory (meta/info.json, stats.json, tasks.parquet, episodes; data/chunk-000/file-000.parquet, ...), one frame per transition: observation.state (or observation.image for uint8 RGB frames, as PNG), action, next.reward, next.done (terminated), next.truncated; no next observations (an import takes the next frame's). No format carries the info columns. The file or directory is written beside --out and renamed once complete.
+    minari: Minari's layout in $MINARI_DATASETS_PATH (or Minari's default). parquet: one row per transition (episode_id, step, obs, action, reward, next_obs, terminated, truncated; Box values, images too, as lists of their flattened values, the shape in the field's metadata; metadata.json as the file's key-value metadata), loadable with Hugging Face datasets. d4rl and npz: observations, actions, rewards, next_observations, terminals, timeouts (floats as float32, as in D4RL); they have no episode ids, steps or spaces (an import recovers episodes from terminals and timeouts, infers the spaces unless given --env), and a step both terminated and truncated is a terminal only. ogbench: OGBench's layout, which ogbench.load_dataset reads: per episode its observations then its final next observation as a row of its own (terminals 1.0 there, its action the episode's last), floats as float32, Box observations only; also rewards and terminations (0 on the final-state rows) for rlpipe's import, which OGBench's loader does not read (it keeps observations, actions, next_observations and terminals, 1 on each trajectory's last transition). lerobot: a LeRobotDataset v3 directory (meta/info.json, stats.json, tasks.parquet, episodes; data/chunk-000/file-000.parquet, ...), one frame per transition: observation.state (or observation.image for uint8 RGB frames, as PNG), action, next.reward, next.done (terminated), next.truncated; no next observations (an import takes the next frame's). No format carries the info columns. The file or directory is written beside --out and renamed once complete.
     """
-    from rlpipe.datasets.exports import EXPORT_FORMATS, export_file
+    from rlpipe.datasets.exports import EXPORT_FORMATS, FILE_FORMATS, export_file
 
     if to not in EXPORT_FORMATS:
         raise RlpipeError(f"unknown export target {to!r}: choose one of {', '.join(EXPORT_FORMATS)}")
@@ -219,7 +219,7 @@ def export_command(
     from rlpipe.datasets.minari_io import export_to_minari
 
     if out is not None:
-        raise RlpipeError("--out is for the file targets (parquet, d4rl, npz, lerobot): --to minari writes to Minari's dataset root (--id)")
+        raise RlpipeError(f"--out is for the file targets ({', '.join(FILE_FORMATS)}): --to minari writes to Minari's dataset root (--id)")
     info = open_dataset(name, store)
     path = export_to_minari(info, dataset_id, force=force)
     typer.echo(f"exported {name} -> {path} (minari.load_dataset({(dataset_id or default_minari_id(info.name))!r}))")

@@ -1,6 +1,6 @@
 """Exporting a dataset to files other tools read: Parquet (one row per transition, loadable
-with Hugging Face `datasets`), D4RL's HDF5 layout, the same arrays in a NumPy .npz, and a
-LeRobotDataset v3 directory.
+with Hugging Face `datasets`), D4RL's HDF5 layout, the same arrays in a NumPy .npz, OGBench's
+.npz layout and a LeRobotDataset v3 directory.
 The reverse of `rlpipe.datasets.imports`; Minari's layout is `rlpipe.datasets.minari_io`'s.
 
 The file is written from the verified shards one at a time (the loader's `ShardVerifier`:
@@ -20,6 +20,18 @@ What each format carries:
   (float64 observations lose precision), integers keep their dtype (Discrete actions int64).
   No episode ids, steps, spaces or env id: an import recovers episodes from terminals and
   timeouts, and a step both terminated and truncated is a terminal only (D4RL's convention).
+- ogbench: OGBench's .npz layout, which `ogbench.load_dataset` reads: per episode, its rows'
+  observations then its final next_obs as a row of its own, `terminals` (float32) 1.0 on that
+  final-state row, else 0; its action repeats the episode's last one (OGBench drops it, and a
+  compact dataset's statistics stay within the actions taken). Also, for rlpipe's importer,
+  `rewards` and `terminations` (float32, 0 on the final-state rows): OGBench's loader reads
+  only observations, actions and terminals, so it gives no rewards and every trajectory ends
+  alike; rlpipe's importer takes a trajectory's end as truncated unless `terminations` says it
+  terminated (a step both terminated and truncated is terminated only, as in D4RL's arrays;
+  no `timeouts`: every end is a final-state row, and one not terminated was truncated). Floats as float32, as d4rl; Box observations only (OGBench's states and uint8 images). The
+  layout stores each state once, which an episodes dataset's chained rows allow (the loader
+  checks them); a transitions dataset (HER's relabelled rows) is refused, as by lerobot. No
+  episode ids, steps, spaces or env id.
 - lerobot: a LeRobotDataset v3 directory (meta/info.json, meta/stats.json, meta/tasks.parquet,
   meta/episodes/chunk-000/file-000.parquet, data/chunk-NNN/file-NNN.parquet), one frame per
   transition: `observation.state` (a 1-D Box) or `observation.image` (uint8 H x W x 3, PNG),
@@ -59,17 +71,18 @@ from rlpipe.datasets.store import DatasetInfo
 from rlpipe.errors import RlpipeError
 from rlpipe.files import atomic_output, check_output_dir, check_output_file
 
-EXPORT_FORMATS = ("minari", "parquet", "d4rl", "npz", "lerobot")
+EXPORT_FORMATS = ("minari", "parquet", "d4rl", "npz", "ogbench", "lerobot")
 FILE_FORMATS = EXPORT_FORMATS[1:]  # written to --out (lerobot: a directory); minari goes to Minari's dataset root
 METADATA_KEY = "rlpipe.metadata"  # the Parquet key-value metadata holding metadata.json
 ROW_GROUP_BYTES = 64 << 20  # a row group's bytes, about (rows sized by the shards' bytes per row): readers hold one at a time
 
 Append = Callable[[dict[str, Columnar]], None]  # takes a shard's columns
+EPISODE_LAYOUTS = {"ogbench": "OGBench's layout", "lerobot": "LeRobot's layout"}  # the targets that store whole episodes
 
 
 def export_file(info: DatasetInfo, out: str | os.PathLike, target: str, *, force: bool = False) -> int:
-    """Write dataset `info` to the file `out` as `target` (parquet, d4rl or npz; lerobot: the
-    directory `out`; the module doc says what each carries); returns the transitions written.
+    """Write dataset `info` to the file `out` as `target` (parquet, d4rl, npz or ogbench; lerobot:
+    the directory `out`; the module doc says what each carries); returns the transitions written.
     An existing `out` is replaced only with `force` (a FIFO or a character device, e.g.
     /dev/stdout, is written through; lerobot replaces only a LeRobot dataset); each refusal is
     one RlpipeError raised before anything is written."""
@@ -77,10 +90,16 @@ def export_file(info: DatasetInfo, out: str | os.PathLike, target: str, *, force
         raise RlpipeError(f"unknown export target {target!r}: choose one of {', '.join(EXPORT_FORMATS)}")
     if info.metadata["multi_agent"]:
         raise RlpipeError(f"dataset {info.name!r} holds multi-agent rows: the file formats hold one agent's transitions")
+    if target in EPISODE_LAYOUTS and info.metadata.get("kind") == "transitions":
+        raise RlpipeError(f"dataset {info.name!r} holds transitions, not whole episodes: {EPISODE_LAYOUTS[target]} stores episodes")
     if target == "lerobot":
         return _export_lerobot(info, Path(out), force)
-    if target != "parquet" and isinstance(info.observation_space, gym.spaces.Dict):
-        raise RlpipeError(f"dataset {info.name!r} has Dict observations: D4RL's layout holds arrays (export it --to parquet)")
+    obs = info.observation_space
+    if target != "parquet" and isinstance(obs, gym.spaces.Dict):
+        layout = EPISODE_LAYOUTS.get(target, "D4RL's layout")
+        raise RlpipeError(f"dataset {info.name!r} has Dict observations: {layout} holds arrays (export it --to parquet)")
+    if target == "ogbench" and not isinstance(obs, gym.spaces.Box):
+        raise RlpipeError(f"dataset {info.name!r} has observations {obs}: OGBench's layout holds Box observations (states or images)")
     out = Path(out)
     through = check_output_file(out, "--out")
     if not through and os.path.lexists(out) and not force:
@@ -104,6 +123,8 @@ def _shards(info: DatasetInfo) -> Iterator[dict[str, Columnar]]:
 def _file_writer(target: str, path: Path, info: DatasetInfo) -> AbstractContextManager[Append]:
     if target == "parquet":
         return _parquet_rows(path, info)
+    if target == "ogbench":
+        return _ogbench_rows(path)
     return _d4rl_rows(path, npz=target == "npz")
 
 
@@ -163,9 +184,14 @@ def _d4rl_rows(path: Path, npz: bool) -> Iterator[Append]:
 
         def append_shard(columns: dict[str, Columnar]) -> None:
             arrays = d4rl_arrays(TransitionArrays(**cast("dict[str, Any]", columns)))  # a shard's columns are its fields
-            append({key: values.astype(np.float32, copy=False) if values.dtype.kind == "f" else values for key, values in arrays.items()})
+            append({key: _float32(values) for key, values in arrays.items()})
 
         yield append_shard
+
+
+def _float32(values: np.ndarray) -> np.ndarray:
+    """Floats as float32, as D4RL's and OGBench's files store them; other dtypes as they are."""
+    return values.astype(np.float32, copy=False) if values.dtype.kind == "f" else values
 
 
 @contextmanager
@@ -211,6 +237,48 @@ def _npz_arrays(path: Path) -> Iterator[Callable[[dict[str, np.ndarray]], None]]
                     shutil.copyfileobj(raw, member, 1 << 22)
 
 
+# ---- OGBench's .npz layout -------------------------------------------------------------------
+
+_OGBENCH_COLUMNS = ("obs", "action", "reward", "next_obs", "terminated", "episode_id")
+
+
+@contextmanager
+def _ogbench_rows(path: Path) -> Iterator[Append]:
+    """Append shards in OGBench's layout (module doc) to the .npz `path` (`_npz_arrays`). The
+    last row seen waits for the next shard, which says whether its episode goes on."""
+    held: dict[str, np.ndarray] | None = None
+    with _npz_arrays(path) as write:
+
+        def append(shard: dict[str, Columnar]) -> None:
+            nonlocal held
+            rows = {column: np.asarray(shard[column]) for column in _OGBENCH_COLUMNS}
+            if held is not None:
+                rows = {column: np.concatenate([held[column], values]) for column, values in rows.items()}
+            if not len(rows["reward"]):
+                return
+            ids = rows["episode_id"]
+            ends = np.flatnonzero(ids[1:] != ids[:-1])  # rows that end their episode, the last one aside
+            write(_ogbench_arrays({column: values[:-1] for column, values in rows.items()}, ends))
+            held = {column: values[-1:] for column, values in rows.items()}
+
+        yield append
+        if held is not None:  # the dataset's last row ends its episode
+            write(_ogbench_arrays(held, np.zeros(1, np.int64)))
+
+
+def _ogbench_arrays(rows: dict[str, np.ndarray], ends: np.ndarray) -> dict[str, np.ndarray]:
+    """`rows` as OGBench's arrays, with after each row in `ends` (its episode's last) the
+    episode's final state, whose action repeats that row's."""
+    after = ends + 1
+    return {
+        "observations": _float32(np.insert(rows["obs"], after, rows["next_obs"][ends], axis=0)),
+        "actions": _float32(np.insert(rows["action"], after, rows["action"][ends], axis=0)),
+        "terminals": np.insert(np.zeros(len(rows["obs"]), np.float32), after, 1.0),
+        "rewards": _float32(np.insert(rows["reward"], after, 0)),
+        "terminations": np.insert(rows["terminated"].astype(np.float32), after, 0.0),
+    }
+
+
 # ---- LeRobotDataset v3 ------------------------------------------------------------------------
 
 LEROBOT_VERSION = "v3.0"
@@ -245,8 +313,6 @@ def is_lerobot_dataset(path: Path) -> bool:
 def _export_lerobot(info: DatasetInfo, out: Path, force: bool) -> int:
     """Write `info` as the LeRobotDataset v3 directory `out` (module doc), built beside it and
     renamed into place; `force` replaces only a LeRobot dataset. Returns the frames written."""
-    if info.metadata.get("kind") == "transitions":
-        raise RlpipeError(f"dataset {info.name!r} holds transitions, not whole episodes: LeRobot's layout stores episodes")
     features = _lerobot_features(info)
 
     def check_target(path: Path) -> None:

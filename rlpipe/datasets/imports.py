@@ -27,8 +27,9 @@ no video) unless --ignore-columns leaves them out.
 
 OGBench's files store each trajectory's final state as a row of its own (`valids` 0, or
 `terminals` 1 without `valids`): it becomes the previous row's next_obs, and the trajectory
-ends truncated, as OGBench's trajectories end on a time limit; rewards are 0 unless the file
-has `rewards` (OGBench's goal-reaching rewards come from relabelling).
+ends truncated, as OGBench's trajectories end on a time limit, unless the file has
+`terminations` (rlpipe's `--to ogbench` export) and it is 1 there; rewards are 0 unless the
+file has `rewards` (OGBench's goal-reaching rewards come from relabelling).
 
 Spaces come from `--env` (its spaces, which the data must fit), from `--action-space`
 (`box:LOW,HIGH` or `discrete:N`, checked on every row) or from the data: observations a Box
@@ -549,18 +550,20 @@ def _ogbench_transitions(arrays: dict[str, np.ndarray], where: str) -> dict[str,
     rewards = arrays.get("rewards", np.zeros(len(obs), np.float32))
     if "next_observations" in arrays:
         return {**arrays, "rewards": rewards, "terminals": np.zeros(len(obs), bool), "timeouts": ends}
+    for key in ("actions", "terminals", "valids", "rewards", "terminations"):
+        if len(arrays.get(key, obs)) != len(obs):
+            raise RlpipeError(f"{where}: ragged arrays: {key!r} has {len(arrays[key])} rows, 'observations' has {len(obs)}")
     valid = np.asarray(arrays["valids"]) > 0 if "valids" in arrays else ~ends
-    if len(valid) != len(obs):
-        raise RlpipeError(f"{where}: ragged arrays: 'valids' or 'terminals' has {len(valid)} rows, 'observations' has {len(obs)}")
     kept = np.flatnonzero(valid[:-1])  # the last row has no next row: dropped
     following = np.r_[valid[1:], False]
+    terminated = np.asarray(arrays.get("terminations", np.zeros(len(obs), bool)))[kept]  # checked as flags with the other roles
     return {
         "observations": obs[kept],
         "actions": arrays["actions"][kept],
         "rewards": rewards[kept],
         "next_observations": obs[kept + 1],
-        "terminals": np.zeros(len(kept), bool),
-        "timeouts": ~following[kept] | (kept + 1 == len(obs) - 1),
+        "terminals": terminated,
+        "timeouts": (~following[kept] | (kept + 1 == len(obs) - 1)) & (terminated == 0),
     }
 
 
