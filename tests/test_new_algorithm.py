@@ -54,7 +54,7 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
     def update(b: Batch, i: int) -> None:
         optimizer_step(optimizer, -actor.dist(b.obs).log_prob(b.actions.long()).mean())
 
-    return train_offline(SPEC.name, config, data, Learner(actor, {"policy": actor}, update), out_dir, progress)
+    return train_offline(SPEC.name, config, data, Learner({"policy": actor}, update), out_dir, progress)
 '''
 
 

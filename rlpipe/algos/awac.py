@@ -107,4 +107,4 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
         return {"critic_loss": critic_loss.detach(), "actor_loss": actor_loss.detach(), "q_mean": q_data.detach().mean()}
 
     modules = {"policy": actor, "critic": critic, "critic_target": critic_target}
-    return train_offline(SPEC.name, config, data, Learner(actor, modules, update), out_dir, progress)
+    return train_offline(SPEC.name, config, data, Learner(modules, update), out_dir, progress)

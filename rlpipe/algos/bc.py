@@ -101,7 +101,7 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
         return {"loss": loss.detach()}
 
     deterministic_eval = config.eval_deterministic or not data.discrete
-    learner = Learner(actor, {"policy": actor}, update, optimizers={"optimizer": optimizer}, deterministic_eval=deterministic_eval)
+    learner = Learner({"policy": actor}, update, optimizers={"optimizer": optimizer}, deterministic_eval=deterministic_eval)
     return train_offline(SPEC.name, config, data, learner, out_dir, progress)
 
 
@@ -123,7 +123,6 @@ def _train_recurrent(config: Config, data: OfflineData, out_dir: str | Path | No
         return {"loss": loss.detach()}
 
     learner = Learner(
-        actor,
         {"policy": actor},
         update,
         optimizers={"optimizer": optimizer},

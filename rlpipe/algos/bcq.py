@@ -298,5 +298,5 @@ def continuous_bcq(config: Config, data: OfflineData) -> Variant:
 def train(config: Config, out_dir: str | Path | None = None, *, progress: bool = True) -> TrainResult:
     """Train BCQ on ``config.dataset``; with ``out_dir`` also write checkpoint, metrics and curve."""
     data = load_offline(SPEC.name, config, ACTION_SPACES, observation_kinds=IMAGE_OBSERVATION_KINDS)
-    policy, modules, update, extra = (discrete_bcq if data.discrete else continuous_bcq)(config, data)
-    return train_offline(SPEC.name, config, data, Learner(policy, modules, update, extra_metrics=extra), out_dir, progress)
+    _, modules, update, extra = (discrete_bcq if data.discrete else continuous_bcq)(config, data)
+    return train_offline(SPEC.name, config, data, Learner(modules, update, extra_metrics=extra), out_dir, progress)

@@ -77,5 +77,5 @@ def reference_returns(config: Config) -> ReturnsToGo:
 def train(config: Config, out_dir: str | Path | None = None, *, progress: bool = True) -> TrainResult:
     """Train Cal-QL on ``config.dataset``; with ``out_dir`` also write checkpoint, metrics and curve."""
     data = load_offline(SPEC.name, config, ACTION_SPACES, returns_to_go=reference_returns(config))
-    actor, modules, update, extra = cql.continuous_cql(config, data, reference_returns=True, floor=config.calibrate)
-    return train_offline(SPEC.name, config, data, Learner(actor, modules, update, extra_metrics=extra), out_dir, progress)
+    _, modules, update, extra = cql.continuous_cql(config, data, reference_returns=True, floor=config.calibrate)
+    return train_offline(SPEC.name, config, data, Learner(modules, update, extra_metrics=extra), out_dir, progress)

@@ -326,8 +326,8 @@ def batched_discrete_cql(configs: Sequence[Config], data: OfflineData) -> Batche
 def train(config: Config, out_dir: str | Path | None = None, *, progress: bool = True) -> TrainResult:
     """Train CQL on ``config.dataset``; with ``out_dir`` also write checkpoint, metrics and curve."""
     data = load_offline(SPEC.name, config, ACTION_SPACES, observation_kinds=IMAGE_OBSERVATION_KINDS)
-    actor, modules, update, extra = (discrete_cql if data.discrete else continuous_cql)(config, data)
-    return train_offline(SPEC.name, config, data, Learner(actor, modules, update, extra_metrics=extra), out_dir, progress)
+    _, modules, update, extra = (discrete_cql if data.discrete else continuous_cql)(config, data)
+    return train_offline(SPEC.name, config, data, Learner(modules, update, extra_metrics=extra), out_dir, progress)
 
 
 def train_seeds(configs: Sequence[Config], out_dirs: Sequence[str | Path | None], *, progress: bool = True) -> list[TrainResult]:

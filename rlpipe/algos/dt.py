@@ -313,7 +313,6 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
         return {"loss": loss.detach()}
 
     learner = Learner(
-        model,
         {"policy": model},
         update,
         optimizers={"optimizer": optimizer},

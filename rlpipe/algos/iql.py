@@ -140,4 +140,4 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
         }
 
     modules: dict[str, nn.Module] = {"policy": actor, "critic": critic, "critic_target": critic_target, "value": value}
-    return train_offline(SPEC.name, config, data, Learner(actor, modules, update), out_dir, progress)
+    return train_offline(SPEC.name, config, data, Learner(modules, update), out_dir, progress)

@@ -123,5 +123,5 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
     mixed = MixedBatches(dataset_sampler.sample, synthetic, config.real_ratio)
     modules = {"policy": sac.actor, "critic": sac.critic, "critic_target": sac.critic_target, DYNAMICS_MODULE: model}
     extra = lambda: {**model_metrics, "alpha": sac.alpha(), "penalised_model_reward": stats["rollout_reward"]}  # noqa: E731
-    learner = Learner(sac.actor, modules, update, sampler=mixed, extra_metrics=extra)
+    learner = Learner(modules, update, sampler=mixed, extra_metrics=extra)
     return train_offline(SPEC.name, config, data, learner, out_dir, progress)

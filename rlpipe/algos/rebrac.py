@@ -103,4 +103,4 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
         return behaviour_penalty(next_action, b.next_actions, config.critic_bc_coef)
 
     update, modules = td3_update(actor, critic, config, actor_loss, target_penalty, actor_q_min=True)
-    return train_offline(SPEC.name, config, data, Learner(actor, modules, update, update_period=config.policy_delay), out_dir, progress)
+    return train_offline(SPEC.name, config, data, Learner(modules, update, update_period=config.policy_delay), out_dir, progress)

@@ -80,4 +80,4 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
         return td3_bc_actor_loss(pi, q, b.actions, config.alpha)
 
     update, modules = td3_update(actor, critic, config, actor_loss)
-    return train_offline(SPEC.name, config, data, Learner(actor, modules, update, update_period=config.policy_delay), out_dir, progress)
+    return train_offline(SPEC.name, config, data, Learner(modules, update, update_period=config.policy_delay), out_dir, progress)

@@ -456,8 +456,7 @@ class Learner:
     """What an offline algorithm hands `train_offline`: its networks and update, and how the
     loop samples, evaluates and saves them."""
 
-    actor: nn.Module  # the policy that is evaluated and checkpointed (``modules["policy"]``)
-    modules: dict[str, nn.Module]  # everything checkpointed, including "policy"
+    modules: dict[str, nn.Module]  # everything checkpointed; "policy" is the actor evaluated and saved
     # update(batch, update_index) on the sampler's batches: a `Batch` (an `Update`), or a sequence model's windows
     update: Callable[[Any, int], Diagnosed]
     # What a resumed run needs beyond ``modules``; None: --checkpoint-every is refused.
@@ -471,6 +470,11 @@ class Learner:
     # that keeps state across steps (a return-conditioned one) brings its own.
     policy_of: Callable[..., PolicyFn] = policy_fn
     extra_metrics: Callable[[], dict[str, Any]] = dict  # added to metrics.json when the run ends
+
+    @property
+    def actor(self) -> nn.Module:
+        """The policy that is evaluated and checkpointed."""
+        return self.modules["policy"]
 
 
 def _snapshots(algo: str, config: OfflineConfig, data: OfflineData, learner: Learner) -> Snapshots | None:
