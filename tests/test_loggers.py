@@ -242,3 +242,13 @@ def test_a_state_saved_before_loggers_existed_still_resumes(tmp_path: Path) -> N
     assert read_state(tmp_path / "old.safetensors", config) is not None
     assert read_state(tmp_path / "old.safetensors", {**config, "loggers": ["tensorboard"]}) is not None
     assert read_state(tmp_path / "old.safetensors", {**config, "seed": 1}) is None  # control: another config does not resume
+
+
+def test_the_curve_and_metrics_hold_the_episodes_mean_length(cli, tmp_path: Path) -> None:
+    """CartPole pays 1 a step, so an episode's length is its return: the logged lengths must equal the returns."""
+    run = tmp_path / "run"
+    metrics = _train(cli, run, "tensorboard")
+    returns, lengths = _tensorboard_curve(run), _tensorboard_curve(run, "eval/length_mean")
+    assert [step for step, _ in lengths] == [step for step, _ in returns]
+    assert [value for _, value in lengths] == pytest.approx([value for _, value in returns], rel=1e-6)
+    assert metrics["heldout_length_mean"] == pytest.approx(metrics["heldout_return_mean"])

@@ -58,6 +58,11 @@ class EvalResult:
     lengths: list[int]
     success_rate: float | None = None  # goal envs only: share of episodes that reached the goal
 
+    @property
+    def length_mean(self) -> float:
+        """The episodes' mean length in env steps."""
+        return float(np.mean(self.lengths))
+
 
 def policy_frame_stack(actor: nn.Module) -> int:
     """How many frames ``actor`` reads per decision: its encoder spec's ``frame_stack``

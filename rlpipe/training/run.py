@@ -70,6 +70,8 @@ class EvalPoint:
     std: float
     success_rate: float | None = None  # goal envs only
     validation_error: float | None = None  # data with no environment: rlpipe.training.validation
+    # mean episode length: on envs that end on failure (Hopper's fall) it tells an early fall from a slow gait
+    length_mean: float | None = None
 
 
 @dataclass
@@ -95,6 +97,8 @@ def _curve_metrics(point: EvalPoint) -> dict[str, float]:
     if point.validation_error is not None:
         return {"val/action_error": point.validation_error}
     metrics = {"eval/return_mean": point.mean, "eval/return_std": point.std}
+    if point.length_mean is not None:
+        metrics["eval/length_mean"] = point.length_mean
     if point.success_rate is not None:
         metrics["eval/success_rate"] = point.success_rate
     return metrics
@@ -185,7 +189,7 @@ class Run:
             point = EvalPoint(done, self.elapsed(), math.nan, math.nan, validation_error=self.validation(policy))
         else:
             res = self.evaluator(policy, self.config.eval_episodes, self.config.seed + EVAL_SEED_OFFSET)
-            point = EvalPoint(done, self.elapsed(), res.mean, res.std, res.success_rate)
+            point = EvalPoint(done, self.elapsed(), res.mean, res.std, res.success_rate, length_mean=res.length_mean)
         self.history.append(point)
         logged = {**self.diagnostics.take(done), **_curve_metrics(point)}
         for sink in self.sinks:
@@ -286,6 +290,7 @@ class Run:
         return {
             "heldout_return_mean": res.mean,
             "heldout_return_std": res.std,
+            "heldout_length_mean": res.length_mean,
             **({} if res.success_rate is None else {"heldout_success_rate": res.success_rate}),
             "heldout_episodes": episodes,
         }

@@ -182,7 +182,7 @@ def combat_metrics(final: CombatEval) -> dict[str, Any]:
         "eval_win_rate": final.win_rate,
         "eval_team_return_mean": final.mean,
         **{f"eval_return_agent_{i}": r for i, r in enumerate(final.agent_returns)},
-        "eval_episode_length_mean": float(np.mean(final.lengths)),
+        "eval_episode_length_mean": final.length_mean,
     }
 
 
