@@ -129,8 +129,8 @@ def test_continuous_cql_hands_shifted_scaled_rewards_and_terminals_to_sacs_targe
 
     monkeypatch.setattr(SoftActorCritic, "soft_target", spy)
     config = get_algo("cql").config_class(hidden=(8, 8), reward_shift=1.0, reward_scale=2.0, gamma=GAMMA)
-    _, _, update, _ = continuous_cql(config, SimpleNamespace(obs_dim=3, act_dim=1, device=torch.device("cpu"), observation_space=OBS_SPACE))
-    update(hand_batch(), 0)
+    learner = continuous_cql(config, SimpleNamespace(obs_dim=3, act_dim=1, device=torch.device("cpu"), observation_space=OBS_SPACE))
+    learner.update(hand_batch(), 0)
     [(rewards, terminated)] = seen
     torch.testing.assert_close(rewards, torch.tensor([4.0, -2.0, 3.0]))  # (r + 1) * 2
     torch.testing.assert_close(terminated, torch.tensor([0.0, 1.0, 0.0]))
@@ -189,10 +189,8 @@ def _off_policy_update(name: str) -> tuple[object, nn.Module]:
     torch.manual_seed(0)
     if name == "cql-discrete":
         config = get_algo("cql").config_class(hidden=(16, 16), gamma=GAMMA)
-        q_net, _, update, _ = discrete_cql(
-            config, SimpleNamespace(obs_dim=3, act_dim=2, device=torch.device("cpu"), observation_space=OBS_SPACE)
-        )
-        return update, q_net
+        learner = discrete_cql(config, SimpleNamespace(obs_dim=3, act_dim=2, device=torch.device("cpu"), observation_space=OBS_SPACE))
+        return learner.update, learner.actor
     if name == "td3bc":
         config = get_algo("td3bc").make_config("Pendulum-v1", hidden=(16, 16), gamma=GAMMA)
         actor, critic = DeterministicActor(3, 1, (16, 16)), EnsembleQ(3, 1, (16, 16))

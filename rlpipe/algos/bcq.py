@@ -20,7 +20,7 @@ then ``train``: the shared offline loop.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +32,7 @@ from torch import nn
 from rlpipe.algos.registry import OFFLINE_IMAGE_OBSERVATION_KINDS, AlgoSpec, Family
 from rlpipe.models.encoders import EncoderChoice, build_encoder
 from rlpipe.models.networks import EnsembleQ, init_spec, mlp, register_policy_class
-from rlpipe.training import Batch, OfflineConfig, TrainResult, Update
+from rlpipe.training import Batch, OfflineConfig, TrainResult
 from rlpipe.training.config import check_fractions, layer_sizes, positive
 from rlpipe.training.diagnostics import Diagnosed
 from rlpipe.training.env import BOX, DISCRETE, encoder_spec
@@ -228,11 +228,8 @@ def discrete_bcq_loss(config: Config, policy: nn.Module, target: nn.Module, b: B
     return td_loss + imitation_loss, td_loss.detach()
 
 
-Variant = tuple[nn.Module, dict[str, nn.Module], Update, Callable[[], dict[str, Any]]]
-
-
-def discrete_bcq(config: Config, data: OfflineData) -> Variant:
-    """Discrete BCQ: the policy, the modules to save, the update and extra metrics."""
+def discrete_bcq(config: Config, data: OfflineData) -> Learner:
+    """Discrete BCQ: the policy and its target, the update and extra metrics."""
     encoder = encoder_spec(data.observation_space, config.frame_stack, config.encoder)
     policy = DiscreteBCQPolicy(data.obs_dim, data.act_dim, config.hidden, config.threshold, encoder).to(data.device)
     target = target_copy(policy)
@@ -248,11 +245,11 @@ def discrete_bcq(config: Config, data: OfflineData) -> Variant:
     def extra() -> dict[str, Any]:
         return {name: float(value) for name, value in stats.items()}
 
-    return policy, {"policy": policy, "target": target}, update, extra
+    return Learner({"policy": policy, "target": target}, update, extra_metrics=extra)
 
 
-def continuous_bcq(config: Config, data: OfflineData) -> Variant:
-    """Continuous BCQ: the policy, the modules to save, the update and extra metrics."""
+def continuous_bcq(config: Config, data: OfflineData) -> Learner:
+    """Continuous BCQ: the policy and the networks it trains beside it, the update and extra metrics."""
     require_flat_observations(SPEC.name, config, data)
     obs_dim, act_dim, device = data.obs_dim, data.act_dim, data.device
     latent_dim = config.latent_dim or 2 * act_dim
@@ -292,11 +289,11 @@ def continuous_bcq(config: Config, data: OfflineData) -> Variant:
         return {name: float(value) for name, value in stats.items()}
 
     modules = {"policy": policy, "encoder": encoder, "critic_target": critic_target, "perturbation_target": perturbation_target}
-    return policy, modules, update, extra
+    return Learner(modules, update, extra_metrics=extra)
 
 
 def train(config: Config, out_dir: str | Path | None = None, *, progress: bool = True) -> TrainResult:
     """Train BCQ on ``config.dataset``; with ``out_dir`` also write checkpoint, metrics and curve."""
     data = load_offline(SPEC.name, config, ACTION_SPACES, observation_kinds=IMAGE_OBSERVATION_KINDS)
-    _, modules, update, extra = (discrete_bcq if data.discrete else continuous_bcq)(config, data)
-    return train_offline(SPEC.name, config, data, Learner(modules, update, extra_metrics=extra), out_dir, progress)
+    learner = (discrete_bcq if data.discrete else continuous_bcq)(config, data)
+    return train_offline(SPEC.name, config, data, learner, out_dir, progress)

@@ -35,7 +35,7 @@ from rlpipe.training import TrainResult
 from rlpipe.training.buffer import ReturnsToGo
 from rlpipe.training.config import positive
 from rlpipe.training.env import BOX
-from rlpipe.training.offline import Learner, load_offline, train_offline
+from rlpipe.training.offline import load_offline, train_offline
 
 ACTION_SPACES = (BOX,)
 SPEC = AlgoSpec(
@@ -77,5 +77,5 @@ def reference_returns(config: Config) -> ReturnsToGo:
 def train(config: Config, out_dir: str | Path | None = None, *, progress: bool = True) -> TrainResult:
     """Train Cal-QL on ``config.dataset``; with ``out_dir`` also write checkpoint, metrics and curve."""
     data = load_offline(SPEC.name, config, ACTION_SPACES, returns_to_go=reference_returns(config))
-    _, modules, update, extra = cql.continuous_cql(config, data, reference_returns=True, floor=config.calibrate)
-    return train_offline(SPEC.name, config, data, Learner(modules, update, extra_metrics=extra), out_dir, progress)
+    learner = cql.continuous_cql(config, data, reference_returns=True, floor=config.calibrate)
+    return train_offline(SPEC.name, config, data, learner, out_dir, progress)

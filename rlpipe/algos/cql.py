@@ -198,10 +198,8 @@ def require_continuous_settings(config: Config, data: OfflineData) -> None:
         )
 
 
-def continuous_cql(
-    config: Config, data: OfflineData, *, reference_returns: bool = False, floor: bool = False
-) -> tuple[nn.Module, dict[str, nn.Module], Update, Callable[[], dict[str, Any]]]:
-    """SAC-based CQL: the actor, the modules to save, the update and extra metrics.
+def continuous_cql(config: Config, data: OfflineData, *, reference_returns: bool = False, floor: bool = False) -> Learner:
+    """SAC-based CQL: its networks, update and extra metrics.
     ``reference_returns``: the batches carry returns-to-go, and metric ``bound_rate`` is the
     fraction of the policy proposals' Q values below them; with ``floor``, Cal-QL's, those
     values are raised to them in the penalty (`critic_loss`)."""
@@ -220,7 +218,7 @@ def continuous_cql(
         metrics = {"alpha": sac.alpha(), "conservative_gap": float(stats.get("conservative_gap", math.nan))}
         return {**metrics, "bound_rate": float(stats.get("bound_rate", math.nan))} if reference_returns else metrics
 
-    return sac.actor, {"policy": sac.actor, "critic": sac.critic, "critic_target": sac.critic_target}, update, extra
+    return Learner({"policy": sac.actor, "critic": sac.critic, "critic_target": sac.critic_target}, update, extra_metrics=extra)
 
 
 @torch.no_grad()
@@ -259,8 +257,8 @@ def q_network(config: Config, data: OfflineData) -> GreedyQPolicy:
     return GreedyQPolicy(data.obs_dim, data.act_dim, config.hidden, encoder=encoder, quantiles=config.quantiles).to(data.device)
 
 
-def discrete_cql(config: Config, data: OfflineData) -> tuple[nn.Module, dict[str, nn.Module], Update, Callable[[], dict[str, Any]]]:
-    """DQN-based CQL: the greedy Q-policy, the modules to save, the update and extra metrics."""
+def discrete_cql(config: Config, data: OfflineData) -> Learner:
+    """DQN-based CQL: the greedy Q-policy (``modules["policy"]``) and its target, the update and extra metrics."""
     q_net = q_network(config, data)
     q_target = target_copy(q_net)
     optimizer = adam(q_net.parameters(), config.critic_lr)
@@ -275,7 +273,7 @@ def discrete_cql(config: Config, data: OfflineData) -> tuple[nn.Module, dict[str
     def extra() -> dict[str, Any]:
         return {"conservative_gap": float(stats.get("conservative_gap", math.nan))}
 
-    return q_net, {"policy": q_net, "q_target": q_target}, update, extra
+    return Learner({"policy": q_net, "q_target": q_target}, update, extra_metrics=extra)
 
 
 BatchedCQL = tuple[SeedStack, list[dict[str, nn.Module]], Update, Callable[[int], dict[str, Any]]]
@@ -326,8 +324,8 @@ def batched_discrete_cql(configs: Sequence[Config], data: OfflineData) -> Batche
 def train(config: Config, out_dir: str | Path | None = None, *, progress: bool = True) -> TrainResult:
     """Train CQL on ``config.dataset``; with ``out_dir`` also write checkpoint, metrics and curve."""
     data = load_offline(SPEC.name, config, ACTION_SPACES, observation_kinds=IMAGE_OBSERVATION_KINDS)
-    _, modules, update, extra = (discrete_cql if data.discrete else continuous_cql)(config, data)
-    return train_offline(SPEC.name, config, data, Learner(modules, update, extra_metrics=extra), out_dir, progress)
+    learner = (discrete_cql if data.discrete else continuous_cql)(config, data)
+    return train_offline(SPEC.name, config, data, learner, out_dir, progress)
 
 
 def train_seeds(configs: Sequence[Config], out_dirs: Sequence[str | Path | None], *, progress: bool = True) -> list[TrainResult]:
