@@ -47,7 +47,7 @@ FIELD_LIMITS = {
 }
 
 
-def check_fractions(config: Any, *names: str) -> None:
+def check_fractions(config: object, *names: str) -> None:
     """An RlpipeError unless each named field of ``config`` is a number in [0, 1] (None: unset)."""
     for name in names:
         value = getattr(config, name)
@@ -270,7 +270,7 @@ def parse_settings(pairs: list[str], cls: type) -> dict[str, Any]:
     return settings
 
 
-def check_values(config: Any) -> None:
+def check_values(config: RunConfig) -> None:
     """Raise an RlpipeError naming the first field out of range: a :func:`positive` field
     must be > 0 (each element, for layer sizes), floats finite, ``heldout_eval_episodes`` >= 0,
     ``seed`` and ``num_envs`` within rlpipe.limits, and a Literal field (each element, for a tuple of them) one of its choices."""

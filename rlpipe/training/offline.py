@@ -78,7 +78,19 @@ def dataset_env_id(dataset: str | DatasetInfo, store: str | os.PathLike | None =
     return info.env_id
 
 
-def validated(info: DatasetInfo, config: Any) -> bool:
+class DatasetRun(Protocol):
+    """What `load_offline` reads of a config: `DatasetFields` and the run's seed, threads and
+    device (an `OfflineConfig`, or the imitation configs that train online on a dataset)."""
+
+    dataset: str
+    store: str | None
+    max_samples: int | None
+    seed: int
+    torch_threads: int
+    device: str
+
+
+def validated(info: DatasetInfo, config: DatasetRun) -> bool:
     """Whether an offline run scores its policy on held-out episodes (`rlpipe.training.validation`)
     because its dataset names no environment to play it in (GAIL's expert data needs none: it
     trains in its own env)."""
@@ -167,15 +179,15 @@ def sample_from_maps(info: DatasetInfo) -> bool:
     return info.step_bytes > MAPPED_SAMPLING_BYTES
 
 
-def _sample_from_maps(info: DatasetInfo, config: Any) -> bool:
+def _sample_from_maps(info: DatasetInfo, config: DatasetRun) -> bool:
     """`sample_from_maps`, unless a subset or goal flattening needs the arrays in RAM."""
-    in_ram_only = getattr(config, "max_samples", None) is not None or is_goal_space(info.observation_space)
+    in_ram_only = config.max_samples is not None or is_goal_space(info.observation_space)
     return sample_from_maps(info) and not in_ram_only
 
 
 def load_offline(
     algo: str,
-    config: Any,
+    config: DatasetRun,
     action_kinds: tuple[str, ...],
     next_actions: bool = False,
     observation_kinds: tuple[str, ...] = OBSERVATION_KINDS,
@@ -184,7 +196,6 @@ def load_offline(
 ) -> OfflineData:
     """Open `config.dataset`, check the spaces suit `algo`, seed, and build the sampler.
 
-    `config` needs dataset, store, seed, device, torch_threads and may have max_samples.
     Continuous actions are mapped to the policy's [-1, 1] range once, here; so are goal
     Dict observations to ``concat(observation, desired_goal)``. Datasets over
     `MAPPED_SAMPLING_BYTES` stay in their memory-mapped shards (`MappedSampler`; actions are
@@ -227,7 +238,7 @@ def load_offline(
 
 def _load_in_ram(
     info: DatasetInfo,
-    config: Any,
+    config: DatasetRun,
     device: torch.device,
     scaler: ActionScaler,
     frame_stack: int,
@@ -240,15 +251,15 @@ def _load_in_ram(
     data = load_shards(info)
     if len(data) == 0:
         raise RlpipeError(f"dataset {info.name!r} is empty")
-    if getattr(config, "max_samples", None) is not None:
+    if config.max_samples is not None:
         data = take_rows(data, subset_rows(data, config.max_samples, config.seed))
     if is_goal_space(obs_space):
         data = replace(data, obs=flatten_obs(data.obs), next_obs=flatten_obs(data.next_obs))
         obs_space = flat_observation_space(obs_space)
     validation, all_rows = None, None
     if validated(info, config):
-        all_rows = data
-        train_rows, validation_rows = split_episodes(data, config.validation_fraction, config.seed, info.name)
+        all_rows, fraction = data, cast(OfflineConfig, config).validation_fraction  # validated(): an OfflineConfig
+        train_rows, validation_rows = split_episodes(data, fraction, config.seed, info.name)
         data, validation = take_rows(data, train_rows), ValidationSet(take_rows(data, validation_rows), act_space)
     make_sampler = partial(
         TransitionSampler,
