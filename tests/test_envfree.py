@@ -150,3 +150,45 @@ def test_commands_that_play_the_policy_refuse_and_export_works(cli, store: Path,
         result = cli(*args, "--store", store, "--out", tmp_path / "refused")
         assert result.code == 2 and expected in result.err and len(result.err.strip().splitlines()) == 1, result.err
         assert not (tmp_path / "refused").exists()
+
+
+def test_td_error_averages_every_held_out_row_and_leaves_the_training_rng_alone(logs) -> None:
+    import torch
+
+    data = load_dataset("random", logs["controller"].parent / "store")
+    validation = ValidationSet(data, data_space())
+
+    def noisy_errors(batch) -> torch.Tensor:  # a target that samples, as SAC's and TD3's do
+        return batch.rewards.square() + 0.0 * torch.randn(len(batch.rewards))
+
+    torch.manual_seed(3)
+    state = torch.get_rng_state()
+    measured = validation.td_error(noisy_errors)
+    assert torch.equal(torch.get_rng_state(), state)
+    assert measured == pytest.approx(float(np.mean(np.square(np.asarray(data.reward, np.float64)))), rel=1e-5)
+
+
+def _brief_run(cli, store: Path, out: Path, algo: str) -> dict:
+    small = ("--set", "hidden=[32, 32]", "--set", "batch_size=64") + (("--set", "vae_hidden=[32, 32]") if algo == "bcq" else ())
+    args = ("--updates", "600", "--set", "eval_every=300", "--set", "fqe_updates=0", "--no-progress", *small)
+    result = cli("train", algo, "--dataset", "controller", "--store", store, "--out", out, *args)
+    assert result.code == 0, result.err
+    return json.loads((out / "metrics.json").read_text())
+
+
+@pytest.mark.parametrize("algo", ["td3bc", "iql", "cql", "bcq"])
+def test_value_methods_measure_their_critics_on_held_out_episodes(cli, store: Path, tmp_path: Path, logs, algo: str) -> None:
+    import_logs(cli, store, logs["controller"], "controller")
+    out = tmp_path / algo
+    metrics = _brief_run(cli, store, out, algo)
+    errors = [row["val_td_error"] for row in metrics["checkpoints"]]
+    assert len(errors) == 2 and all(np.isfinite(errors)) and min(errors) >= 0.0
+    assert metrics["val_td_error"] == errors[-1]
+    curve = (out / "dvclive" / "plots" / "metrics" / "val" / "td_error.tsv").read_text().splitlines()[1:]
+    assert [float(row.split("\t")[1]) for row in curve] == pytest.approx(errors)
+
+
+def test_imitation_has_no_td_error(cli, store: Path, tmp_path: Path, logs) -> None:
+    import_logs(cli, store, logs["controller"], "controller")
+    metrics = _brief_run(cli, store, tmp_path / "bc", "bc")
+    assert "val_td_error" not in metrics and all("val_td_error" not in row for row in metrics["checkpoints"])

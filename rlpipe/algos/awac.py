@@ -31,6 +31,7 @@ from rlpipe.training import Batch, OfflineConfig, TrainResult
 from rlpipe.training.config import FinetuneFields, layer_sizes, positive
 from rlpipe.training.diagnostics import Diagnosed
 from rlpipe.training.env import BOX
+from rlpipe.training.losses import squared_td_errors
 from rlpipe.training.offline import Learner, fit_obs_normalizer, load_offline, train_offline
 from rlpipe.training.optim import adam, optimizer_step, polyak_update, target_copy
 
@@ -106,5 +107,8 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
         polyak_update(critic_target, critic, config.tau)
         return {"critic_loss": critic_loss.detach(), "actor_loss": actor_loss.detach(), "q_mean": q_data.detach().mean()}
 
+    def td_errors(b: Batch) -> torch.Tensor:
+        return squared_td_errors(critic(b.obs, b.actions), q_target(critic_target, actor, b, config.gamma))
+
     modules = {"policy": actor, "critic": critic, "critic_target": critic_target}
-    return train_offline(SPEC.name, config, data, Learner(modules, update), out_dir, progress)
+    return train_offline(SPEC.name, config, data, Learner(modules, update, td_errors=td_errors), out_dir, progress)

@@ -36,6 +36,7 @@ from rlpipe.training import Batch, OfflineConfig, TrainResult
 from rlpipe.training.config import check_fractions, layer_sizes, positive
 from rlpipe.training.diagnostics import Diagnosed
 from rlpipe.training.env import BOX, DISCRETE, encoder_spec
+from rlpipe.training.losses import of_actions, squared_td_errors
 from rlpipe.training.offline import IMAGE_OBSERVATION_KINDS, Learner, OfflineData, load_offline, require_flat_observations, train_offline
 from rlpipe.training.optim import adam, frozen, optimizer_step, polyak_update, target_copy
 
@@ -211,16 +212,20 @@ def bcq_target(
     return b.rewards + gamma * (1.0 - b.terminated) * q.view(n, batch).max(0).values
 
 
+@torch.no_grad()
+def discrete_bcq_target(config: Config, policy: nn.Module, target: nn.Module, b: Batch) -> torch.Tensor:
+    """The double-DQN target r + gamma * (1 - terminated) * Q'(s', a'), a' the online
+    network's `supported_greedy` action at s'."""
+    next_q, next_logits = policy(b.next_obs)
+    next_action = supported_greedy(next_q, next_logits, config.threshold)
+    next_value = target(b.next_obs)[0].gather(1, next_action.view(-1, 1)).squeeze(1)
+    return b.rewards + config.gamma * (1.0 - b.terminated) * next_value
+
+
 def discrete_bcq_loss(config: Config, policy: nn.Module, target: nn.Module, b: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-    """Discrete BCQ's loss on ``b`` and its TD part: Huber TD error to the double-DQN target
-    r + gamma * (1 - terminated) * Q'(s', a'), a' the online network's `supported_greedy`
-    action at s', plus the imitation head's cross-entropy and ``logit_penalty`` * mean
-    square of its logits."""
-    with torch.no_grad():
-        next_q, next_logits = policy(b.next_obs)
-        next_action = supported_greedy(next_q, next_logits, config.threshold)
-        next_value = target(b.next_obs)[0].gather(1, next_action.view(-1, 1)).squeeze(1)
-        y = b.rewards + config.gamma * (1.0 - b.terminated) * next_value
+    """Discrete BCQ's loss on ``b`` and its TD part: Huber TD error to `discrete_bcq_target`,
+    plus the imitation head's cross-entropy and ``logit_penalty`` * mean square of its logits."""
+    y = discrete_bcq_target(config, policy, target, b)
     q, logits = policy(b.obs)
     actions = b.actions.long().view(-1)
     td_loss = F.smooth_l1_loss(q.gather(1, actions.view(-1, 1)).squeeze(1), y)
@@ -245,7 +250,10 @@ def discrete_bcq(config: Config, data: OfflineData) -> Learner:
     def extra() -> dict[str, Any]:
         return {name: float(value) for name, value in stats.items()}
 
-    return Learner({"policy": policy, "target": target}, update, extra_metrics=extra)
+    def td_errors(b: Batch) -> torch.Tensor:
+        return squared_td_errors(of_actions(policy(b.obs)[0], b.actions), discrete_bcq_target(config, policy, target, b))
+
+    return Learner({"policy": policy, "target": target}, update, extra_metrics=extra, td_errors=td_errors)
 
 
 def continuous_bcq(config: Config, data: OfflineData) -> Learner:
@@ -288,8 +296,12 @@ def continuous_bcq(config: Config, data: OfflineData) -> Learner:
     def extra() -> dict[str, Any]:
         return {name: float(value) for name, value in stats.items()}
 
+    def td_errors(b: Batch) -> torch.Tensor:
+        target = bcq_target(policy, critic_target, perturbation_target, b, config.gamma, config.lmbda, config.n_candidates)
+        return squared_td_errors(critic(b.obs, b.actions), target)
+
     modules = {"policy": policy, "encoder": encoder, "critic_target": critic_target, "perturbation_target": perturbation_target}
-    return Learner(modules, update, extra_metrics=extra)
+    return Learner(modules, update, extra_metrics=extra, td_errors=td_errors)
 
 
 def train(config: Config, out_dir: str | Path | None = None, *, progress: bool = True) -> TrainResult:

@@ -43,7 +43,7 @@ from rlpipe.training import Batch, OfflineConfig, TrainResult, Update
 from rlpipe.training.config import FinetuneFields, layer_sizes, positive
 from rlpipe.training.diagnostics import Diagnosed
 from rlpipe.training.env import BOX, DISCRETE, encoder_spec
-from rlpipe.training.losses import of_actions, quantile_huber_loss
+from rlpipe.training.losses import of_actions, quantile_huber_loss, squared_td_errors
 from rlpipe.training.offline import IMAGE_OBSERVATION_KINDS, Learner, OfflineData, load_offline, require_flat_observations, train_offline
 from rlpipe.training.optim import adam, optimizer_step, polyak_update, target_copy
 from rlpipe.training.seeding import seed_everything
@@ -218,7 +218,11 @@ def continuous_cql(config: Config, data: OfflineData, *, reference_returns: bool
         metrics = {"alpha": sac.alpha(), "conservative_gap": float(stats.get("conservative_gap", math.nan))}
         return {**metrics, "bound_rate": float(stats.get("bound_rate", math.nan))} if reference_returns else metrics
 
-    return Learner({"policy": sac.actor, "critic": sac.critic, "critic_target": sac.critic_target}, update, extra_metrics=extra)
+    def td_errors(b: Batch) -> torch.Tensor:
+        return sac.td_errors(b, (b.rewards + config.reward_shift) * config.reward_scale, config.gamma, config.backup_entropy)
+
+    modules = {"policy": sac.actor, "critic": sac.critic, "critic_target": sac.critic_target}
+    return Learner(modules, update, extra_metrics=extra, td_errors=td_errors)
 
 
 @torch.no_grad()
@@ -273,7 +277,14 @@ def discrete_cql(config: Config, data: OfflineData) -> Learner:
     def extra() -> dict[str, Any]:
         return {"conservative_gap": float(stats.get("conservative_gap", math.nan))}
 
-    return Learner({"policy": q_net, "q_target": q_target}, update, extra_metrics=extra)
+    def td_errors(b: Batch) -> torch.Tensor:  # of the Q-values (the quantiles' means on a QR-DQN base)
+        rewards = (b.rewards + config.reward_shift) * config.reward_scale
+        if config.quantiles:
+            taken = of_actions(q_net.quantile_values(b.obs), b.actions).mean(-1)
+            return squared_td_errors(taken, quantile_target(q_target, b, rewards, config.gamma).mean(-1))
+        return squared_td_errors(of_actions(q_net(b.obs), b.actions), dqn_target(q_target, b, rewards, config.gamma))
+
+    return Learner({"policy": q_net, "q_target": q_target}, update, extra_metrics=extra, td_errors=td_errors)
 
 
 BatchedCQL = tuple[SeedStack, list[dict[str, nn.Module]], Update, Callable[[int], dict[str, Any]]]

@@ -132,4 +132,5 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
         return {"alpha": sac.alpha(), "diversity": float(stats.get("diversity", math.nan))}
 
     modules = {"policy": sac.actor, "critic": sac.critic, "critic_target": sac.critic_target}
-    return train_offline(SPEC.name, config, data, Learner(modules, update, extra_metrics=extra), out_dir, progress)
+    learner = Learner(modules, update, extra_metrics=extra, td_errors=lambda b: sac.td_errors(b, b.rewards, config.gamma))
+    return train_offline(SPEC.name, config, data, learner, out_dir, progress)

@@ -26,6 +26,7 @@ from rlpipe.training import Batch, OfflineConfig, TrainResult
 from rlpipe.training.config import FinetuneFields, layer_sizes, positive
 from rlpipe.training.diagnostics import Diagnosed
 from rlpipe.training.env import BOX
+from rlpipe.training.losses import squared_td_errors
 from rlpipe.training.offline import Learner, fit_obs_normalizer, load_offline, returns_range_scale, train_offline
 from rlpipe.training.optim import CosineLR, adam, optimizer_step, polyak_update, target_copy
 
@@ -139,5 +140,8 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
             "advantage_mean": advantage.detach().mean(),
         }
 
+    def td_errors(b: Batch) -> torch.Tensor:
+        return squared_td_errors(critic(b.obs, b.actions), q_target(value, b, config.gamma, reward_scale))
+
     modules: dict[str, nn.Module] = {"policy": actor, "critic": critic, "critic_target": critic_target, "value": value}
-    return train_offline(SPEC.name, config, data, Learner(modules, update), out_dir, progress)
+    return train_offline(SPEC.name, config, data, Learner(modules, update, td_errors=td_errors), out_dir, progress)

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from rlpipe.algos.registry import OFFLINE_OBSERVATION_KINDS, AlgoSpec, Family
-from rlpipe.algos.td3 import td3_update
+from rlpipe.algos.td3 import td3_td_errors, td3_update
 from rlpipe.errors import RlpipeError
 from rlpipe.models.networks import DeterministicActor, EnsembleQ, edac_init_
 from rlpipe.training import Batch, OfflineConfig, TrainResult
@@ -103,4 +103,6 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
         return behaviour_penalty(next_action, b.next_actions, config.critic_bc_coef)
 
     update, modules = td3_update(actor, critic, config, actor_loss, target_penalty, actor_q_min=True)
-    return train_offline(SPEC.name, config, data, Learner(modules, update, update_period=config.policy_delay), out_dir, progress)
+    td_errors = td3_td_errors(modules, config, target_penalty)
+    learner = Learner(modules, update, update_period=config.policy_delay, td_errors=td_errors)
+    return train_offline(SPEC.name, config, data, learner, out_dir, progress)

@@ -28,6 +28,7 @@ from rlpipe.training import Batch, OnlineConfig, StepSink, TrainResult, Update
 from rlpipe.training.config import buffer_capacity, layer_sizes, positive
 from rlpipe.training.diagnostics import Diagnosed
 from rlpipe.training.env import BOX
+from rlpipe.training.losses import squared_td_errors
 from rlpipe.training.offpolicy import Agent, OffPolicySetup, setup, train_off_policy
 from rlpipe.training.optim import adam, frozen, optimizer_step, polyak_update, target_copy
 from rlpipe.training.seeding import seed_everything
@@ -165,6 +166,10 @@ class SoftActorCritic:
         if entropy:
             next_q = next_q - self.temperature.log_alpha.exp() * next_logp
         return rewards + gamma * (1.0 - b.terminated) * next_q
+
+    def td_errors(self, b: Batch, rewards: torch.Tensor, gamma: float, entropy: bool = True) -> torch.Tensor:
+        """Each row's squared TD error of the critics against :meth:`soft_target` (mean over critics)."""
+        return squared_td_errors(self.critic(b.obs, b.actions), self.soft_target(b, rewards, gamma, entropy))
 
     def actor_loss(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The actor's loss, E[alpha * log pi - min Q], and the sampled actions' log pi."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, cast
 
 import torch
 from torch import nn
@@ -24,6 +24,7 @@ from rlpipe.training import Batch, StepSink, TrainResult, Update
 from rlpipe.training.config import positive
 from rlpipe.training.diagnostics import Diagnosed
 from rlpipe.training.env import BOX
+from rlpipe.training.losses import TDErrors, squared_td_errors
 from rlpipe.training.noise import make_noise
 from rlpipe.training.offpolicy import Agent, OffPolicySetup, noisy_explore, setup, train_off_policy
 from rlpipe.training.optim import adam, frozen, optimizer_step, polyak_update, target_copy
@@ -132,6 +133,13 @@ def td3_update(
         return {**diagnostics, "actor_loss": loss.detach(), "bc_mse": (pi.detach() - b.actions).square().mean()}
 
     return update, {"policy": actor, "critic": critic, "policy_target": actor_target, "critic_target": critic_target}
+
+
+def td3_td_errors(modules: dict[str, nn.Module], config: TD3Settings, penalty: TargetPenalty | None = None) -> TDErrors:
+    """The squared TD errors of `td3_update`'s twin critics (``modules``) against its target."""
+    critic, actor_target = modules["critic"], modules["policy_target"]
+    critic_target = cast(EnsembleQ, modules["critic_target"])  # a copy of the critic, an EnsembleQ
+    return lambda b: squared_td_errors(critic(b.obs, b.actions), td3_target(actor_target, critic_target, b, config, penalty))
 
 
 def make_agent(config: Config, env: OffPolicySetup) -> Agent:

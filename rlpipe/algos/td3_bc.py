@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from rlpipe.algos.registry import OFFLINE_OBSERVATION_KINDS, AlgoSpec, Family
-from rlpipe.algos.td3 import td3_update
+from rlpipe.algos.td3 import td3_td_errors, td3_update
 from rlpipe.models.networks import DeterministicActor, EnsembleQ
 from rlpipe.training import Batch, OfflineConfig, TrainResult
 from rlpipe.training.config import layer_sizes, positive
@@ -80,4 +80,5 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
         return td3_bc_actor_loss(pi, q, b.actions, config.alpha)
 
     update, modules = td3_update(actor, critic, config, actor_loss)
-    return train_offline(SPEC.name, config, data, Learner(modules, update, update_period=config.policy_delay), out_dir, progress)
+    learner = Learner(modules, update, update_period=config.policy_delay, td_errors=td3_td_errors(modules, config))
+    return train_offline(SPEC.name, config, data, learner, out_dir, progress)

@@ -41,6 +41,7 @@ from rlpipe.training.evaluation import Acting, PolicyFn, policy_fn
 from rlpipe.training.families import dataset_evaluator
 from rlpipe.training.fqe import FQEConfig, fitted_q_evaluation
 from rlpipe.training.graphs import UpdateStepper, graphs_enabled
+from rlpipe.training.losses import TDErrors
 from rlpipe.training.optim import mixed_precision
 from rlpipe.training.resume import Checkpointer
 from rlpipe.training.run import Run, TrainResult
@@ -256,21 +257,22 @@ def _load_in_ram(
     if is_goal_space(obs_space):
         data = replace(data, obs=flatten_obs(data.obs), next_obs=flatten_obs(data.next_obs))
         obs_space = flat_observation_space(obs_space)
-    validation, all_rows = None, None
-    if validated(info, config):
-        all_rows, fraction = data, cast(OfflineConfig, config).validation_fraction  # validated(): an OfflineConfig
-        train_rows, validation_rows = split_episodes(data, fraction, config.seed, info.name)
-        data, validation = take_rows(data, train_rows), ValidationSet(take_rows(data, validation_rows), act_space)
-    make_sampler = partial(
+    sampler_of = partial(
         TransitionSampler,
-        data,
-        device,
+        device=device,
         seed=config.seed,
         action_map=scaler.from_env,
         next_actions=next_actions,
         frame_stack=frame_stack,
         returns_to_go=returns_to_go,
     )
+    validation, all_rows = None, None
+    if validated(info, config):
+        fraction = cast(OfflineConfig, config).validation_fraction  # validated(): an OfflineConfig
+        train_rows, validation_rows = split_episodes(data, fraction, config.seed, info.name)
+        all_rows, data = data, take_rows(data, train_rows)
+        validation = ValidationSet(take_rows(all_rows, validation_rows), act_space, sampler_of)
+    make_sampler = partial(sampler_of, data)
     box = cast(spaces.Box, obs_space)  # a goal Dict flattened above; else a Box, as require_spaces checked
     dims = math.prod(box.shape), action_dim(act_space)
     return OfflineData(info, data, make_sampler, box, act_space, *dims, device, frame_stack, validation, all_rows)
@@ -419,7 +421,8 @@ def require_validatable(algo: str, config: OfflineConfig, data: OfflineData, act
 def _take_snapshot(snapshots: Snapshots | None, run: Run, updates: int) -> None:
     """Keep a copy of the actor where the run has just been scored on its held-out episodes."""
     if snapshots is not None and run.history and run.history[-1].done == updates:
-        snapshots.take(updates, cast(float, run.history[-1].validation_error))
+        point = run.history[-1]
+        snapshots.take(updates, cast(float, point.validation_error), point.validation_td_error)
 
 
 def select_checkpoint(config: OfflineConfig, data: OfflineData, snapshots: Snapshots) -> dict[str, Any]:
@@ -481,6 +484,9 @@ class Learner:
     # that keeps state across steps (a return-conditioned one) brings its own.
     policy_of: Callable[..., PolicyFn] = policy_fn
     extra_metrics: Callable[[], dict[str, Any]] = dict  # added to metrics.json when the run ends
+    # A value method's critics measured on held-out episodes of data with no environment
+    # (`ValidationSet.td_error`); None: the algorithm has no critic (BC, DT).
+    td_errors: TDErrors | None = None
 
     @property
     def actor(self) -> nn.Module:
@@ -531,6 +537,9 @@ def train_offline(
         env_kwargs=team.env_kwargs if team else None,
         validation=data.validation.action_error if data.validation is not None else None,
         observation_space=data.info.observation_space if data.validation is not None else None,
+        td_validation=None
+        if data.validation is None or learner.td_errors is None
+        else partial(data.validation.td_error, learner.td_errors),
     )
     if config.checkpoint_every is not None and optimizers is None:
         run.close()

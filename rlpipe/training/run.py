@@ -70,6 +70,7 @@ class EvalPoint:
     std: float
     success_rate: float | None = None  # goal envs only
     validation_error: float | None = None  # data with no environment: rlpipe.training.validation
+    validation_td_error: float | None = None  # and the critics' TD error there (value methods)
     # mean episode length: on envs that end on failure (Hopper's fall) it tells an early fall from a slow gait
     length_mean: float | None = None
 
@@ -95,7 +96,8 @@ class TrainResult:
 def _curve_metrics(point: EvalPoint) -> dict[str, float]:
     """An eval point as the curve's scalars."""
     if point.validation_error is not None:
-        return {"val/action_error": point.validation_error}
+        td_error = {} if point.validation_td_error is None else {"val/td_error": point.validation_td_error}
+        return {"val/action_error": point.validation_error, **td_error}
     metrics = {"eval/return_mean": point.mean, "eval/return_std": point.std}
     if point.length_mean is not None:
         metrics["eval/length_mean"] = point.length_mean
@@ -113,7 +115,8 @@ class Run:
     replaces the Gymnasium evaluation (multi-agent envs); ``env_kwargs`` (the env's options
     when the config does not hold them, e.g. those a multi-agent dataset was collected
     under) go into the checkpoint's meta. On data with no environment ``validation(policy)``
-    (the held-out episodes' action error) is what each evaluation measures instead, and
+    (the held-out episodes' action error) is what each evaluation measures instead, with
+    ``td_validation()`` (the critics' TD error there) where the algorithm has critics, and
     ``observation_space`` goes into the checkpoint's meta in place of the env's.
     """
 
@@ -127,9 +130,10 @@ class Run:
         env_kwargs: dict[str, Any] | None = None,
         validation: Callable[[PolicyFn], float] | None = None,
         observation_space: spaces.Space | None = None,
+        td_validation: Callable[[], float] | None = None,
     ) -> None:
         self.algo, self.config, self.env_kwargs = algo, config, env_kwargs
-        self.validation, self.observation_space = validation, observation_space
+        self.validation, self.observation_space, self.td_validation = validation, observation_space, td_validation
         self.evaluator = evaluator or (lambda policy, episodes, seed: evaluate(policy, config.env_id, episodes, seed))
         self.unit = "steps" if isinstance(config, OnlineConfig) else "updates"
         self.total = config.env_steps if isinstance(config, OnlineConfig) else config.updates
@@ -186,7 +190,10 @@ class Run:
         """Evaluate now, record the point in the history and the curve's sinks (x = ``done``
         units), with the means of the updates' diagnostics since the last evaluation."""
         if self.validation is not None:
-            point = EvalPoint(done, self.elapsed(), math.nan, math.nan, validation_error=self.validation(policy))
+            td_error = None if self.td_validation is None else self.td_validation()
+            point = EvalPoint(
+                done, self.elapsed(), math.nan, math.nan, validation_error=self.validation(policy), validation_td_error=td_error
+            )
         else:
             res = self.evaluator(policy, self.config.eval_episodes, self.config.seed + EVAL_SEED_OFFSET)
             point = EvalPoint(done, self.elapsed(), res.mean, res.std, res.success_rate, length_mean=res.length_mean)
@@ -239,6 +246,8 @@ class Run:
         heldout = self.heldout(policy)
         if final.validation_error is not None:
             scores: dict[str, Any] = {"val_action_error": final.validation_error}
+            if final.validation_td_error is not None:
+                scores["val_td_error"] = final.validation_td_error
         else:
             scores = {
                 "eval_return_mean": final.mean,

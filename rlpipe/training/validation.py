@@ -7,8 +7,9 @@ An offline run on such data instead:
    run's seed) and trains on the rest;
 2. at every evaluation point scores the policy's deterministic actions against the held-out
    episodes' logged actions (`ValidationSet.action_error`: mean squared error in the policy's
-   [-1, 1] action units, or the share of differing actions for discrete ones) and keeps a copy
-   of the actor's weights there (`Snapshots`);
+   [-1, 1] action units, or the share of differing actions for discrete ones), measures a value
+   method's critics there (`ValidationSet.td_error`: their squared TD error against the
+   algorithm's own target) and keeps a copy of the actor's weights (`Snapshots`);
 3. after training fits FQE (`rlpipe.training.fqe.fitted_q_evaluation`) for all those copies at
    once on the whole dataset, which estimates each one's discounted return from the data's
    initial states;
@@ -26,8 +27,9 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property, partial
 from typing import Any
 
 import numpy as np
@@ -39,6 +41,8 @@ from rlpipe.datasets.loader import TransitionArrays
 from rlpipe.envs.spaces import ActionScaler
 from rlpipe.errors import RlpipeError
 from rlpipe.training.evaluation import PolicyFn
+from rlpipe.training.losses import TDErrors
+from rlpipe.training.sampler import TransitionSampler
 
 VALIDATION_SEED_OFFSET = 40_000  # the held-out episodes' draw: its own stream of the run's seed
 _CHUNK = 65_536  # observations per policy call
@@ -61,13 +65,26 @@ def split_episodes(data: TransitionArrays, fraction: float, seed: int, name: str
 
 
 class ValidationSet:
-    """Held-out episodes' observations and logged actions, in the policy's action units."""
+    """Held-out episodes' observations and logged actions, in the policy's action units; and
+    their transitions as the run's batches (``transitions(data)``: a `TransitionSampler` as
+    training's, built when a critic is first measured; by default on the CPU, actions in the
+    policy's units)."""
 
-    def __init__(self, data: TransitionArrays, action_space: spaces.Space) -> None:
+    def __init__(
+        self,
+        data: TransitionArrays,
+        action_space: spaces.Space,
+        transitions: Callable[[TransitionArrays], TransitionSampler] | None = None,
+    ) -> None:
         self.data = data
         self.scaler = ActionScaler(action_space)
         self.actions = self.scaler.from_env(np.asarray(data.action))
         self.obs = np.asarray(data.obs)
+        self._make_transitions = transitions or partial(TransitionSampler, action_map=self.scaler.from_env)
+
+    @cached_property
+    def transitions(self) -> TransitionSampler:
+        return self._make_transitions(self.data)
 
     def __len__(self) -> int:
         return len(self.data)
@@ -79,6 +96,18 @@ class ValidationSet:
         if self.scaler.discrete:
             return float(np.mean(predicted != self.actions))
         return float(np.mean(np.square(predicted - self.actions)))
+
+    def td_error(self, td_errors: TDErrors) -> float:
+        """The mean of ``td_errors`` over every held-out transition. Its targets may sample
+        (a next action, target noise): they draw from a forked RNG, so measuring leaves the
+        training's random stream as it was."""
+        rows, device = self.transitions.size, self.transitions.device
+        total = 0.0
+        with torch.no_grad(), torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            for start in range(0, rows, _CHUNK):
+                index = torch.arange(start, min(start + _CHUNK, rows), device=device)
+                total += float(td_errors(self.transitions.take(index)).sum())
+        return total / rows
 
 
 @dataclass(frozen=True)
@@ -103,12 +132,15 @@ class Snapshot:
     updates: int
     state: dict[str, torch.Tensor]
     action_error: float
+    td_error: float | None = None
     fqe_estimate: float | None = None
     fqe_standard_error: float | None = None
 
     def record(self) -> dict[str, Any]:
         """This checkpoint's row of ``metrics.json``'s ``checkpoints``."""
         row: dict[str, Any] = {"updates": self.updates, "val_action_error": self.action_error}
+        if self.td_error is not None:
+            row["val_td_error"] = self.td_error
         if self.fqe_estimate is not None:
             row |= {"fqe_estimate": self.fqe_estimate, "fqe_standard_error": self.fqe_standard_error}
         return row
@@ -121,11 +153,11 @@ class Snapshots:
         self.actor = actor
         self.taken: list[Snapshot] = []
 
-    def take(self, updates: int, action_error: float) -> None:
+    def take(self, updates: int, action_error: float, td_error: float | None = None) -> None:
         if self.taken and self.taken[-1].updates == updates:
             return
         state = {key: value.detach().clone() for key, value in self.actor.state_dict().items()}
-        self.taken.append(Snapshot(updates, state, action_error))
+        self.taken.append(Snapshot(updates, state, action_error, td_error))
 
     def actors(self) -> list[nn.Module]:
         """One copy of the actor per snapshot, holding its weights (for FQE)."""
