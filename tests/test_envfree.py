@@ -14,6 +14,7 @@ import rlpipe
 from rlpipe.datasets.d4rl import d4rl_arrays
 from rlpipe.datasets.loader import TransitionArrays, load_dataset
 from rlpipe.errors import RlpipeError
+from rlpipe.pipeline.report import read_diagnostics
 from rlpipe.training.validation import Snapshots, ValidationSet, split_episodes
 from tests.test_collector import collect_dataset
 
@@ -186,6 +187,7 @@ def test_value_methods_measure_their_critics_on_held_out_episodes(cli, store: Pa
     assert metrics["val_td_error"] == errors[-1]
     curve = (out / "dvclive" / "plots" / "metrics" / "val" / "td_error.tsv").read_text().splitlines()[1:]
     assert [float(row.split("\t")[1]) for row in curve] == pytest.approx(errors)
+    assert read_diagnostics(out)["val/td_error"][1] == pytest.approx(errors)  # what the report draws
 
 
 def test_imitation_has_no_td_error(cli, store: Path, tmp_path: Path, logs) -> None:

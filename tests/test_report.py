@@ -105,7 +105,7 @@ def test_report_of_a_real_training_run(tmp_path: Path, cli) -> None:
         assert_not_blank(tmp_path / "report" / png)
     assert len(load_run(tmp_path / "ppo").steps) >= 2  # the DVCLive curve, not only the final point
     diagnostics = read_diagnostics(tmp_path / "ppo")  # what the second figure plots
-    assert {"policy_loss", "value_loss", "approx_kl", "clip_fraction"} <= set(diagnostics), sorted(diagnostics)
+    assert {"policy_loss", "value_loss", "approx_kl", "clip_fraction", "eval/length_mean"} <= set(diagnostics), sorted(diagnostics)
     assert all(len(steps) == 2 and np.isfinite(values).all() for steps, values in diagnostics.values())
 
 

@@ -36,6 +36,8 @@ CURVE_FILE = Path("dvclive") / "plots" / "metrics" / "eval" / "return_mean.tsv"
 VALIDATION_CURVE_FILE = Path("dvclive") / "plots" / "metrics" / "val" / "action_error.tsv"
 RETURN, ACTION_ERROR = "eval return (mean over episodes)", "held-out action error (lower is better)"
 DIAGNOSTICS_DIR = Path("dvclive") / "plots" / "metrics" / "train"  # what each update learns: train/<name>.tsv
+# Drawn beside them: how long evaluation episodes last (an early fall) and a critic's held-out TD error.
+SIDE_CURVES = ("eval/length_mean", "val/td_error")
 # Config fields that do not change what a run learns (or are the seed itself).
 NOT_GROUPING = frozenset({"seed", "device", "torch_threads", "store", "env_id", "dataset", "loggers"})
 
@@ -276,10 +278,16 @@ def _read_tsv(path: Path, column: str, what: str) -> tuple[np.ndarray, np.ndarra
 
 
 def read_diagnostics(run_dir: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """A run's logged diagnostics (``train/critic_loss``, ...): name -> (steps, values)."""
+    """A run's logged diagnostics (``train/critic_loss``, ...: name -> (steps, values)) and,
+    where logged, `SIDE_CURVES` under their full names."""
     folder = run_dir / DIAGNOSTICS_DIR
     paths = sorted(folder.glob("*.tsv")) if folder.is_dir() else []
-    return {path.stem: _read_tsv(path, path.stem, "the diagnostics curve") for path in paths}
+    curves = {path.stem: _read_tsv(path, path.stem, "the diagnostics curve") for path in paths}
+    for name in SIDE_CURVES:
+        path = run_dir / DIAGNOSTICS_DIR.parent / f"{name}.tsv"
+        if path.is_file():
+            curves[name] = _read_tsv(path, name.rpartition("/")[2], "the diagnostics curve")
+    return curves
 
 
 def load_run(run_dir: Path) -> RunRecord:
@@ -417,7 +425,7 @@ def plot_diagnostics(groups: list[RunGroup], out_dir: Path) -> list[Path]:
         for ax in list(axes.flat)[len(names) :]:
             ax.set_visible(False)
         axes.flat[0].legend(fontsize="x-small")
-        fig.suptitle(plot_text(f"{group.label}: what the updates learn (train/)"))
+        fig.suptitle(plot_text(f"{group.label}: what the updates learn (train/) and episode lengths"))
         fig.tight_layout()
         path = out_dir / f"diagnostics-{slug(group.label)}.png"
         _save_figure(fig, path)
