@@ -4,7 +4,7 @@ FIND_LINKS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 PIP_FLAGS := -c constraints.txt $(FIND_LINKS)
 STAMP := $(VENV)/.installed
 # The extras make install, make test and make lock use.
-EXTRAS := dev,ray,deploy,mujoco,robotics,minatar,atari,tensorboard,wandb
+EXTRAS := dev,ray,deploy,mujoco,robotics,minatar,atari,tensorboard,wandb,lerobot
 BENCH_STAMP := $(VENV)/.installed-bench
 BROWSER_STAMP := $(VENV)/.browser
 # d3rlpy pins gymnasium 1.0.0, so the offline peer gets a virtualenv of its own, pinned

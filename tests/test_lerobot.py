@@ -14,10 +14,15 @@ virtualenv: lerobot pins its own torch), the export is also loaded with
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import io
 import json
+import math
 import os
 import subprocess
+import sys
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -28,10 +33,11 @@ from PIL import Image
 
 import rlpipe.envs  # noqa: F401  (registers GoalWorld-v0)
 import tests.image_env  # noqa: F401  (registers TinyFrames-v0)
-from rlpipe.datasets import exports
+from rlpipe.datasets import exports, imports
 from rlpipe.datasets.imports import ZERO_REWARD
 from rlpipe.datasets.loader import TransitionArrays, load_dataset
 from rlpipe.datasets.store import open_dataset
+from rlpipe.files import sha256_file
 from tests.test_exports import export_ok, fails, sources  # noqa: F401  (sources: the exports' random-policy store, a fixture)
 from tests.test_imports import FIELDS, import_fails, import_ok, without_next_obs
 
@@ -310,7 +316,7 @@ def damage(root: Path, case: str) -> None:
     [
         ("no_info", STATE_ONLY, "reach: no meta/info.json (not a LeRobot dataset)"),
         ("version", STATE_ONLY, "reach: meta/info.json says codebase_version 'v2.1': rlpipe reads LeRobot's v3 layout"),
-        ("video", ("--ignore-columns", "observation.image"), "reach: feature 'observation.images.top' is a video"),
+        ("video", ("--ignore-columns", "observation.image"), "reach: column 'observation.images.top' is not mapped to a role"),
         ("unmapped", ("--ignore-columns", "observation.images.top"), "reach: column 'observation.image' is not mapped to a role"),
         ("shape", STATE_ONLY, "reach: row 0, column 'observation.state': holds 2 values, but its recorded shape (3,) holds 3"),
         ("order", STATE_ONLY, "reach: row 4, column 'frame_index': step 2 follows step 0"),
@@ -381,3 +387,197 @@ def test_lerobots_reader_loads_the_export(cli, sources: Path, tmp_path: Path, na
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"lerobot read {len(data)} frames equal" in result.stdout
+
+
+# ---- video features, decoded with PyAV (the rlpipe[lerobot] extra) ----------------------------------
+
+needs_pyav = pytest.mark.skipif(
+    importlib.util.find_spec("av") is None, reason="PyAV is not installed (pip install 'rlpipe[lerobot]'; make install does)"
+)
+VIDEO = "observation.images.top"
+VIDEO_OBS = ("--obs-column", VIDEO, "--ignore-columns", "observation.state")
+# LeRobot 0.6's encoding defaults (encode_video_frames): AV1 by SVT-AV1, 4:2:0, a keyframe every 2 frames, CRF 30.
+LEROBOT_DEFAULT = ("libsvtav1", "yuv420p", {"g": "2", "crf": "30"})
+LOSSLESS = ("libx264rgb", "rgb24", {"qp": "0"})  # H.264 on RGB planes at QP 0: lossless, still an .mp4
+LOSSY_PSNR_BOUND = 33.0  # dB; LEROBOT_DEFAULT measured 36.8 dB on moving_pattern()'s frames (docs/datasets.md)
+
+
+def moving_pattern(count: int, size: int = 16) -> np.ndarray:
+    """`count` RGB frames of smooth gradients drifting from frame to frame (a camera's content
+    more than noise, which no lossy codec keeps)."""
+    y, x = np.mgrid[0:size, 0:size]
+    return np.stack(
+        [np.stack([(x * 8 + t * 5) % 256, (y * 12 + t * 3) % 256, ((x + y) * 6 + t) % 256], axis=-1) for t in range(count)]
+    ).astype(np.uint8)
+
+
+def encode(path: Path, pixels: np.ndarray, pts: list[int], codec: tuple[str, str, dict[str, str]], fps: int = 10) -> None:
+    """An .mp4 of `pixels` (frames of rgb24) at presentation times pts / fps, as LeRobot encodes them (PyAV)."""
+    import av
+
+    name, pix_fmt, options = codec
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with av.open(str(path), "w") as out:
+        stream = out.add_stream(name, rate=fps, options=options)
+        stream.pix_fmt, stream.width, stream.height = pix_fmt, pixels.shape[2], pixels.shape[1]
+        for time, image in zip(pts, pixels):
+            frame = av.VideoFrame.from_ndarray(image, format="rgb24")
+            frame.pts, frame.time_base = time, Fraction(1, fps)
+            out.mux(stream.encode(frame))
+        out.mux(stream.encode())
+
+
+def write_video_v3(root: Path, codec=LEROBOT_DEFAULT, layout: str = "shared", drop: tuple[int, int] | None = None) -> tuple[Path, dict]:
+    """The hand-made dataset (two episodes of 10 frames at 10 fps) with its camera as video:
+    16 x 16 frames in videos/observation.images.top/chunk-000/file-NNN.mp4, one file for both
+    episodes (`shared`, as LeRobot concatenates them), one per episode (`per_episode`) or both in
+    one file in the other order (`reversed`); `drop` (episode, frame) leaves one frame out of the
+    video. Returns the root and the frames, the camera's under VIDEO."""
+    lengths, fps = (10, 10), 10
+    frames = {key: values for key, values in frames_of(lengths).items() if key != "observation.image"}
+    write_v3(root, frames)
+    info = json.loads((root / "meta" / "info.json").read_text())
+    info["features"][VIDEO]["shape"] = [16, 16, 3]
+    info["features"][VIDEO]["info"] = {"video.fps": fps, "video.codec": codec[0], "video.pix_fmt": codec[1], "has_audio": False}
+    (root / "meta" / "info.json").write_text(json.dumps(info, indent=4))
+    pixels = moving_pattern(sum(lengths))
+    starts = [0, lengths[0]]
+    order = {"shared": [0, 1], "per_episode": [0, 1], "reversed": [1, 0]}[layout]
+    placed: dict[int, list[int]] = {}  # file index -> its episodes in order
+    for episode in order:
+        placed.setdefault(episode if layout == "per_episode" else 0, []).append(episode)
+    spans = {}
+    for file, episodes in placed.items():
+        images, pts, clock = [], [], 0
+        for episode in episodes:
+            spans[episode] = (file, clock / fps, (clock + lengths[episode]) / fps)
+            for frame in range(lengths[episode]):
+                if (episode, frame) != drop:
+                    images.append(pixels[starts[episode] + frame])
+                    pts.append(clock + frame)
+            clock += lengths[episode]
+        encode(root / "videos" / VIDEO / "chunk-000" / f"file-{file:03d}.mp4", np.stack(images), pts, codec, fps)
+    meta = root / "meta" / "episodes" / "chunk-000" / "file-000.parquet"
+    rows = pq.read_table(meta).to_pylist()
+    for row in rows:
+        file, start, stop = spans[row["episode_index"]]
+        row.update({f"videos/{VIDEO}/chunk_index": 0, f"videos/{VIDEO}/file_index": file})
+        row.update({f"videos/{VIDEO}/from_timestamp": start, f"videos/{VIDEO}/to_timestamp": stop})
+    pq.write_table(pa.Table.from_pylist(rows), meta)
+    return root, {**frames, VIDEO: pixels}
+
+
+def psnr(decoded: np.ndarray, original: np.ndarray) -> float:
+    mse = float(np.mean((decoded.astype(np.float64) - original.astype(np.float64)) ** 2))
+    return math.inf if mse == 0 else 10 * math.log10(255**2 / mse)
+
+
+VIDEO_KEPT = np.r_[0:10, 10:19]  # the first episode terminated (all its frames), the second was cut short (its last frame has no next)
+
+
+def assert_all_but_frames_equal(back: TransitionArrays, frames: dict) -> None:
+    """Everything but the decoded frames equals the source exactly."""
+    assert np.array_equal(back.action, frames["action"][VIDEO_KEPT]) and np.array_equal(back.reward, frames["next.reward"][VIDEO_KEPT])
+    assert back.episode_id.tolist() == [0] * 10 + [1] * 9 and back.step.tolist() == [*range(10), *range(9)]
+    assert np.flatnonzero(back.terminated).tolist() == [9] and np.flatnonzero(back.truncated).tolist() == [18]
+
+
+@needs_pyav
+def test_a_video_feature_is_decoded_within_a_stated_psnr(cli, store: Path, tmp_path: Path) -> None:
+    codec = LEROBOT_DEFAULT
+    if codec[0] not in importlib.import_module("av").codecs_available:
+        pytest.skip(f"this PyAV build cannot encode {codec[0]}")
+    root, frames = write_video_v3(tmp_path / "camera", codec)
+    back = import_ok(cli, store, root, "lerobot", *VIDEO_OBS)
+    obs = np.asarray(back.obs)
+    assert obs.dtype == np.uint8 and obs.shape == (19, 16, 16, 3)
+    measured = psnr(obs, frames[VIDEO][VIDEO_KEPT])
+    assert LOSSY_PSNR_BOUND < measured < math.inf, measured  # lossy: close to the camera's frames, not equal
+    assert np.array_equal(back.next_obs[:-1][~back.terminated[:-1]], obs[1:][~back.terminated[:-1]]), "next frames are the next rows'"
+    assert_all_but_frames_equal(back, frames)
+    meta = open_dataset("imported", store).metadata
+    assert json.loads(meta["observation_space"])["shape"] == [16, 16, 3]
+    assert meta["producer"]["source"]["columns"]["obs"] == [VIDEO]
+
+
+@needs_pyav
+@pytest.mark.parametrize("layout", ["shared", "per_episode", "reversed"])
+def test_a_lossless_video_imports_every_frame_exactly(cli, store: Path, tmp_path: Path, monkeypatch, layout: str) -> None:
+    monkeypatch.setattr(imports, "FRAME_BATCH_BYTES", 3 * 16 * 16 * 3)  # batches of 3 rows: episodes and the decoding span batches
+    root, frames = write_video_v3(tmp_path / "camera", LOSSLESS, layout)
+    back = import_ok(cli, store, root, "lerobot", *VIDEO_OBS)
+    assert np.array_equal(back.obs, frames[VIDEO][VIDEO_KEPT]), "QP 0 on RGB planes loses nothing"
+    assert_all_but_frames_equal(back, frames)
+    source = open_dataset("imported", store).metadata["producer"]["source"]
+    lines = "".join(
+        f"{sha256_file(root / name)}  {name}\n"
+        for name in [
+            "meta/info.json",
+            "data/chunk-000/file-000.parquet",
+            "data/chunk-000/file-001.parquet",
+            "meta/episodes/chunk-000/file-000.parquet",
+        ]
+        + sorted(str(p.relative_to(root)) for p in (root / "videos").rglob("*.mp4"))
+    )
+    assert source["sha256"] == hashlib.sha256(lines.encode()).hexdigest(), "the video files are part of the source's digest"
+
+
+def test_a_video_left_out_needs_no_pyav(cli, store: Path, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "av", None)  # import av fails
+    root = write_v3(tmp_path / "reach", frames_of())
+    err = import_fails(
+        cli, store, root, "lerobot", "--obs-column", "observation.images.top", "--ignore-columns", "observation.state,observation.image"
+    )
+    assert "error: reach: feature 'observation.images.top' is a video: decoding it needs PyAV (pip install 'rlpipe[lerobot]')" in err
+    assert len(import_ok(cli, store, root, "lerobot", *STATE_ONLY)) == 6
+
+
+def damage_video(root: Path, case: str) -> None:
+    if case == "no_file":
+        (root / "videos" / VIDEO / "chunk-000" / "file-001.mp4").unlink()
+    elif case == "shape":
+        info = json.loads((root / "meta" / "info.json").read_text())
+        info["features"][VIDEO]["shape"] = [16, 8, 3]
+        (root / "meta" / "info.json").write_text(json.dumps(info))
+    elif case == "past_end":
+        meta = root / "meta" / "episodes" / "chunk-000" / "file-000.parquet"
+        table = pq.read_table(meta)
+        table = table.set_column(
+            table.schema.get_field_index(f"videos/{VIDEO}/to_timestamp"), f"videos/{VIDEO}/to_timestamp", pa.array([1.0, 0.5])
+        )
+        pq.write_table(table, meta)
+    elif case == "no_column":
+        meta = root / "meta" / "episodes" / "chunk-000" / "file-000.parquet"
+        pq.write_table(pq.read_table(meta).drop_columns([f"videos/{VIDEO}/from_timestamp"]), meta)
+    elif case == "not_video":
+        (root / "videos" / VIDEO / "chunk-000" / "file-000.mp4").write_bytes(b"not an mp4")
+
+
+@needs_pyav
+@pytest.mark.parametrize(
+    ("case", "expected"),
+    [
+        (
+            "no_file",
+            "camera/videos/observation.images.top/chunk-000/file-001.mp4: no such file (episode 1's video of feature 'observation.images.top')",
+        ),
+        (
+            "missing_frame",
+            "camera/videos/observation.images.top/chunk-000/file-001.mp4: episode 1, frame 4 (row 14): no video frame at 0.400000 s "
+            "(the nearest is at 0.500000 s; LeRobot's tolerance is 0.0001 s)",
+        ),
+        (
+            "shape",
+            "camera/videos/observation.images.top/chunk-000/file-000.mp4: episode 0, frame 0 (row 0): a decoded frame of shape (16, 16, 3), "
+            "but meta/info.json says (16, 8, 3)",
+        ),
+        ("past_end", "camera/videos/observation.images.top/chunk-000/file-001.mp4: episode 1, frame 6 (row 16): timestamp 0.6 s is past"),
+        ("no_column", "camera/meta/episodes/chunk-000/file-000.parquet: no column 'videos/observation.images.top/from_timestamp'"),
+        ("not_video", "camera/videos/observation.images.top/chunk-000/file-000.mp4: cannot read it as a video"),
+    ],
+)
+def test_damaged_videos_are_one_line(cli, store: Path, tmp_path: Path, case: str, expected: str) -> None:
+    root, _ = write_video_v3(tmp_path / "camera", LOSSLESS, "per_episode", drop=(1, 4) if case == "missing_frame" else None)
+    damage_video(root, case)
+    err = import_fails(cli, store, root, "lerobot", *VIDEO_OBS)  # one line, exit 2, nothing in the store
+    assert f"error: {expected}" in err, err

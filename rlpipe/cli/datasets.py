@@ -145,7 +145,7 @@ def import_command(
 
     Files are tables of transitions (parquet, csv, arrow) or arrays (npz, d4rl, ogbench). Columns have default names (obs, action, reward, terminated, truncated, episode_id, step, or D4RL's); without next observations an episode's terminated last row keeps its own and a truncated one is dropped. An inconsistent row is one line and nothing is written.
 
-    lerobot reads a LeRobotDataset v3 directory's data files in order: observation.state (or observation.image, PNG frames as uint8 images), action, next.reward (0 when absent, recorded in the metadata), next.done (terminated), next.truncated, episode_index and frame_index (as step). Video features are refused unless left out with --ignore-columns.
+    lerobot reads a LeRobotDataset v3 directory's data files in order: observation.state (or observation.image, PNG frames as uint8 images), action, next.reward (0 when absent, recorded in the metadata), next.done (terminated), next.truncated, episode_index and frame_index (as step). A video feature a role maps (--obs-column observation.images.top) is decoded with PyAV (pip install 'rlpipe[lerobot]') into uint8 frames, each the one at its episode's from_timestamp plus its timestamp, within 1e-4 s; video codecs are lossy (docs/datasets.md states the PSNR). Video features left out with --ignore-columns are not decoded.
     """
     if source_format == "minari":
         from rlpipe.datasets.minari_io import import_from_minari

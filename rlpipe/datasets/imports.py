@@ -22,8 +22,15 @@ decoded to uint8 images), action, next.reward (0 when the data has none, which t
 records), next.done as terminated, next.truncated, episode_index as the episode and
 frame_index as the step; LeRobot's timestamp, index and task_index are left out, and the
 shapes of meta/info.json's features are checked on every row. Frames hold no next
-observation, so the convention above gives them. Video features are refused (rlpipe decodes
-no video) unless --ignore-columns leaves them out.
+observation, so the convention above gives them. A video feature (dtype "video") is a column
+like the others, of uint8 height x width x 3 frames decoded with PyAV (the rlpipe[lerobot]
+extra) when a role maps it (--obs-column observation.images.top); one left out with
+--ignore-columns is not decoded. Each frame is the decoded frame nearest to its episode's
+from_timestamp (meta/episodes) plus its row's timestamp, in the file info.json's video_path
+names, and must lie within LeRobot's tolerance_s (1e-4 s) of it, as LeRobotDataset requires;
+each video file is decoded forward once, a frame at a time, converted to rgb24. Batches of
+image or video rows hold about FRAME_BATCH_BYTES of pixels. Video codecs are lossy, so the
+frames are the video's, not the camera's (docs/datasets.md states the PSNR measured).
 
 OGBench's files store each trajectory's final state as a row of its own (`valids` 0, or
 `terminals` 1 without `valids`): it becomes the previous row's next_obs, and the trajectory
@@ -92,6 +99,10 @@ LEROBOT_NAMES: dict[str, tuple[str, ...]] = {
     "step": ("frame_index",),
 }
 LEROBOT_LEFT_OUT = ("timestamp", "index", "task_index")
+LEROBOT_EPISODES_GLOB = "meta/episodes/*/*.parquet"
+LEROBOT_EXTRA = "lerobot"  # the extra that installs PyAV
+LEROBOT_TOLERANCE_S = 1e-4  # LeRobotDataset's default tolerance_s between a frame's timestamp and its decoded frame's
+FRAME_BATCH_BYTES = 256 << 20  # decoded image or video pixels per batch of LeRobot rows (fewer rows than BATCH_ROWS for large frames)
 VECTOR_ROLES = ("obs", "next_obs", "action")  # roles that may concatenate several scalar columns
 FLOAT_ROLES = ("obs", "next_obs", "action", "reward")  # checked for NaN and infinity
 
@@ -125,6 +136,7 @@ class _Source:
     recorded: dict[str, Any] | None = None
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     images: bool = False  # decode Hugging Face image columns (structs of encoded bytes and a path), as LeRobot stores images
+    inputs: list[Path] | None = None  # the files whose bytes and sha256 the metadata records, where they are several
 
     def fail(self, row: int, role: str, problem: str, column: int = 0) -> RlpipeError:
         """One line naming the file, the row and the source column of `role` (`column`: which of several)."""
@@ -369,34 +381,48 @@ def _decoded_images(source: _Source, column: pa.Array, role: str, first: int, in
 
 def _lerobot_source(root: Path, given: dict[str, tuple[str, ...]], ignore: tuple[str, ...]) -> _Source:
     """A LeRobot dataset's data files as one table (module doc): LeRobot's names for the roles not
-    given, the bookkeeping columns left out, and info.json's feature shapes checked on every row."""
+    given, the bookkeeping columns left out, info.json's feature shapes checked on every row, and
+    each video feature a role maps decoded into a column of frames."""
     where = root.name
     info = _lerobot_info(root, where)
     files = _lerobot_data_files(root)
     if not files:
         raise RlpipeError(f"{where}: no data files (data/chunk-*/file-*.parquet)")
     features = info["features"]
-    videos = [key for key, feature in features.items() if feature["dtype"] == "video" and key not in ignore]
-    if videos:
-        raise RlpipeError(
-            f"{where}: feature {videos[0]!r} is a video, which rlpipe does not decode (leave it out: --ignore-columns {videos[0]})"
-        )
     stored = _open_parquet(root, files[0], where).schema_arrow
     schema = stored
     if "reward" not in given and not any(name in stored.names for name in (*LEROBOT_NAMES["reward"], *DEFAULT_NAMES["reward"])):
         schema = stored.append(pa.field(ZERO_REWARD, pa.float32()))
+    videos = {
+        key: _video_shape(feature, key, where) for key, feature in features.items() if feature["dtype"] == "video" and key not in ignore
+    }
+    stored_too = [key for key in videos if key in stored.names]
+    if stored_too:
+        raise RlpipeError(f"{where}: feature {stored_too[0]!r} is a video in {LEROBOT_INFO_PATH} and a column of the data files")
+    available = [*schema.names, *videos]
     defaults = {}
     for role, candidates in LEROBOT_NAMES.items():
-        present = [name for name in candidates if name in schema.names and name not in ignore]
+        present = [name for name in candidates if name in available and name not in ignore]
         if present and role not in given:
             defaults[role] = (present[0],)
-    names = _mapped_columns({**defaults, **given}, schema.names, (*ignore, *LEROBOT_LEFT_OUT), where)
+    names = _mapped_columns({**defaults, **given}, available, (*ignore, *LEROBOT_LEFT_OUT), where)
+    mapped = [columns[0] for columns in names.values() if len(columns) == 1]
     shapes = {
-        role: _lerobot_shape(features[columns[0]], role) for role, columns in names.items() if len(columns) == 1 and columns[0] in features
+        role: videos.get(columns[0]) or _lerobot_shape(features[columns[0]], role)
+        for role, columns in names.items()
+        if len(columns) == 1 and columns[0] in features
     }
-    batches = _lerobot_batches(root, files, stored, schema, info["total_frames"])
+    decoded = {key: shape for key, shape in videos.items() if key in mapped}
+    frames = _LerobotVideos(root, info, decoded) if decoded else None
+    for key, shape in frames.shapes.items() if frames else ():
+        schema = schema.append(pa.field(key, pa.list_(pa.uint8(), math.prod(shape))))
+    pixels = sum(math.prod(features[key]["shape"]) for key in mapped if features.get(key, {}).get("dtype") in ("image", "video"))
+    rows = max(1, min(BATCH_ROWS, FRAME_BATCH_BYTES // pixels)) if pixels else BATCH_ROWS
+    batches = _lerobot_batches(root, files, stored, schema, info["total_frames"], frames, rows)
     source = _rows_source(where, names, _Batches(schema, batches), shapes)
     source.images = True
+    if frames is not None:
+        source.inputs = [root / LEROBOT_INFO_PATH, *files, *frames.metadata_files, *frames.files]
     return source
 
 
@@ -455,11 +481,20 @@ def _open_parquet(root: Path, path: Path, where: str) -> Any:
         raise RlpipeError(f"{where}/{path.relative_to(root)}: cannot read it as parquet: {_reason(exc)}") from None
 
 
-def _lerobot_batches(root: Path, files: list[Path], stored: pa.Schema, schema: pa.Schema, total_frames: int) -> Iterator[pa.RecordBatch]:
-    """The data files' record batches in order, of `schema` (`stored`, the first file's columns,
-    which every file must have, then zero rewards where it has none); their frames must add up
-    to info.json's total_frames."""
+def _lerobot_batches(
+    root: Path,
+    files: list[Path],
+    stored: pa.Schema,
+    schema: pa.Schema,
+    total_frames: int,
+    videos: _LerobotVideos | None = None,
+    batch_rows: int = BATCH_ROWS,
+) -> Iterator[pa.RecordBatch]:
+    """The data files' record batches of `batch_rows` in order, of `schema` (`stored`, the first
+    file's columns, which every file must have, then zero rewards where it has none, then the
+    decoded `videos`); their frames must add up to info.json's total_frames."""
     where, frames = root.name, 0
+    zero_reward = ZERO_REWARD in schema.names and ZERO_REWARD not in stored.names
     for path in files:
         parquet = _open_parquet(root, path, where)
         found = parquet.schema_arrow
@@ -470,13 +505,201 @@ def _lerobot_batches(root: Path, files: list[Path], stored: pa.Schema, schema: p
                 raise RlpipeError(
                     f"{where}/{path.relative_to(root)}: column {name!r} holds {held}, {files[0].relative_to(root)} holds {first}"
                 )
-        for batch in parquet.iter_batches(batch_size=BATCH_ROWS):
-            if len(schema) > len(stored):
-                batch = pa.RecordBatch.from_arrays([*batch.columns, pa.array(np.zeros(batch.num_rows, np.float32))], schema=schema)
+        for batch in parquet.iter_batches(batch_size=batch_rows):
+            added = [pa.array(np.zeros(batch.num_rows, np.float32))] if zero_reward else []
+            if videos is not None:
+                added += videos.columns(batch, frames)
+            if added:
+                batch = pa.RecordBatch.from_arrays([*batch.columns, *added], schema=schema)
             frames += batch.num_rows
             yield batch
+    if videos is not None:
+        videos.close()
     if frames != total_frames:
         raise RlpipeError(f"{where}: its data files hold {frames} frames, {LEROBOT_INFO_PATH} says total_frames {total_frames}")
+
+
+def _video_shape(feature: dict[str, Any], key: str, where: str) -> tuple[int, ...]:
+    """A video feature's frame shape as rlpipe stores images, height x width x channels: its
+    info.json shape, reordered where its names say channels come first."""
+    shape, names = tuple(feature["shape"]), feature.get("names")
+    if len(shape) != 3:
+        raise RlpipeError(f"{where}: {LEROBOT_INFO_PATH}: video feature {key!r} has shape {list(shape)}, not height, width, channels")
+    if isinstance(names, list) and len(names) == 3 and names[0] in ("channel", "channels"):
+        return (shape[1], shape[2], shape[0])
+    return shape
+
+
+class _LerobotVideos:
+    """The frames of a LeRobot dataset's video features (module doc) for its data rows, in order.
+
+    meta/episodes gives each episode's video file and start time per feature; a frame's time in
+    the file is that start plus its row's timestamp. Each feature keeps one file open and decodes
+    it forward (`_VideoFile`), so memory holds a batch's frames and the decoder's own buffers."""
+
+    def __init__(self, root: Path, info: dict[str, Any], shapes: dict[str, tuple[int, ...]]) -> None:
+        key = next(iter(shapes))
+        try:
+            import av
+        except ImportError:
+            raise RlpipeError(
+                f"{root.name}: feature {key!r} is a video: decoding it needs PyAV (pip install 'rlpipe[{LEROBOT_EXTRA}]'), "
+                f"or leave it out: --ignore-columns {key}"
+            ) from None
+        self.av = av
+        self.root, self.where, self.shapes = root, root.name, shapes
+        self.metadata_files = sorted(root.glob(LEROBOT_EPISODES_GLOB))
+        self.episodes = self._episodes()  # episode_index -> key -> (file, from_timestamp, to_timestamp)
+        template = info.get("video_path")
+        if not isinstance(template, str):
+            raise RlpipeError(f"{self.where}: {LEROBOT_INFO_PATH} has no video_path, which names the files of video feature {key!r}")
+        self.paths: dict[tuple[str, int, int], Path] = {}
+        for key in shapes:
+            for spans in self.episodes.values():
+                chunk, file = spans[key][0]
+                try:
+                    self.paths[(key, chunk, file)] = root / template.format(video_key=key, chunk_index=chunk, file_index=file)
+                except (KeyError, IndexError, ValueError) as exc:
+                    raise RlpipeError(
+                        f"{self.where}: {LEROBOT_INFO_PATH}: video_path {template!r} cannot be filled: {_reason(exc)}"
+                    ) from None
+        for (key, _, _), path in self.paths.items():
+            if not path.is_file():
+                episode = next(e for e, spans in self.episodes.items() if self.paths[(key, *spans[key][0])] == path)
+                raise RlpipeError(f"{self._name(path)}: no such file (episode {episode}'s video of feature {key!r})")
+        self.files = sorted(set(self.paths.values()))
+        self.open: dict[str, _VideoFile] = {}
+
+    def _name(self, path: Path) -> str:
+        return f"{self.where}/{path.relative_to(self.root)}"
+
+    def close(self) -> None:
+        for opened in self.open.values():
+            opened.close()
+        self.open.clear()
+
+    def _episodes(self) -> dict[int, dict[str, tuple[tuple[int, int], float, float]]]:
+        """Each episode's video file (chunk, file) and its span in that file, per decoded feature."""
+        import pyarrow.parquet as pq
+
+        if not self.metadata_files:
+            raise RlpipeError(f"{self.where}: no {LEROBOT_EPISODES_GLOB}, which says where each episode's video frames are")
+        fields = ("chunk_index", "file_index", "from_timestamp", "to_timestamp")
+        wanted = ["episode_index", *(f"videos/{key}/{field}" for key in self.shapes for field in fields)]
+        episodes: dict[int, dict[str, tuple[tuple[int, int], float, float]]] = {}
+        for path in self.metadata_files:
+            try:
+                names = pq.ParquetFile(path, pre_buffer=False).schema_arrow.names
+                missing = [name for name in wanted if name not in names]
+                if missing:
+                    raise RlpipeError(f"{self._name(path)}: no column {missing[0]!r}")
+                table = pq.read_table(path, columns=wanted)
+            except (pa.ArrowException, OSError) as exc:
+                raise RlpipeError(f"{self._name(path)}: cannot read it as parquet: {_reason(exc)}") from None
+            for row in table.to_pylist():
+                values = [row[name] for name in wanted]
+                if any(value is None for value in values):
+                    column = wanted[values.index(None)]
+                    raise RlpipeError(f"{self._name(path)}: episode {row['episode_index']}: column {column!r} is empty (null)")
+                episodes[int(row["episode_index"])] = {
+                    key: (
+                        (int(row[f"videos/{key}/chunk_index"]), int(row[f"videos/{key}/file_index"])),
+                        float(row[f"videos/{key}/from_timestamp"]),
+                        float(row[f"videos/{key}/to_timestamp"]),
+                    )
+                    for key in self.shapes
+                }
+        return episodes
+
+    def columns(self, batch: pa.RecordBatch, first: int) -> list[pa.Array]:
+        """Each decoded feature's frames for the rows of `batch` (row `first` of the data onwards),
+        as fixed-size lists of height x width x 3 uint8 values."""
+        needed = ("episode_index", "frame_index", "timestamp")
+        missing = [name for name in needed if name not in batch.schema.names]
+        if missing:
+            raise RlpipeError(f"{self.where}: the data files have no {missing[0]!r} column, which finds each row's video frame")
+        episode, frame, stamp = (batch.column(name).to_numpy(zero_copy_only=False) for name in needed)
+        arrays = []
+        for key, shape in self.shapes.items():
+            pixels = np.empty((batch.num_rows, math.prod(shape)), np.uint8)
+            for row in range(batch.num_rows):
+                pixels[row] = self._frame(key, shape, first + row, episode[row], frame[row], stamp[row]).reshape(-1)
+            arrays.append(pa.FixedSizeListArray.from_arrays(pa.array(pixels.reshape(-1)), pixels.shape[1]))
+        return arrays
+
+    def _frame(self, key: str, shape: tuple[int, ...], row: int, episode: Any, frame: Any, stamp: Any) -> np.ndarray:
+        """The decoded frame of `key` for one data row (row, episode and frame name it in messages)."""
+        spans = self.episodes.get(int(episode))
+        if spans is None:
+            raise RlpipeError(f"{self.where}: row {row}: episode {episode} has no row in {LEROBOT_EPISODES_GLOB}")
+        (chunk, file), start, stop = spans[key]
+        path = self.paths[(key, chunk, file)]
+        where = f"{self._name(path)}: episode {episode}, frame {frame} (row {row})"
+        wanted = start + float(stamp)
+        if not wanted <= stop + LEROBOT_TOLERANCE_S:
+            raise RlpipeError(f"{where}: timestamp {float(stamp):.6g} s is past the episode's video ({stop - start:.6g} s)")
+        opened = self.open.get(key)
+        if opened is None or opened.path != path:
+            if opened is not None:
+                opened.close()
+            opened = self.open[key] = _VideoFile(self.av, path, self._name(path))
+        found, decoded = opened.nearest(wanted, where)
+        if not abs(found - wanted) < LEROBOT_TOLERANCE_S:
+            raise RlpipeError(
+                f"{where}: no video frame at {wanted:.6f} s (the nearest is at {found:.6f} s; LeRobot's tolerance is {LEROBOT_TOLERANCE_S} s)"
+            )
+        image = decoded.to_ndarray(format="rgb24")
+        if image.shape != shape:
+            raise RlpipeError(f"{where}: a decoded frame of shape {image.shape}, but {LEROBOT_INFO_PATH} says {shape}")
+        return image
+
+
+class _VideoFile:
+    """A video file's first video stream decoded forward with PyAV, keeping the two frames around
+    the last time asked for; an earlier time opens the file again."""
+
+    def __init__(self, av: Any, path: Path, name: str) -> None:
+        self.av, self.path, self.name = av, path, name
+        self.container: Any = None
+        self._start()
+
+    def _start(self) -> None:
+        self.close()
+        try:
+            self.container = self.av.open(str(self.path))
+            streams = self.container.streams.video
+            if not streams:
+                raise RlpipeError(f"{self.name}: holds no video stream")
+            self.frames = self.container.decode(streams[0])
+        except self.av.FFmpegError as exc:
+            raise RlpipeError(f"{self.name}: cannot read it as a video: {_reason(exc)}") from None
+        self.before: tuple[float, Any] | None = None
+        self.after: tuple[float, Any] | None = None
+
+    def nearest(self, seconds: float, where: str) -> tuple[float, Any]:
+        """The decoded frame nearest to `seconds` and its time (the later one on a tie)."""
+        window = self.before or self.after
+        if window is not None and seconds < window[0] - LEROBOT_TOLERANCE_S:
+            self._start()
+        while self.after is None or self.after[0] < seconds:
+            try:
+                decoded = next(self.frames, None)
+            except self.av.FFmpegError as exc:
+                raise RlpipeError(f"{where}: cannot decode the video: {_reason(exc)}") from None
+            if decoded is None:
+                break
+            if decoded.time is None:
+                raise RlpipeError(f"{where}: a decoded frame has no timestamp")
+            self.before, self.after = self.after, (float(decoded.time), decoded)
+        held = [frame for frame in (self.before, self.after) if frame is not None]
+        if not held:
+            raise RlpipeError(f"{where}: the video holds no frame")
+        return min(reversed(held), key=lambda frame: abs(frame[0] - seconds))
+
+    def close(self) -> None:
+        if self.container is not None:
+            self.container.close()
+            self.container = None
 
 
 # ---- arrays: .npz with D4RL's names, D4RL's HDF5, OGBench's .npz ------------------------------
@@ -882,7 +1105,7 @@ def import_file(
             raise RlpipeError(f"{source.where}: no transition is left once each episode's last row without a next observation is dropped")
         if chosen is None:  # the writer reads the spaces again only when it writes metadata
             writer.action_space = action_range.space(first.columns["action"].dtype, source.where)
-        size, digest = _digest(path)
+        size, digest = _digest(path, source.inputs)
         producer = {
             "algorithm": "unknown",
             "imported_from": f"{source_format}:{path.name}",
@@ -901,12 +1124,13 @@ def import_file(
         return writer.finalize(producer)
 
 
-def _digest(path: Path) -> tuple[int, str]:
+def _digest(path: Path, inputs: list[Path] | None = None) -> tuple[int, str]:
     """A source's bytes and sha256: a file's own; for a LeRobot directory, its info.json's and
-    data files' bytes and the sha256 of their `sha256  path` lines (as sha256sum prints them)."""
+    data files' bytes (and, where videos were decoded, its episodes' and video files') and the
+    sha256 of their `sha256  path` lines (as sha256sum prints them)."""
     if path.is_file():
         return path.stat().st_size, sha256_file(path)
-    files = [path / LEROBOT_INFO_PATH, *_lerobot_data_files(path)]
+    files = inputs or [path / LEROBOT_INFO_PATH, *_lerobot_data_files(path)]
     lines = "".join(f"{sha256_file(file)}  {file.relative_to(path)}\n" for file in files)
     return sum(file.stat().st_size for file in files), hashlib.sha256(lines.encode()).hexdigest()
 
