@@ -120,8 +120,15 @@ def train(
     with one, ``settings`` replace its fields. With ``out`` the run directory is written as
     ``rlpipe train --out`` writes it (checkpoint, ``metrics.json``, curves), published only
     when training finishes; without it nothing is written and ``result.run_dir`` is None.
+
+    An offline run with ``nproc=N`` > 1 trains as N processes on this machine, as
+    ``rlpipe train --nproc N`` does (needs ``out``: rank 0 writes the run there, and the
+    result is read back from it, its ``history`` empty); called inside a group ``torchrun``
+    started, this process is one of its ranks.
     """
     from rlpipe.algos import get_algo
+    from rlpipe.pipeline.runs import PreparedRun as Prepared
+    from rlpipe.training.distributed import launched_size
 
     spec = get_algo(algo)
     opened = None  # the dataset a config made here opened and checked: the run reuses it
@@ -134,8 +141,24 @@ def train(
         if not isinstance(config, spec.config_class):
             raise RlpipeError(f"{algo} trains with a {spec.config_class.__name__} of {spec.module}, not a {type(config).__name__}")
         config = replace(config, **_typed(algo, settings))
+    nproc = getattr(config, "nproc", 1)
+    if nproc > 1 and launched_size() == 1:
+        if out is None:
+            raise RlpipeError(f"nproc={nproc}: rank 0 of the processes writes the run; give out= a run directory")
+        return _train_processes(Prepared(spec, config, Path(out), getattr(config, "dataset", "")), progress)
     with reusing_opened(opened):
         return spec.train(config, None if out is None else Path(out), progress=progress)
+
+
+def _train_processes(run: PreparedRun, progress: bool) -> TrainResult:
+    """`train` of a data-parallel config started from Python: its ranks as processes
+    (`rlpipe.pipeline.runs.train_ranks`), the result read back from rank 0's run directory."""
+    from rlpipe.pipeline.runs import train_ranks
+    from rlpipe.training.run import TrainResult
+
+    metrics = train_ranks(run, progress=progress)
+    policy = load_policy(run.run_dir)
+    return TrainResult(run.spec.name, run.config.env_id, metrics, [], policy.actor, run.run_dir, policy.checkpoint_sha256)
 
 
 def load_policy(run_dir: PathLike, device: str = "cpu", deterministic: bool = True) -> LoadedPolicy:

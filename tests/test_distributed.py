@@ -176,3 +176,29 @@ def test_backend_ray_needs_several_processes(store: Path, tmp_path: Path, cli) -
     result = cli("train", "bc", "--dataset", "pend", "--store", store, "--out", tmp_path / "run", "--backend", "ray")
     assert result.code == 2
     assert result.err.strip() == "error: --backend ray starts the processes of a run of --nproc 2 or more"
+
+
+@pytest.mark.heavy
+def test_the_python_api_starts_the_processes_as_the_cli_does(store: Path, tmp_path: Path) -> None:
+    """``rlpipe.train(..., nproc=2)`` outside torchrun launches the ranks: the same weights as
+    ``rlpipe train --nproc 2``, its metrics and policy read back from rank 0's run."""
+    import rlpipe
+
+    cli_run = train(store, tmp_path / "cli", "bc", "--updates", "200", "--nproc", "2")
+    assert cli_run.returncode == 0, cli_run.stderr
+    settings = {"updates": 200, "eval_every": 100, "eval_episodes": 1, "heldout_eval_episodes": 1, "nproc": 2}
+    result = rlpipe.train("bc", dataset="pend", store=store, out=tmp_path / "api", **settings)
+    a, b = weights(tmp_path / "cli"), weights(tmp_path / "api")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert result.run_dir == tmp_path / "api" and result.metrics["gradient_updates"] == 200
+    assert result.checkpoint_sha256 == result.metrics["checkpoint_sha256"]
+    obs = torch.zeros(1, 3)
+    assert torch.equal(result.policy(obs), rlpipe.load_policy(tmp_path / "cli").actor(obs))
+
+
+def test_the_python_api_needs_a_run_directory_for_several_processes(store: Path) -> None:
+    import rlpipe
+    from rlpipe.errors import RlpipeError
+
+    with pytest.raises(RlpipeError, match=r"^nproc=2: rank 0 of the processes writes the run; give out= a run directory$"):
+        rlpipe.train("bc", dataset="pend", store=store, updates=10, nproc=2)
