@@ -351,7 +351,7 @@ def tree_digest(root: Path) -> str:
     return digest.hexdigest()
 
 
-def _journal_mac(key: bytes, parent: Path, members: list[dict[str, str]]) -> str:
+def _journal_mac(key: bytes, parent: Path, members: list[dict[str, str | None]]) -> str:
     message = f"{os.path.realpath(parent)}\n{json.dumps(members, sort_keys=True)}".encode()
     return hmac.new(key, message, hashlib.sha256).hexdigest()
 
