@@ -45,6 +45,12 @@ MAX_EPISODES = 1_000_000
 # Rows of one minibatch (`--set batch_size=`, `sampler(...).sample(n)`): 2**24 rows of a 17-dim
 # float32 observation and its successor are about 2.3 GiB, while 2**63 ended in a torch C++ error.
 MAX_BATCH_SIZE = 2**24
+# Copies of a network or of a batch that one update holds at once (ensemble members and critics,
+# quantiles, sampled or candidate actions, a planner's population, particles and horizon): the
+# papers use 2 to 1000, while 2**63 - 1 overflowed torch's size arithmetic in a traceback.
+MAX_COPIES = 8192
+# Blocks and attention heads of a transformer: --set layers=10**12 built blocks until killed.
+MAX_LAYERS = 256
 # Torch threads per process, a small multiple of the machine's cores: --set torch_threads=100000
 # spawned threads until every process on the machine failed to fork.
 MAX_THREADS_PER_CORE = 4

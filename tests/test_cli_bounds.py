@@ -15,8 +15,10 @@ from rlpipe.limits import (
     MAX_ARGUMENT_FILE_BYTES,
     MAX_BATCH_SIZE,
     MAX_BUFFER_SIZE,
+    MAX_COPIES,
     MAX_ENV_STEPS,
     MAX_EPISODES,
+    MAX_LAYERS,
     MAX_NUM_ENVS,
     MAX_SEED,
     MAX_UPDATES,
@@ -94,7 +96,10 @@ def command(args: list[str], world: Path, out: Path) -> list[str]:
         (["collect", *CARTPOLE, "--episodes", "0"], "--episodes/--steps must be at least 1"),
         (["collect", *CARTPOLE, "--episodes", "-1"], "--episodes/--steps must be at least 1"),
         (["collect", *CARTPOLE, "--steps", "-5"], "--episodes/--steps must be at least 1"),
-        (["collect", *CARTPOLE, "--episodes", BIG, "--num-envs", "4"], "--episodes/--steps must be below 2**63"),  # was an OverflowError
+        (
+            ["collect", *CARTPOLE, "--episodes", BIG, "--num-envs", "4"],
+            f"--episodes/--steps must be at most {MAX_ENV_STEPS}",
+        ),  # was an OverflowError
         (["collect", *CARTPOLE], "give exactly one of --episodes and --steps"),
         (["collect", *CARTPOLE, "--episodes", "2", "--workers", "0"], "Invalid value for '--workers'"),
         (["collect", *CARTPOLE, "--expert", "ppo", "--expert-steps", "-1", "--episodes", "2"], "--expert-steps must be at least 1, got -1"),
@@ -143,6 +148,24 @@ def command(args: list[str], world: Path, out: Path) -> list[str]:
         (["train", "bc", "--dataset", "cartpole", "--set", f"batch_size={2**63}"], f"expected at most {MAX_BATCH_SIZE}"),
         (["train", "bc", "--dataset", "cartpole", "--set", f"eval_episodes={2**63}"], f"expected at most {MAX_EPISODES}"),
         (["eval", "RUN", "--episodes", str(2**63)], f"--episodes={2**63}: expected an integer from 1 to {MAX_EPISODES}"),
+        # Counts that size an update's tensors or repeat its steps (2**63 - 1 overflowed torch's size
+        # arithmetic in a traceback, 10**12 layers or epochs ran until killed), any other count, and negatives.
+        (
+            ["train", "ppo", *CARTPOLE, "--set", f"num_steps={2**63 - 1}"],
+            f"setting num_steps={2**63 - 1}: expected at most {MAX_BUFFER_SIZE}",
+        ),
+        (["train", "ppo", *CARTPOLE, "--set", f"num_epochs={10**12}"], f"expected at most {MAX_UPDATES}"),
+        (["train", "bc", "--dataset", "cartpole", "--set", f"recurrent_hidden={2**63 - 1}"], "expected at most 8192"),
+        (["train", "cql", "--dataset", "pendulum", "--set", f"num_sampled_actions={2**63 - 1}"], f"expected at most {MAX_COPIES}"),
+        (["train", "edac", "--dataset", "pendulum", "--set", f"n_critics={2**63 - 1}"], f"expected at most {MAX_COPIES}"),
+        (["train", "dt", "--dataset", "pendulum", "--set", f"layers={10**12}"], f"expected at most {MAX_LAYERS}"),
+        (["train", "dynamics", "--dataset", "pendulum", "--set", f"iterations={10**12}"], f"expected at most {MAX_UPDATES}"),
+        (["train", "td3bc", "--dataset", "pendulum", "--set", f"policy_delay={10**12}"], f"expected at most {MAX_ENV_STEPS}"),
+        (["train", "bcq", "--dataset", "pendulum", "--set", "act_candidates=-1"], "setting act_candidates=-1: expected a positive number"),
+        (["train", "cql", "--dataset", "pendulum", "--set", "quantiles=-1"], "setting quantiles=-1: expected an integer >= 0"),
+        (["train", "pets", "--env", "Pendulum-v1", "--set", "random_steps=0"], "setting random_steps=0: expected a positive number"),
+        (["collect", *CARTPOLE, "--episodes", str(2**32)], f"--episodes/--steps must be at most {MAX_ENV_STEPS}"),  # ran until killed
+        (["collect", *CARTPOLE, "--steps", str(10**12)], f"--episodes/--steps must be at most {MAX_ENV_STEPS}"),
         (["ope", "fqe", "RUN", "--dataset", "cartpole", "--updates", str(10**18)], "Invalid value for '--updates'"),
         (["ope", "fqe", "RUN", "--dataset", "cartpole", "--updates", str(MAX_UPDATES + 1)], f"less than or equal to {MAX_UPDATES}"),
         (["export", "RUN", "--torchscript", "OUT/policy"], "(--torchscript): TorchScript needs a file name with an extension"),
@@ -321,6 +344,21 @@ def test_an_allocation_beyond_the_machine_is_one_line(cli, monkeypatch: pytest.M
     result = cli("collect", *CARTPOLE, "--episodes", "2", "--store", tmp_path / "store")
     assert result.code == 2 and result.err.count("\n") == 1, result.err
     assert result.err == f"error: out of memory: {failure}; lower the sizes given\n"
+
+
+def test_an_allocation_failure_with_cpp_frames_is_still_one_line(cli, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """torch's allocator error carries its C++ frames on further lines (--set rollout_batch=10**12
+    printed them all): only its first line is the message."""
+    import rlpipe.pipeline.collect
+
+    first = "DefaultCPUAllocator: can't allocate memory: you tried to allocate 300000000000000 bytes."
+
+    def collect_dataset(*args, **kwargs):
+        raise RuntimeError(f"{first}\nException raised from allocate_cpu at alloc_cpu.cpp:117\nframe #0: <unknown function>")
+
+    monkeypatch.setattr(rlpipe.pipeline.collect, "collect_dataset", collect_dataset)
+    result = cli("collect", *CARTPOLE, "--episodes", "2", "--store", tmp_path / "store")
+    assert result.code == 2 and result.err == f"error: out of memory: {first}; lower the sizes given\n", result.err
 
 
 def test_another_runtime_error_is_not_called_out_of_memory(cli, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

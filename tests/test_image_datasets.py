@@ -298,3 +298,23 @@ def test_an_observation_space_edited_away_from_the_frames_is_refused(store: Path
     refused_everywhere(
         rehashed(info, observation_space=space), f"holds frames of shape [84, 84, 1], the dataset's observation space has {list(shape)}"
     )
+
+
+@pytest.mark.parametrize(
+    "field_metadata,message",
+    [
+        ({b"rlpipe.frame_codec": b"zstd", b"rlpipe.frame_shape": b"[84, 84, 1]"}, "column 'obs' names frame codec 'zstd', not 'lz4_raw'"),
+        ({b"rlpipe.frame_shape": b"[84, 84, 1]"}, "column 'obs' names no frame codec"),
+        ({b"rlpipe.frame_codec": b"lz4_raw", b"rlpipe.frame_shape": b"[" * 100_000 + b"]" * 100_000}, "records an unreadable frame shape"),
+    ],
+)
+def test_a_shards_frame_field_naming_another_codec_or_an_unreadable_shape_is_refused(
+    store: Path, field_metadata: dict[bytes, bytes], message: str
+) -> None:
+    """A re-hashed shard whose obs field names another codec (or none) is refused rather than
+    decoded as LZ4; a recorded shape nested past Python's stack is unreadable, not a RecursionError."""
+    info = write_frames(store, "relabelled", atari_like_rows(episodes=1, length=4), fmt="arrow")
+    table = pa.ipc.open_file(str(info.shard_paths[0])).read_all()
+    index = table.schema.get_field_index("obs")
+    table = table.set_column(index, table.schema.field("obs").with_metadata(field_metadata), table.column("obs"))
+    refused_everywhere(rehashed(info, table), message)

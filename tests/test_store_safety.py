@@ -18,13 +18,13 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from rlpipe.datasets.atomic import FAULT_ENV, FAULT_EXIT_CODE, delete_directory, json_text, tree_digest
+from rlpipe.datasets.atomic import FAULT_ENV, FAULT_EXIT_CODE, _journal_text, delete_directory, json_text, tree_digest
 from rlpipe.datasets.loader import load_dataset
 from rlpipe.datasets.store import list_datasets, open_dataset, store_entries
 from rlpipe.datasets.validate import validate_dataset
 from rlpipe.datasets.writer import DatasetWriter, write_rows
 from rlpipe.errors import RlpipeError
-from rlpipe.files import sha256_file
+from rlpipe.files import sha256_file, user_key
 from tests.conftest import store_contents
 from tests.test_dataset_store import BOX, synthetic_rows
 
@@ -339,6 +339,30 @@ def test_a_journal_whose_data_changed_after_the_commit_is_not_rolled_forward(sto
         f.write(" ")
     store_entries(store)
     assert store_contents(store) == ["data"]
+
+
+def test_a_kept_journal_planted_again_never_rolls_a_dataset_back(store: Path, tmp_path: Path, cli) -> None:
+    """A journal rlpipe signed, and its staged side, kept by someone who can write the store
+    and planted again after the name was published anew: the journal records the entry it
+    replaces, finds another one there, and a read leaves the newer dataset as it is (the
+    control: planted while that entry is still there, the same journal is rolled forward)."""
+    write(store, "cp")
+    write(tmp_path / "elsewhere", "cp", lengths=(7,) * 3)
+    staged, journal = store / ".tmp-0000abcd-cp", store / ".group-0000abcd"
+    shutil.copytree(tmp_path / "elsewhere" / "cp", staged)
+    journal.write_text(_journal_text(store, [("cp", staged.name)], user_key()))
+    kept = tmp_path / "kept"
+    shutil.copytree(staged, kept / staged.name)
+    shutil.copy(journal, kept / journal.name)
+    assert cli("datasets", "inspect", "cp", "--store", store).code == 0  # the control: rolled forward
+    assert open_dataset("cp", store).metadata["total_steps"] == 21
+    write(store, "cp", lengths=(5,) * 4, force=True)  # the user's newer version
+    shutil.copytree(kept / staged.name, staged)
+    shutil.copy(kept / journal.name, journal)
+    assert cli("datasets", "inspect", "cp", "--store", store).code == 0
+    assert open_dataset("cp", store).metadata["total_steps"] == 20
+    store_entries(store)
+    assert store_contents(store) == ["cp"]
 
 
 def test_remove_is_locked_and_leaves_nothing(store: Path, cli) -> None:

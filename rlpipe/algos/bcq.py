@@ -67,7 +67,7 @@ class Config(OfflineConfig):
     max_shift: float = 0.05  # the paper's Phi
     lmbda: float = 0.75  # target = lmbda * min + (1 - lmbda) * max of the twin critics
     n_candidates: int = positive(10)  # generated actions per next state in the critics' target (the paper's code: 10)
-    act_candidates: int = 100  # generated actions per state when acting (the paper's code: 100)
+    act_candidates: int = positive(100)  # generated actions per state when acting (the paper's code: 100)
     threshold: float = 0.3  # discrete: actions with pi(a|s) / max_a pi(a|s) below it are never chosen (the paper's tau)
     logit_penalty: float = 1e-2  # discrete: weight of the imitation logits' mean square (the paper's code)
     frame_stack: int = positive(1)  # discrete: observations seen as the last k stacked

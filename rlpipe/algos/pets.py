@@ -50,7 +50,7 @@ EVAL_GENERATOR_OFFSET = 1  # the evaluation planner draws from its own generator
 class Config(ModelFields, CEMSettings, OnlineConfig):
     env_steps: int = positive(3_000)
     eval_every: int = positive(3_000)
-    random_steps: int = 200  # uniform random actions first (the text: one episode)
+    random_steps: int = positive(200)  # uniform random actions first (the text: one episode)
     refit_every: int = positive(200)  # env steps between model fits (200: every Pendulum episode)
 
     def __post_init__(self) -> None:

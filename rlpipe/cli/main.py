@@ -37,7 +37,8 @@ def main() -> None:
     except (MemoryError, RuntimeError) as exc:  # a size setting beyond this machine (the counts users give most are bounded up front)
         if not _out_of_memory(exc):
             raise
-        typer.echo(f"error: out of memory: {str(exc).strip() or 'an allocation failed'}; lower the sizes given", err=True)
+        first = (str(exc).strip().splitlines() or ["an allocation failed"])[0]  # torch's allocator appends its C++ frames
+        typer.echo(f"error: out of memory: {first}; lower the sizes given", err=True)
         sys.exit(2)
     except (KeyboardInterrupt, typer.Abort):
         code = 130

@@ -351,20 +351,33 @@ def tree_digest(root: Path) -> str:
     return digest.hexdigest()
 
 
-def _journal_mac(key: bytes, parent: Path, members: list[dict[str, str]]) -> str:
+def _journal_mac(key: bytes, parent: Path, members: list[dict[str, str | None]]) -> str:
     message = f"{os.path.realpath(parent)}\n{json.dumps(members, sort_keys=True)}".encode()
     return hmac.new(key, message, hashlib.sha256).hexdigest()
 
 
+def _entry_state(path: Path) -> str | None:
+    """What stands at `path`: None when nothing, a directory's `tree_digest`, or "other"."""
+    if not os.path.lexists(path):
+        return None
+    return tree_digest(path) if path.is_dir() and not path.is_symlink() else "other"
+
+
 def _journal_text(parent: Path, members: list[tuple[str, str]], key: bytes | None) -> str:
-    """A group's journal: its members with their temporary directories' digests, signed."""
-    listed = [{"name": name, "temp": temp, "digest": tree_digest(parent / temp)} for name, temp in members]
+    """A group's journal: its members with their temporary directories' digests and the state
+    of the entry each replaces (`_entry_state`: a replayed journal finds a newer one), signed."""
+    listed = [
+        {"name": name, "temp": temp, "digest": tree_digest(parent / temp), "replaces": _entry_state(parent / name)}
+        for name, temp in members
+    ]
     return json.dumps({"members": listed, "mac": None if key is None else _journal_mac(key, parent, listed)})
 
 
 def _read_journal(path: Path) -> list[tuple[str, str]] | None:
     """A journal's (name, temporary directory) members; None unless the user's key signed it
-    for this folder and every temporary directory still there holds what it held at the commit."""
+    for this folder, every temporary directory still there holds what it held at the commit,
+    and the entry it would replace is the one it replaced then, or gone (a journal kept by
+    someone and planted again after a newer publish never rolls that back)."""
     key = user_key()
     try:
         data = json.loads(read_limited(path))
@@ -384,8 +397,12 @@ def _read_journal(path: Path) -> list[tuple[str, str]] | None:
         return None  # not written by this user's rlpipe
     for member in raw:
         staged = path.parent / member["temp"]
-        if staged.is_dir() and not staged.is_symlink() and tree_digest(staged) != member.get("digest"):
-            return None  # changed since the commit
+        if staged.is_dir() and not staged.is_symlink():
+            if tree_digest(staged) != member.get("digest"):
+                return None  # changed since the commit
+            now = _entry_state(path.parent / member["name"])
+            if now is not None and ("replaces" not in member or now != member["replaces"]):
+                return None  # the entry changed since the commit: a replayed journal
     return members
 
 

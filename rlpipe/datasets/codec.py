@@ -62,14 +62,20 @@ def frame_field(name: str, shape: tuple[int, ...], nullable: bool = False) -> pa
 def frame_shape_problem(field: pa.Field, expected: pa.Field) -> str | None:
     """Why a shard's image column `field` does not hold the frames `expected` (the dataset's
     spaces imply) does, or None. A field records the shape it was written with; shards written
-    before rlpipe recorded it carry none, and only the decoder's length check guards them."""
+    before rlpipe recorded it carry none, and only the decoder's length check guards them.
+    Every shard of compressed frames names its codec: another codec, or none, is refused
+    rather than decoded as LZ4."""
+    codec = (field.metadata or {}).get(CODEC_FIELD_KEY)
+    if codec != FRAME_CODEC.encode():
+        named = "names no frame codec" if codec is None else f"names frame codec {codec.decode(errors='replace')!r}"
+        return f"column {field.name!r} {named}, not {FRAME_CODEC!r}"
     recorded = (field.metadata or {}).get(SHAPE_FIELD_KEY)
     if recorded is None:
         return None
     wanted = json.loads(expected.metadata[SHAPE_FIELD_KEY])
     try:
         written = json.loads(recorded)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # nested past Python's stack: unreadable too
         return f"column {field.name!r} records an unreadable frame shape"
     if written != wanted:
         return f"column {field.name!r} holds frames of shape {written}, the dataset's observation space has {wanted}"

@@ -21,6 +21,7 @@ from rlpipe.datasets.schema import Columnar, info_value_space, map_columnar
 from rlpipe.envs import make_env, make_vec_env
 from rlpipe.envs.stepper import StepBatch, VecStepper
 from rlpipe.errors import RlpipeError
+from rlpipe.limits import MAX_ENV_STEPS
 
 RowSink = Callable[[dict[str, Columnar]], None]
 
@@ -314,14 +315,14 @@ class CollectStats:
 
 def check_budget(episodes: int | None, steps: int | None) -> None:
     """An RlpipeError unless exactly one of `episodes` and `steps` is given, from 1 to
-    2**63 - 1 (the per-env quotas and counters are int64)."""
+    MAX_ENV_STEPS (a run's env steps; an episode is at least one step), as `rlpipe.collect` checks them."""
     if (episodes is None) == (steps is None):
         raise RlpipeError("give exactly one of --episodes and --steps")
     budget = cast(int, episodes if episodes is not None else steps)  # exactly one is given (checked above)
     if budget < 1:
         raise RlpipeError("--episodes/--steps must be at least 1")
-    if budget >= 2**63:
-        raise RlpipeError(f"--episodes/--steps must be below 2**63, got {budget}")
+    if budget > MAX_ENV_STEPS:  # 2**32 episodes ran until killed
+        raise RlpipeError(f"--episodes/--steps must be at most {MAX_ENV_STEPS} (the env steps of one run), got {budget}")
 
 
 def collect(

@@ -21,10 +21,13 @@ from rlpipe.errors import ArgumentError, ArgumentTypeError, RlpipeError
 from rlpipe.limits import (
     MAX_BATCH_SIZE,
     MAX_BUFFER_SIZE,
+    MAX_COPIES,
     MAX_ENV_STEPS,
     MAX_EPISODES,
     MAX_LAYER_WIDTH,
+    MAX_LAYERS,
     MAX_RANKS,
+    MAX_SEED,
     MAX_UPDATES,
     check_num_envs,
     check_seed,
@@ -37,13 +40,37 @@ T = TypeVar("T")
 POSITIVE = types.MappingProxyType({"positive": True})  # field metadata: the value (each element of a tuple) must be > 0
 
 
-# Bounds of fields that every algorithm redeclares with its own default (so not in their metadata).
-FIELD_LIMITS = {
+# Bounds of fields that every algorithm redeclares with its own default (so not in their
+# metadata), and of the counts that size an update's tensors or repeat its steps. Any other
+# integer field (a schedule in steps, such as eval_every) is at most MAX_ENV_STEPS.
+FIELD_LIMITS: dict[str, int | None] = {
     "updates": MAX_UPDATES,
     "env_steps": MAX_ENV_STEPS,
     "batch_size": MAX_BATCH_SIZE,
     "eval_episodes": MAX_EPISODES,
     "heldout_eval_episodes": MAX_EPISODES,
+    "seed": MAX_SEED,  # check_seed's range
+    "num_envs": None,  # check_num_envs's range, in its words
+    **dict.fromkeys(("num_epochs", "iterations", "model_patience", "disc_updates"), MAX_UPDATES),
+    **dict.fromkeys(
+        (
+            "members",
+            "elites",
+            "n_critics",
+            "quantiles",
+            "num_sampled_actions",
+            "n_candidates",
+            "act_candidates",
+            "population",
+            "particles",
+            "horizon",
+        ),
+        MAX_COPIES,
+    ),
+    **dict.fromkeys(("recurrent_hidden", "embedding_dim"), MAX_LAYER_WIDTH),
+    **dict.fromkeys(("layers", "heads"), MAX_LAYERS),
+    **dict.fromkeys(("model_batch_size", "rollout_batch", "minibatch_size"), MAX_BATCH_SIZE),
+    **dict.fromkeys(("num_steps", "model_retain", "rollout_length"), MAX_BUFFER_SIZE),
 }
 
 
@@ -291,7 +318,11 @@ def check_values(config: RunConfig) -> None:
                 raise RlpipeError(f"setting {name}={value!r}: expected a finite number")
             if declared.metadata.get("positive") and isinstance(item, (int, float)) and not isinstance(item, bool) and item <= 0:
                 raise RlpipeError(f"setting {name}={value!r}: expected a positive number")
-            at_most = max_torch_threads() if name == "torch_threads" else declared.metadata.get("at_most", FIELD_LIMITS.get(name))
+            if isinstance(item, int) and not isinstance(item, bool) and item < 0:  # no count is negative
+                raise RlpipeError(f"setting {name}={value!r}: expected an integer >= 0")
+            at_most = (
+                max_torch_threads() if name == "torch_threads" else declared.metadata.get("at_most", FIELD_LIMITS.get(name, MAX_ENV_STEPS))
+            )
             if isinstance(item, int) and at_most is not None and item > at_most:
                 raise RlpipeError(
                     f"setting {name}={value!r}: expected at most {at_most}" + (" per layer" if isinstance(value, tuple) else "")
