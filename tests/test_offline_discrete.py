@@ -217,7 +217,7 @@ def test_bad_discrete_settings_are_refused_in_one_line(offline_store: Path, tmp_
         (["cql", "--dataset", "pendulum-mixed", "--set", "frame_stack=2"], "cql reads images and frame stacks with discrete actions only"),
         (["bc", "--dataset", "pendulum-mixed", "--set", "frame_stack=2"], "bc reads images and frame stacks with discrete actions only"),
         (["cql", "--dataset", "pendulum-mixed", "--set", "quantiles=5"], "setting quantiles=5: a QR-DQN base needs discrete actions"),
-        (["cql", "--dataset", "cartpole-expert", "--set", "quantiles=-1"], "setting quantiles=-1: expected a number >= 0"),
+        (["cql", "--dataset", "cartpole-expert", "--set", "quantiles=-1"], "setting quantiles=-1: expected an integer >= 0"),
         (["bcq", "--dataset", "cartpole-expert", "--set", "threshold=1.5"], "setting threshold=1.5: expected a number in [0, 1]"),
         (["bcq", "--dataset", "cartpole-expert", "--set", "frame_stack=0"], "frame_stack=0: expected a positive number"),
     ]:
