@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlpipe.datasets.loader import TransitionArrays, load_dataset
 from rlpipe.datasets.store import DatasetInfo, list_datasets, open_dataset, reusing_opened
-from rlpipe.errors import ArgumentTypeError, RlpipeError
+from rlpipe.errors import ArgumentError, ArgumentTypeError, RlpipeError
 from rlpipe.limits import MAX_ENV_STEPS, MAX_EPISODES, check_count, check_seed
 
 if TYPE_CHECKING:
@@ -72,6 +72,8 @@ def collect(
     from rlpipe.pipeline.collect import CollectRequest, collect_dataset
 
     _check_text("env_id", env_id)
+    if not from_training and (episodes is None) == (steps is None):
+        raise ArgumentError("give exactly one of episodes= and steps=")
     for argument, count in (("episodes", episodes), ("steps", steps), ("expert_steps", expert_steps)):
         if count is not None:
             check_count(count, argument, MAX_ENV_STEPS)
@@ -130,6 +132,7 @@ def train(
     from rlpipe.pipeline.runs import PreparedRun as Prepared
     from rlpipe.training.distributed import launched_size
 
+    _check_text("algo", algo)
     spec = get_algo(algo)
     opened = None  # the dataset a config made here opened and checked: the run reuses it
     if config is None:
@@ -213,10 +216,17 @@ def sampler(
 
 def _prepare(algo: str, env: str | None, dataset: str | None, store: PathLike | None, settings: dict[str, Any]) -> PreparedRun:
     """`rlpipe.pipeline.runs.prepare_run` of `make_config`'s arguments, their types checked."""
+    from rlpipe.algos import get_algo
     from rlpipe.pipeline.runs import prepare_run
 
+    _check_text("algo", algo)
     _check_text("env", env, optional=True)
     _check_text("dataset", dataset, optional=True)
+    online = get_algo(algo).online
+    if online and env is None:
+        raise ArgumentError(f"{algo} trains in an environment: give env= (a Gymnasium env id, e.g. 'CartPole-v1')")
+    if not online and dataset is None:
+        raise ArgumentError(f"{algo} is an offline algorithm: give dataset= (rlpipe.list_datasets() names them)")
     # run_dir given so that no default run directory is named: where a run goes is train's `out`
     return prepare_run(algo, env_id=env, dataset=dataset, store=store, settings=_typed(algo, settings), run_dir=".")
 

@@ -45,7 +45,7 @@ def test_make_config_applies_the_tuned_defaults_then_checked_settings(offline_st
         rlpipe.make_config("cql", dataset="pendulum-mixed", store=offline_store, learning_rat=1e-3)
     with pytest.raises(RlpipeError, match="setting updates='many': expected"):
         rlpipe.make_config("cql", dataset="pendulum-mixed", store=offline_store, updates="many")
-    with pytest.raises(RlpipeError, match="offline algorithm: give --dataset"):
+    with pytest.raises(ValueError, match="offline algorithm: give dataset="):
         rlpipe.make_config("cql", env="Pendulum-v1")
 
 
@@ -73,6 +73,15 @@ def test_train_without_out_writes_nothing_and_with_out_writes_a_run(offline_stor
         (lambda: rlpipe.make_config("ppo", env=5), TypeError, "env=5: expected a string or None"),
         (lambda: rlpipe.collect(5, episodes=1), TypeError, "env_id=5: expected a string"),
         (lambda: rlpipe.collect("CartPole-v1", episodes=2.5, store=tmp_path / "store"), TypeError, "episodes=2.5: expected an integer"),
+        (lambda: rlpipe.collect("CartPole-v1", store=tmp_path / "store"), ValueError, "give exactly one of episodes= and steps="),
+        (lambda: rlpipe.collect("NoSuchEnv-v0", episodes=1, store=tmp_path / "store"), ValueError, "unknown environment 'NoSuchEnv-v0'"),
+        (lambda: rlpipe.make_config(2.5, env="CartPole-v1"), TypeError, "algo=2.5: expected a string"),
+        (lambda: rlpipe.train(None, env="CartPole-v1"), TypeError, "algo=None: expected a string"),
+        (lambda: rlpipe.make_config("sarsa", env="CartPole-v1"), ValueError, "unknown algorithm 'sarsa'; choose from"),
+        (lambda: rlpipe.make_config("ppo"), ValueError, "ppo trains in an environment: give env="),
+        (lambda: rlpipe.train("bc"), ValueError, r"bc is an offline algorithm: give dataset= \(rlpipe.list_datasets\(\) names them\)"),
+        (lambda: rlpipe.train("bc", dataset="nothing", store=offline_store), ValueError, "dataset 'nothing' not found in"),
+        (lambda: rlpipe.evaluate(tmp_path / "no-run"), ValueError, "no checkpoint in"),
     ]:
         with pytest.raises(error, match=message):
             call()

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from rlpipe.envs.spaces import BOX, require_spaces
-from rlpipe.errors import RlpipeError
+from rlpipe.errors import ArgumentError, RlpipeError
 
 if TYPE_CHECKING:
     from gymnasium import spaces
@@ -261,9 +261,10 @@ def register(module: str) -> tuple[AlgoSpec, ...]:
 
 
 def get_algo(name: str) -> AlgoSpec:
-    """The spec registered as ``name``; unknown names are an RlpipeError listing the known ones."""
-    if name not in REGISTRY:
-        raise RlpipeError(f"unknown algorithm {name!r}; choose from {', '.join(sorted(REGISTRY))}")
+    """The spec registered as ``name``; an unknown name is an `ArgumentError` (a ValueError, one
+    line in the CLI) listing the known ones."""
+    if not isinstance(name, str) or name not in REGISTRY:
+        raise ArgumentError(f"unknown algorithm {name!r}; choose from {', '.join(sorted(REGISTRY))}")
     return REGISTRY[name]
 
 

@@ -29,7 +29,7 @@ from rlpipe import names
 from rlpipe.datasets import atomic
 from rlpipe.datasets.schema import FORMAT_NAME, FORMAT_VERSION, step_schema
 from rlpipe.envs.spaces import space_from_json
-from rlpipe.errors import RlpipeError
+from rlpipe.errors import ArgumentError, RlpipeError
 from rlpipe.files import check_output_dir, loads_json, read_limited, sha256_file
 
 METADATA_FILE = "metadata.json"
@@ -399,7 +399,7 @@ def open_dataset(name: str, store: str | os.PathLike | None = None, check_files:
     atomic.recover_name(root, path.name, is_dataset_dir)
     if not is_dataset_dir(path):
         available = ", ".join(info.name for info in list_datasets(root)) or "none"
-        raise RlpipeError(f"dataset {name!r} not found in {root} (available: {available})")
+        raise ArgumentError(f"dataset {name!r} not found in {root} (available: {available})")
     return _checked_info(path, check_files)
 
 

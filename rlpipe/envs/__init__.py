@@ -21,7 +21,7 @@ from gymnasium.envs.registration import EnvSpec, load_env_creator
 
 from rlpipe.envs import masked as _masked  # noqa: F401  (registers rlpipe/CartPoleNoVel-v1, rlpipe/PendulumNoVel-v1)
 from rlpipe.envs.extras import missing_dependency_message, register_optional
-from rlpipe.errors import RlpipeError
+from rlpipe.errors import ArgumentError, RlpipeError
 from rlpipe.files import loads_json
 
 if "GoalWorld-v0" not in gym.registry:
@@ -59,7 +59,7 @@ def _building(env_id: str) -> Iterator[None]:
     except ImportError as exc:
         raise RlpipeError(f"environment {env_id!r} cannot be built here: {exc}") from None
     except gym.error.Error:
-        raise RlpipeError(f"unknown environment {env_id!r} (not registered with gymnasium)") from None
+        raise ArgumentError(f"unknown environment {env_id!r} (not registered with gymnasium)") from None
 
 
 def make_vec_env(env_id: str, num_envs: int = 1, **kwargs: Any) -> gym.vector.VectorEnv:

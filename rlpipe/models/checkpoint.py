@@ -19,7 +19,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from rlpipe.errors import RlpipeError
+from rlpipe.errors import ArgumentError, RlpipeError
 from rlpipe.files import atomic_output, atomic_write_text, loads_json, read_limited, sha256_file
 
 WEIGHTS_FILE = "model.safetensors"
@@ -69,10 +69,11 @@ class Checkpoint:
 
 
 def read_meta(run_dir: str | Path) -> dict[str, Any]:
-    """Read and check ``checkpoint.json``; a missing or malformed file is an RlpipeError."""
+    """Read and check ``checkpoint.json``; a missing or malformed file is an RlpipeError (a
+    directory with none an `ArgumentError`: a ValueError to Python callers who named it)."""
     path = Path(run_dir) / META_FILE
     if not path.is_file():
-        raise RlpipeError(f"no checkpoint in {run_dir} (missing {META_FILE})")
+        raise ArgumentError(f"no checkpoint in {run_dir} (missing {META_FILE})")
     try:
         meta = loads_json(read_limited(path, follow_links=True))
     except (ValueError, RecursionError) as exc:  # malformed JSON, NaN or Infinity, bad UTF-8
