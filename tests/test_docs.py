@@ -60,3 +60,11 @@ def test_no_page_speaks_of_rounds_of_work() -> None:
     ]
     assert not found, "\n".join(found)
     assert not (REPO / "notes").exists()
+
+
+def test_every_page_fits_a_reader() -> None:
+    """A page a reader opens stays under 400 lines; the evidence behind it goes to experiments/ pages."""
+    long = {
+        str(page.relative_to(REPO)): n for page in sorted((REPO / "docs").rglob("*.md")) if (n := len(page.read_text().splitlines())) > 400
+    }
+    assert not long, f"pages over 400 lines: {long}"
