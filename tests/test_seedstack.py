@@ -23,7 +23,7 @@ from rlpipe.pipeline.runs import prepare_run
 from rlpipe.pipeline.sweep import SweepSpec, plan_trials, run_sweep, run_trial
 from rlpipe.training.buffer import Batch
 from rlpipe.training.graphs import UpdateStepper
-from rlpipe.training.offline import load_offline
+from rlpipe.training.offline import Learner, load_offline
 from rlpipe.training.sampler import SeedSampler
 from rlpipe.training.seeding import seed_everything
 
@@ -64,10 +64,10 @@ def _weights(mods: dict[str, torch.nn.Module]) -> torch.Tensor:
     return torch.cat([p.detach().flatten() for name in sorted(mods) for p in mods[name].parameters()])
 
 
-def _batched_and_separate(store: Path, dataset: str, device: str) -> tuple[Any, list[dict[str, torch.nn.Module]], Any, list[Any], Any]:
+def _batched_and_separate(store: Path, dataset: str, device: str) -> tuple[Any, list[dict[str, torch.nn.Module]], Any, list[Learner], Any]:
     """The batched CQL of SEEDS and each seed's own CQL (seeded, then built as its run builds
     it), checked to start from the same weights: (stack, its seeds' modules, its update,
-    the separate (actor, modules, update, extra) per seed, the loaded data)."""
+    the separate `Learner` per seed, the loaded data)."""
     configs = [prepare_run("cql", dataset=dataset, store=store, settings={**TINY, "seed": s, "device": device}).config for s in SEEDS]
     data = load_offline("cql", configs[0], ACTION_SPACES)
     batched, separate = (batched_discrete_cql, discrete_cql) if data.discrete else (batched_continuous_cql, continuous_cql)
@@ -76,17 +76,18 @@ def _batched_and_separate(store: Path, dataset: str, device: str) -> tuple[Any, 
     for config in configs:
         seed_everything(config.seed)
         eager.append(separate(config, data))
-    for copy, (_, own, _, _) in zip(modules, eager):
-        for name in own:
-            torch.testing.assert_close(dict(copy[name].named_parameters()), dict(own[name].named_parameters()), rtol=0, atol=0)
+    for copy, learner in zip(modules, eager):
+        for name, own in learner.modules.items():
+            torch.testing.assert_close(dict(copy[name].named_parameters()), dict(own.named_parameters()), rtol=0, atol=0)
     return stack, modules, update, eager, data
 
 
-def _check_seeds_apart(modules: list[dict[str, torch.nn.Module]], eager: list[Any]) -> None:
-    for k, (_, own, _, _) in enumerate(eager):
+def _check_seeds_apart(modules: list[dict[str, torch.nn.Module]], separate: list[dict[str, torch.nn.Module]]) -> None:
+    """The batched seeds' modules equal each separately trained seed's, and differ from each other."""
+    for k, own in enumerate(separate):
         torch.testing.assert_close(_weights(modules[k]), _weights(own), rtol=1e-4, atol=1e-5)
     # Control: the seeds trained apart from each other (a mix-up of seeds would not match).
-    assert not torch.allclose(_weights(modules[0]), _weights(eager[1][1]), atol=1e-3)
+    assert not torch.allclose(_weights(modules[0]), _weights(separate[1]), atol=1e-3)
     assert not torch.allclose(_weights(modules[1]), _weights(modules[2]), atol=1e-3)
 
 
@@ -101,10 +102,10 @@ def test_batched_updates_equal_separate_updates_per_seed(
     for i in range(3):
         b = sampler.sample(8)
         update(b, i)
-        for k, (_, _, seed_update, _) in enumerate(eager):
-            seed_update(b.map_columns(lambda t: t[k]), i)
+        for k, learner in enumerate(eager):
+            learner.update(b.map_columns(lambda t: t[k]), i)
     stack.unstack()
-    _check_seeds_apart(modules, eager)
+    _check_seeds_apart(modules, [learner.modules for learner in eager])
 
 
 @needs_cuda
@@ -119,10 +120,10 @@ def test_batched_updates_replay_as_a_cuda_graph(tiny_store: Path, monkeypatch: p
     twin = SeedSampler(data.sampler, SEEDS)  # the same draws in the same order
     for i in range(6):
         b = twin.sample(8)
-        for k, (_, _, seed_update, _) in enumerate(eager):
-            seed_update(b.map_columns(lambda t: t[k]), i)
+        for k, learner in enumerate(eager):
+            learner.update(b.map_columns(lambda t: t[k]), i)
     stack.unstack()
-    _check_seeds_apart(modules, eager)
+    _check_seeds_apart(modules, [learner.modules for learner in eager])
 
 
 @pytest.mark.parametrize("algo", ["cql", "sac"])
@@ -177,7 +178,7 @@ def test_batched_sac_updates_and_actions_equal_separate_ones_per_seed(monkeypatc
         for seed, agent in enumerate(agents):
             agent.update(b.map_columns(lambda t: t[seed]), i)
     stacked.stack.unstack()
-    _check_seeds_apart(stacked.modules(), [(None, agent.modules, None, None) for agent in agents])
+    _check_seeds_apart(stacked.modules(), [agent.modules for agent in agents])
     for seed, agent in enumerate(agents):
         assert stacked.seeds[seed].alpha() == pytest.approx(agent.extra_metrics()["alpha"], rel=1e-5)
         torch.testing.assert_close(stacked.explore(obs)[seed], agent.explore(obs[seed], None, 0), rtol=1e-4, atol=1e-5)

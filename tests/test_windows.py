@@ -170,7 +170,7 @@ def test_a_sequence_model_loads_no_transition_sampler(store: Path) -> None:
     """`load_offline(windows=True)` leaves the transition sampler (a device copy of every
     column) unbuilt until read; without it the sampler is built while loading."""
     collect_dataset("Pendulum-v1", episodes=2, num_envs=2, fmt="arrow", store=store, name="pendulum", progress=False)
-    config = SimpleNamespace(dataset="pendulum", store=store, seed=0, device="cpu", torch_threads=1)
+    config = SimpleNamespace(dataset="pendulum", store=store, seed=0, device="cpu", torch_threads=1, max_samples=None)
     for windows in (True, False):
         data = load_offline("test", config, (BOX,), windows=windows)
         assert ("sampler" in vars(data)) is not windows
