@@ -116,6 +116,38 @@ def test_lineage_and_report_of_intact_records(work: Path, cli) -> None:
     assert "merge()" in (work / "report" / "index.html").read_text()
 
 
+# Sub-fields the record checks passed over (issue 63, group 8): a parent's row count and
+# producer fields, and the settings a HER relabelling records beside its source.
+RECORD_FIELD_CASES = [
+    ("m", ("lineage", "parents", 0, "total_steps"), "12", "'lineage.parents[0].total_steps' is not a non-negative integer"),
+    ("m", ("lineage", "parents", 1, "total_steps"), -1, "'lineage.parents[1].total_steps' is not a non-negative integer"),
+    ("m", ("lineage", "parents", 1, "producer", "algorithm"), 3, "'lineage.parents[1].producer.algorithm' is not str"),
+    ("m", ("lineage", "parents", 1, "producer", "seed"), "0", "'lineage.parents[1].producer.seed' is not int or null"),
+    ("gh", ("provenance", "transform"), 3, "'provenance.transform' is not str"),
+    ("gh", ("provenance", "strategy"), {}, "'provenance.strategy' is not str"),
+    ("gh", ("provenance", "k"), "1", "'provenance.k' is not int"),
+    ("gh", ("provenance", "seed"), [0], "'provenance.seed' is not int or null"),
+    ("gh", ("provenance", "original_episodes"), None, "'provenance.original_episodes' is not int"),
+    ("ghs", ("lineage", "parents", 0, "provenance", "k"), 1.5, "'lineage.parents[0].provenance.k' is not int"),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "path", "value", "message"), RECORD_FIELD_CASES, ids=lambda v: ".".join(map(str, v)) if isinstance(v, tuple) else None
+)
+def test_record_sub_field_of_a_wrong_type_is_refused_by_every_reader(
+    work: Path, cli, name: str, path: tuple, value: Any, message: str
+) -> None:
+    """`datasets validate`, `datasets inspect` and training refuse it in one line (they accepted it)."""
+    store = work / "store"
+    meta = store / name / "metadata.json"
+    edit(meta, setter(path, value))
+    refused(cli("datasets", "validate", name, "--store", store), str(meta), message)
+    refused(cli("datasets", "inspect", name, "--store", store), str(meta), message)
+    refused(cli("train", "bc", "--dataset", name, "--store", store, "--out", work / "r", *SHORT_BC), str(meta), message)
+    assert not (work / "r").exists()
+
+
 def test_provenance_that_loops_back_is_one_line(work: Path, cli) -> None:
     """A relabelling whose provenance names itself (or a dataset made from it) would print its
     own tree again and again: refused, naming the file and the field."""

@@ -305,11 +305,16 @@ def _oversized_int(value: Any, where: str) -> str | None:
     return None
 
 
-def _producer_problem(producer: dict[str, Any]) -> str | None:
+def _producer_problem(producer: dict[str, Any], where: str = "producer") -> str | None:
     """A producer field of the wrong type (bools are not counts), or None."""
-    for key, kinds in _PRODUCER_FIELDS.items():
-        if key in producer and (not isinstance(producer[key], kinds) or isinstance(producer[key], bool)):
-            return f"'producer.{key}' is not {' or '.join('null' if kind is type(None) else kind.__name__ for kind in kinds)}"
+    return _optional_fields_problem(producer, where, _PRODUCER_FIELDS)
+
+
+def _optional_fields_problem(record: dict[str, Any], where: str, fields: dict[str, tuple[type, ...]]) -> str | None:
+    """The first of ``fields`` present in ``record`` with another type (a bool is no integer), or None."""
+    for key, kinds in fields.items():
+        if key in record and (not isinstance(record[key], kinds) or isinstance(record[key], bool)):
+            return f"'{where}.{key}' is not {' or '.join('null' if kind is type(None) else kind.__name__ for kind in kinds)}"
     return None
 
 
@@ -350,14 +355,31 @@ def _node_problem(node: Any, where: str) -> str | None:
         problem = _record_problem(node["lineage"], f"{where}.lineage")
     if not problem and "provenance" in node:
         problem = _provenance_problem(node["provenance"], f"{where}.provenance")
-    if not problem and "producer" in node and not isinstance(node["producer"], dict):
-        problem = f"'{where}.producer' is not an object"
+    if not problem and "producer" in node:
+        producer = node["producer"]
+        problem = _producer_problem(producer, f"{where}.producer") if isinstance(producer, dict) else f"'{where}.producer' is not an object"
+    # The parent's row count, which `rlpipe datasets lineage` shows (ops._lineage_node records it).
+    if not problem and "total_steps" in node and not (_is_int(node["total_steps"]) and node["total_steps"] >= 0):
+        problem = f"'{where}.total_steps' is not a non-negative integer"
     return problem
 
 
 def _provenance_problem(provenance: Any, where: str) -> str | None:
-    """A relabelling: the name and content hash of the dataset it relabelled."""
-    return _fields_problem(provenance, where, {"source_dataset": str, "source_content_hash": str})
+    """A relabelling: the name and content hash of the dataset it relabelled, and the settings
+    `rlpipe.datasets.her` records beside them (shown by `rlpipe datasets lineage`)."""
+    return _fields_problem(provenance, where, {"source_dataset": str, "source_content_hash": str}) or _optional_fields_problem(
+        provenance, where, _PROVENANCE_FIELDS
+    )
+
+
+# The settings a HER relabelling records (`rlpipe.datasets.her.relabel_dataset`), and their types.
+_PROVENANCE_FIELDS: dict[str, tuple[type, ...]] = {
+    "transform": (str,),
+    "strategy": (str,),
+    "k": (int,),
+    "seed": (int, type(None)),
+    "original_episodes": (int,),
+}
 
 
 def layout_problems(info: DatasetInfo) -> list[str]:
