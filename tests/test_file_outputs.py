@@ -310,6 +310,11 @@ def test_video_refusals_are_one_line(cli, world: Path, tmp_path: Path) -> None:
     (tmp_path / "folder.gif").mkdir()
     one_line_exit_2(cli("eval", world / "run", "--episodes", "1", "--video", tmp_path / "folder.gif"), "(--video): it is a directory")
     one_line_exit_2(cli("eval", world / "run", "--episodes", "1", "--video", "/proc/rlpipe.gif"), "cannot create a file in /proc")
+    # A missing folder is refused, not made (it was made, like `mkdir -p`; issue 63, group 8).
+    missing = tmp_path / "missing" / "deeper" / "v.gif"
+    one_line_exit_2(
+        cli("eval", world / "run", "--episodes", "1", "--video", missing), f"(--video): directory {missing.parent} does not exist"
+    )
     assert entries(tmp_path) == ["folder.gif"] and entries(tmp_path / "folder.gif") == []
 
 

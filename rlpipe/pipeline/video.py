@@ -28,10 +28,12 @@ FORMATS = (".gif", ".mp4")
 
 def check_video_path(path: Path) -> None:
     """Refuse, before any episode runs, a suffix we cannot write, a place no file can be
-    written (:func:`rlpipe.files.check_output_file`) or an MP4 without ffmpeg."""
+    written (:func:`rlpipe.files.check_output_file`: a missing folder too) or an MP4 without ffmpeg."""
     if path.suffix.lower() not in FORMATS:
         raise RlpipeError(f"cannot write video {path}: use a .gif or .mp4 file name")
-    check_output_file(path, "--video", make_parents=True)
+    # No missing folders made: a mistyped folder is refused, as --onnx's is (no pipeline stage
+    # needs it made, unlike collect --metrics, which DVC stages point into absent folders).
+    check_output_file(path, "--video")
     if path.suffix.lower() == ".mp4":
         ffmpeg_binary()
 
@@ -154,7 +156,6 @@ def record_video(policy: PolicyFn, env_id: str, path: str | Path, episodes: int 
     check_video_path(path)
     env = render_env(env_id)
     fps = float(env.metadata.get("render_fps") or 30)
-    path.parent.mkdir(parents=True, exist_ok=True)
     returns: list[float] = []
     frames = rendered_episodes(policy, env, episodes, seed, returns)
     try:
