@@ -77,18 +77,21 @@ def _values(values: dict) -> str:
     return json.dumps(shown, separators=(",", ":"), default=str).replace("|", "/")[:300]
 
 
-def run(seeds: list[int], marker: str, out: Path, workers: int) -> dict[str, dict]:
-    """Run the learning tests carrying ``marker`` on ``seeds``; write and return the summary."""
+def run(seeds: list[int], marker: str, out: Path, workers: int, tests: str | None = None) -> dict[str, dict]:
+    """Run the learning tests carrying ``marker`` (and matching the ``-k`` expression
+    ``tests``) on ``seeds``; write and return the summary."""
     with tempfile.TemporaryDirectory() as folder:
         record = Path(folder) / "records.jsonl"
         env = {**os.environ, "RLPIPE_TEST_SEED": ",".join(map(str, seeds)), "RLPIPE_TEST_RECORD": str(record)}
         selected = " or ".join(f"seed{seed}" for seed in seeds)
+        if tests:
+            selected = f"({selected}) and ({tests})"
         command = [sys.executable, "-m", "pytest", "-q", "-n", str(workers), "--dist", "loadgroup", "-m", marker, "-k", selected]
         completed = subprocess.run(command, cwd=ROOT, env=env)
         records = [json.loads(line) for line in record.read_text().splitlines()] if record.exists() else []
     claims = summarise(records)
     out.parent.mkdir(parents=True, exist_ok=True)
-    report = {"seeds": seeds, "marker": marker, "pytest_exit": completed.returncode, "claims": claims, "records": records}
+    report = {"seeds": seeds, "marker": marker, "tests": tests, "pytest_exit": completed.returncode, "claims": claims, "records": records}
     out.write_text(json.dumps(report, indent=1) + "\n")
     return claims
 
@@ -101,12 +104,13 @@ def main() -> None:
     running.add_argument("--marker", default="heavy", help="pytest marker expression: heavy, slow, 'slow or heavy'")
     running.add_argument("--out", type=Path, required=True)
     running.add_argument("--workers", type=int, default=2)
+    running.add_argument("--tests", help="a pytest -k expression narrowing the tests, e.g. 'mopo or rebrac'")
     tabling = commands.add_parser("table", help="print a written JSON's table")
     tabling.add_argument("path", type=Path)
     tabling.add_argument("--records", type=Path, help="summarise a RLPIPE_TEST_RECORD file instead and write it into PATH")
     args = parser.parse_args()
     if args.command == "run":
-        claims = run(parse_seeds(args.seeds), args.marker, args.out, args.workers)
+        claims = run(parse_seeds(args.seeds), args.marker, args.out, args.workers, args.tests)
     elif args.records is not None:
         records = [json.loads(line) for line in args.records.read_text().splitlines()]
         claims = summarise(records)
