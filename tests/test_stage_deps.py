@@ -141,3 +141,16 @@ def test_stale_stages_names_what_changed_since_the_recorded_run(tmp_path: Path) 
     assert stale_stages(tmp_path) == {"train": ["rlpipe/train.py", "train.lr in params.yaml"]}
     (tmp_path / "dvc.yaml").write_text("stages:\n  fit:\n    cmd: rlpipe train\n")
     assert stale_stages(tmp_path) == {"train": ["stage train is no longer in dvc.yaml"]}
+
+
+def test_the_root_pipelines_recorded_results_come_from_the_code_in_the_tree() -> None:
+    """Every stage of the root pipeline's dvc.lock (whose metrics docs/results.md shows) ran on
+    the rlpipe code and params.yaml of this tree: an edit that changes a stage's code or
+    parameters fails here until `make repro` records fresh results (or, for an edit proven not
+    to change any output, `dvc commit`). The D4RL profiles' reruns take hours: their scoreboard
+    marks stale rows instead (`python -m rlpipe.pipeline.stage_deps --stale-results`)."""
+    from rlpipe.pipeline.stage_deps import stale_stages
+
+    stale = stale_stages(REPO)
+    named = "; ".join(f"{stage}: {', '.join(changes[:3])}" for stage, changes in sorted(stale.items())[:10])
+    assert not stale, f"{len(stale)} stages of dvc.lock are stale (make repro): {named}"
