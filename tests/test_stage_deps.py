@@ -3,6 +3,7 @@ with each stage's import closure, so an edit reruns only the stages whose code i
 
 from __future__ import annotations
 
+import hashlib
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,17 @@ from typing import Any
 import yaml
 
 from rlpipe.algos.registry import SPECS
-from rlpipe.pipeline.stage_deps import ALGO_FIELDS, REPO, TEMPLATE, WRITE_COMMAND, CodeGraph, module_paths, render, scan_imports
+from rlpipe.pipeline.stage_deps import (
+    ALGO_FIELDS,
+    REPO,
+    TEMPLATE,
+    WRITE_COMMAND,
+    CodeGraph,
+    module_paths,
+    render,
+    scan_imports,
+    stale_stages,
+)
 from tests.smoke import smoke_params
 
 PARAMS = yaml.safe_load((REPO / "params.yaml").read_text())
@@ -117,12 +128,6 @@ def test_scan_sorts_imports_by_when_they_run(tmp_path: Path) -> None:
 def test_stale_stages_names_what_changed_since_the_recorded_run(tmp_path: Path) -> None:
     """dvc.lock against the tree: a code file's content, a parameter's value and a stage gone
     from dvc.yaml each make a stage stale; data dependencies and files outside rlpipe/ do not."""
-    import hashlib
-
-    import yaml
-
-    from rlpipe.pipeline.stage_deps import stale_stages
-
     (tmp_path / "rlpipe").mkdir()
     code = tmp_path / "rlpipe" / "train.py"
     code.write_text("x = 1\n")
@@ -149,8 +154,6 @@ def test_the_root_pipelines_recorded_results_come_from_the_code_in_the_tree() ->
     parameters fails here until `make repro` records fresh results (or, for an edit proven not
     to change any output, `dvc commit`). The D4RL profiles' reruns take hours: their scoreboard
     marks stale rows instead (`python -m rlpipe.pipeline.stage_deps --stale-results`)."""
-    from rlpipe.pipeline.stage_deps import stale_stages
-
     stale = stale_stages(REPO)
     named = "; ".join(f"{stage}: {', '.join(changes[:3])}" for stage, changes in sorted(stale.items())[:10])
     assert not stale, f"{len(stale)} stages of dvc.lock are stale (make repro): {named}"
