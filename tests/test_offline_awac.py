@@ -56,6 +56,23 @@ def test_non_positive_weight_settings_are_refused_in_one_line(name: str, value: 
     assert str(info.value) == f"setting {name}={value!r}: expected a positive number"
 
 
+def test_the_normal_actor_trains_and_reloads(offline_store: Path, tmp_path: Path) -> None:
+    """``actor=normal`` (CORL's Gaussian, shared with IQL) is the saved policy, and reloads as it."""
+    from rlpipe.algos import load_policy
+    from rlpipe.algos.iql import NormalActor
+
+    awac = get_algo("awac")
+    config = awac.make_config(
+        "Pendulum-v1", dataset="pendulum-mixed", store=str(offline_store), updates=20, eval_every=20, eval_episodes=1,
+        heldout_eval_episodes=0, actor="normal",
+    )  # fmt: skip
+    result = awac.train(config, tmp_path / "awac", progress=False)
+    loaded = load_policy(tmp_path / "awac")
+    assert isinstance(result.policy, NormalActor) and isinstance(loaded.actor, NormalActor)
+    probe = torch.zeros(3, 3)
+    torch.testing.assert_close(loaded.actor.act(probe), result.policy.act(probe))
+
+
 @pytest.mark.heavy  # two runs of 25-45 CPU-seconds each
 def test_advantage_weights_lift_the_policy_far_above_likelihood_cloning(offline_store: Path, learning_seed: int, record_property) -> None:
     """On `pendulum-mixed` AWAC at its Pendulum defaults learns; the control, the same with

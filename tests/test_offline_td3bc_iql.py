@@ -53,12 +53,15 @@ def test_td3_bc_actor_loss_by_hand() -> None:
     torch.testing.assert_close(pi.grad, torch.tensor([[0.5], [-0.5]]))
 
 
-@pytest.mark.parametrize("algo", ["td3bc", "iql"])
-def test_saved_policy_normalises_observations_with_dataset_statistics(offline_store: Path, tmp_path: Path, algo: str) -> None:
+@pytest.mark.parametrize(("algo", "actor"), [("td3bc", None), ("iql", "gaussian"), ("iql", "normal")])
+def test_saved_policy_normalises_observations_with_dataset_statistics(
+    offline_store: Path, tmp_path: Path, algo: str, actor: str | None
+) -> None:
     module = get_algo(algo)
     config = module.make_config(
-        "Pendulum-v1", dataset="pendulum-mixed", store=str(offline_store), updates=20, eval_every=20, eval_episodes=1
-    )
+        "Pendulum-v1", dataset="pendulum-mixed", store=str(offline_store), updates=20, eval_every=20, eval_episodes=1,
+        **({"actor": actor} if actor else {}),
+    )  # fmt: skip
     result = module.train(config, tmp_path / algo, progress=False)
     loaded = load_policy(tmp_path / algo)
 
@@ -71,7 +74,7 @@ def test_saved_policy_normalises_observations_with_dataset_statistics(offline_st
     with torch.no_grad():
         trained = result.policy.act(torch.as_tensor(probe), True).numpy()
         head = loaded.actor.net(torch.as_tensor((probe - obs.mean(0)) / obs.std(0)))
-    by_hand = np.tanh(head[:, :1].numpy())  # the mean action (first half of a Gaussian head)
+    by_hand = np.tanh(head[:, :1].numpy())  # the mean action (a tanh-Gaussian head's first half)
     np.testing.assert_allclose(loaded(probe), 2.0 * trained, rtol=1e-5, atol=1e-5)  # Pendulum's torque is +-2
     np.testing.assert_allclose(loaded(probe), 2.0 * by_hand, rtol=1e-4, atol=1e-4)
 
@@ -83,9 +86,30 @@ def test_discrete_dataset_is_refused(offline_store: Path, algo: str) -> None:
         module.train(module.make_config("CartPole-v1", dataset="cartpole-expert", store=str(offline_store)), progress=False)
 
 
+def test_normal_actor_likelihood_stays_finite_at_the_action_bounds() -> None:
+    """CORL's IQL policy: a Gaussian on tanh(mu(s)). A saturated dataset action (exactly 1.0, as
+    float32 rounds tanh of a large pre-activation) has a finite log-likelihood, the plain
+    Gaussian's; the tanh-squashed Gaussian pays atanh(1 - 1e-6) for it."""
+    from rlpipe.algos.iql import NormalActor
+    from rlpipe.models.networks import TanhGaussianActor
+
+    torch.manual_seed(0)
+    obs, actions = torch.randn(4, 3), torch.tensor([[1.0], [-1.0], [0.0], [0.5]])
+    normal, squashed = NormalActor(3, 1, (8,)), TanhGaussianActor(3, 1, (8,))
+    with torch.no_grad():
+        mean = torch.tanh(normal.net(obs))
+        by_hand = -0.5 * (actions - mean).square() - 0.5 * np.log(2 * np.pi)  # std 1 at init
+        torch.testing.assert_close(normal.log_prob(obs, actions), by_hand.sum(-1))
+        assert torch.equal(normal.act(obs, deterministic=True), mean)
+        sampled = normal.act(obs[:1].expand(256, 3), deterministic=False)
+        assert sampled.abs().max() <= 1.0 and sampled.std() > 0.5
+        # The squashed Gaussian pays several times as much for the bound actions.
+        assert (-squashed.log_prob(obs, actions))[:2].min() > 5 * (-normal.log_prob(obs, actions))[:2].max()
+
+
 def test_iql_rejects_bad_options() -> None:
     iql = get_algo("iql")
-    with pytest.raises(RlpipeError, match="setting actor='beta': expected 'gaussian' or 'deterministic'"):
+    with pytest.raises(RlpipeError, match="setting actor='beta': expected 'gaussian' or 'normal' or 'deterministic'"):
         iql.make_config("Pendulum-v1", actor="beta")
     with pytest.raises(RlpipeError, match="expectile"):
         iql.make_config("Pendulum-v1", expectile=1.0)

@@ -12,19 +12,21 @@ holds (so the saved policy applies it) and the critics share.
 
 The defaults are CORL's ``algorithms/offline/awac.py``, but for two departures: a
 tanh-Gaussian actor with a state-dependent std (CORL: an unsquashed Gaussian mean with
-one learnt std per action dimension, sampled actions clipped to the range), and
-256x256 hidden layers (CORL: three layers of 256).
+one learnt std per action dimension, sampled actions clipped to the range; ``actor=normal``
+is that actor with a tanh on the mean, IQL's `NormalActor`), and 256x256 hidden layers
+(CORL: three layers of 256).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
+from torch import nn
 
-from rlpipe.algos.iql import awr_weights
+from rlpipe.algos.iql import NormalActor, awr_weights
 from rlpipe.algos.registry import OFFLINE_OBSERVATION_KINDS, AlgoSpec, Family
 from rlpipe.models.networks import EnsembleQ, TanhGaussianActor
 from rlpipe.training import Batch, OfflineConfig, TrainResult
@@ -58,6 +60,9 @@ class Config(FinetuneFields, OfflineConfig):
     awac_lambda: float = positive(1.0)  # temperature of the advantage weights; large: plain likelihood BC
     exp_adv_max: float = positive(100.0)  # clip of the weights
     normalize_obs: bool = True  # with the dataset's mean and std
+    # gaussian: tanh-squashed (SAC's); normal: CORL's, whose likelihood of a saturated dataset
+    # action stays finite (IQL's NormalActor)
+    actor: Literal["gaussian", "normal"] = "gaussian"
 
 
 TUNED: dict[str, dict[str, Any]] = {
@@ -68,7 +73,9 @@ TUNED: dict[str, dict[str, Any]] = {
 
 
 @torch.no_grad()
-def awac_weights(critic: EnsembleQ, actor: TanhGaussianActor, b: Batch, awac_lambda: float, exp_adv_max: float) -> torch.Tensor:
+def awac_weights(
+    critic: EnsembleQ, actor: TanhGaussianActor | NormalActor, b: Batch, awac_lambda: float, exp_adv_max: float
+) -> torch.Tensor:
     """The actor's weights per row, exp(A / awac_lambda) clipped at ``exp_adv_max``, for the
     advantage A = min Q(s, a) - min Q(s, a_pi) of the dataset's action over one action
     sampled from the actor."""
@@ -78,7 +85,7 @@ def awac_weights(critic: EnsembleQ, actor: TanhGaussianActor, b: Batch, awac_lam
 
 
 @torch.no_grad()
-def q_target(critic_target: EnsembleQ, actor: TanhGaussianActor, b: Batch, gamma: float) -> torch.Tensor:
+def q_target(critic_target: EnsembleQ, actor: TanhGaussianActor | NormalActor, b: Batch, gamma: float) -> torch.Tensor:
     """r + gamma (1 - terminated) min Q'(s', a'), a' sampled from the current actor."""
     next_action, _ = actor.sample(b.next_obs)
     return b.rewards + gamma * (1.0 - b.terminated) * critic_target(b.next_obs, next_action).min(0).values
@@ -88,7 +95,8 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
     """Train AWAC on ``config.dataset``; with ``out_dir`` also write checkpoint, metrics and curve."""
     data = load_offline(SPEC.name, config, ACTION_SPACES)
     obs_dim, act_dim, device = data.obs_dim, data.act_dim, data.device
-    actor = TanhGaussianActor(obs_dim, act_dim, config.hidden, normalize_obs=config.normalize_obs).to(device)
+    actor_class = NormalActor if config.actor == "normal" else TanhGaussianActor
+    actor = actor_class(obs_dim, act_dim, config.hidden, normalize_obs=config.normalize_obs).to(device)
     fit_obs_normalizer(actor, data)
     critic = EnsembleQ(obs_dim, act_dim, config.hidden, n=2, obs_norm=actor.obs_norm).to(device)
     critic_target = target_copy(critic)
@@ -110,5 +118,5 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
     def td_errors(b: Batch) -> torch.Tensor:
         return squared_td_errors(critic(b.obs, b.actions), q_target(critic_target, actor, b, config.gamma))
 
-    modules = {"policy": actor, "critic": critic, "critic_target": critic_target}
+    modules: dict[str, nn.Module] = {"policy": actor, "critic": critic, "critic_target": critic_target}
     return train_offline(SPEC.name, config, data, Learner(modules, update, td_errors=td_errors), out_dir, progress)

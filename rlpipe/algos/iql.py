@@ -12,16 +12,29 @@ normaliser the policy holds (so the saved policy applies it) and the critics sha
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
 
 import torch
 from torch import nn
+from torch.distributions import Normal
 
 from rlpipe.algos.registry import OFFLINE_OBSERVATION_KINDS, AlgoSpec, Family
 from rlpipe.errors import RlpipeError
-from rlpipe.models.networks import DeterministicActor, EnsembleQ, TanhGaussianActor, ValueNet
+from rlpipe.models.networks import (
+    LOG_STD_MAX,
+    LOG_STD_MIN,
+    DeterministicActor,
+    EnsembleQ,
+    ObsNormalizer,
+    TanhGaussianActor,
+    ValueNet,
+    init_spec,
+    mlp,
+    register_policy_class,
+)
 from rlpipe.training import Batch, OfflineConfig, TrainResult
 from rlpipe.training.config import FinetuneFields, layer_sizes, positive
 from rlpipe.training.diagnostics import Diagnosed
@@ -50,7 +63,10 @@ class Config(FinetuneFields, OfflineConfig):
     expectile: float = 0.7  # 0.5 = mean (SARSA-like); towards 1 = max over dataset actions
     beta: float = 3.0  # inverse temperature of the advantage weights
     max_weight: float = 100.0  # clip of exp(beta * advantage)
-    actor: Literal["gaussian", "deterministic"] = "gaussian"  # tanh-Gaussian likelihood, or MSE
+    # gaussian: a tanh-squashed Gaussian (SAC's); normal: CORL's and d3rlpy's Gaussian on a tanh
+    # mean with a state-independent std, whose likelihood of a dataset action at the bound stays
+    # finite; deterministic: MSE
+    actor: Literal["gaussian", "normal", "deterministic"] = "gaussian"
     normalize_obs: bool = True  # with the dataset's mean and std
     # cosine: the actor's rate annealed to 0 over the run's updates (with fine-tuning, its steps'
     # updates too), as CORL and d3rlpy run the paper's IQL
@@ -68,6 +84,44 @@ TUNED: dict[str, dict[str, Any]] = {
     # V rates fast-spinning states at half their true cost, and AWR learns to spin (about -700).
     "Pendulum-v1": dict(updates=20_000, hidden=(64, 64), gamma=0.9, eval_every=2_000),
 }
+
+
+@register_policy_class
+class NormalActor(nn.Module):
+    """CORL's and d3rlpy's IQL policy: a ~ N(tanh(mu(s)), sigma), sigma one learned vector.
+
+    Its log-likelihood of a dataset action is a plain Gaussian's, so an action at the bound
+    (tanh saturated in float32) costs a finite squared error; a tanh-squashed Gaussian's would
+    need atanh(1 - eps) and let those actions dominate the weighted regression. Sampled actions
+    are clipped to [-1, 1]."""
+
+    kind = "normal"
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: Sequence[int] = (256, 256), normalize_obs: bool = False) -> None:
+        super().__init__()
+        self.spec = init_spec(NormalActor.__init__, locals())
+        self.obs_norm = ObsNormalizer(obs_dim) if normalize_obs else nn.Identity()
+        self.net = mlp(obs_dim, act_dim, hidden)
+        self.log_std = nn.Parameter(torch.zeros(act_dim))
+
+    def _dist(self, obs: torch.Tensor) -> Normal:
+        std = self.log_std.clamp(LOG_STD_MIN, LOG_STD_MAX).exp()  # d3rlpy's bounds, as our other actors
+        return Normal(torch.tanh(self.net(self.obs_norm(obs))), std, validate_args=False)
+
+    def log_prob(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        """log pi(a|s) of dataset actions, summed over action dimensions."""
+        return self._dist(obs).log_prob(action).sum(-1)
+
+    def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A reparameterised sample clipped to [-1, 1], and the log-probability of the sample
+        before the clip (as :class:`TanhGaussianActor.sample`'s pair; AWAC uses the action)."""
+        dist = self._dist(obs)
+        action = dist.rsample()
+        return action.clamp(-1.0, 1.0), dist.log_prob(action).sum(-1)
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor, deterministic: bool = True) -> torch.Tensor:
+        return self._dist(obs).mean if deterministic else self.sample(obs)[0]
 
 
 def expectile_loss(diff: torch.Tensor, expectile: float) -> torch.Tensor:
@@ -96,8 +150,12 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
     """Train IQL on ``config.dataset``; with ``out_dir`` also write checkpoint, metrics and curve."""
     data = load_offline(SPEC.name, config, ACTION_SPACES)
     obs_dim, act_dim, device = data.obs_dim, data.act_dim, data.device
-    actor_cls = TanhGaussianActor if config.actor == "gaussian" else DeterministicActor
-    actor = actor_cls(obs_dim, act_dim, config.hidden, normalize_obs=config.normalize_obs).to(device)
+    actor_classes: dict[str, type[TanhGaussianActor | NormalActor | DeterministicActor]] = {
+        "gaussian": TanhGaussianActor,
+        "normal": NormalActor,
+        "deterministic": DeterministicActor,
+    }
+    actor = actor_classes[config.actor](obs_dim, act_dim, config.hidden, normalize_obs=config.normalize_obs).to(device)
     fit_obs_normalizer(actor, data)
     critic = EnsembleQ(obs_dim, act_dim, config.hidden, n=2, obs_norm=actor.obs_norm).to(device)
     value = ValueNet(obs_dim, config.hidden, activation="relu", obs_norm=actor.obs_norm).to(device)
@@ -124,8 +182,8 @@ def train(config: Config, out_dir: str | Path | None = None, *, progress: bool =
 
         # Actor: advantage-weighted regression onto the dataset's actions.
         weight = awr_weights(advantage.detach(), config.beta, config.max_weight)
-        if config.actor == "gaussian":
-            nll = -cast(TanhGaussianActor, actor).log_prob(b.obs, b.actions)
+        if config.actor != "deterministic":
+            nll = -cast(TanhGaussianActor | NormalActor, actor).log_prob(b.obs, b.actions)
         else:
             nll = (actor(b.obs) - b.actions).square().sum(-1)
         actor_loss = (weight * nll).mean()
