@@ -181,6 +181,7 @@ def small_policies() -> list[nn.Module]:
     """One small policy of every registered kind (their modules imported, so every kind is registered)."""
     from rlpipe.algos.bcq import BCQPolicy, DiscreteBCQPolicy
     from rlpipe.algos.dt import DecisionTransformer
+    from rlpipe.algos.iql import NormalActor
     from rlpipe.algos.maddpg import AgentActors
     from rlpipe.models.networks import CategoricalActor, GreedyQPolicy
     from rlpipe.models.recurrent import RecurrentActorCritic, RecurrentCategoricalActor
@@ -189,6 +190,7 @@ def small_policies() -> list[nn.Module]:
     return [
         TanhGaussianActor(3, 1, (8,)),
         DeterministicActor(3, 1, (8,)),
+        NormalActor(3, 1, (8,)),
         CategoricalActor(4, 2, (8,)),
         ActorCritic(4, 2, True, (8,)),
         GreedyQPolicy(4, 2, (8,)),
