@@ -59,6 +59,16 @@ def test_discrete_bcq_exports_its_supported_greedy_choice(cli, tmp_path: Path, e
     assert_exports_reproduce(cli, out, observations, tmp_path)
 
 
+def test_iql_normal_actor_exports_its_mean_action(cli, tmp_path: Path, export_store: Path, observations) -> None:
+    """IQL with ``actor=normal`` (a Gaussian on a tanh mean) acts on its mean: the three files
+    give the torch policy's actions."""
+    out = tmp_path / "iql"
+    train = ["train", "iql", "--dataset", "pendulum-v1", "--store", export_store, "--out", out, "--no-progress", "--device", "cpu"]
+    settings = ("updates=100", "eval_every=100", "eval_episodes=1", "heldout_eval_episodes=0", "actor=normal")
+    assert cli(*train, *(arg for setting in settings for arg in ("--set", setting))).code == 0
+    assert_exports_reproduce(cli, out, observations, tmp_path)
+
+
 def assert_exports_reproduce(cli, out: Path, observations: dict[str, np.ndarray], tmp_path: Path) -> None:
     """ONNX, TorchScript and torch.export files of the run in ``out`` give its torch actions
     on 1000 observations and carry its checkpoint's hash."""

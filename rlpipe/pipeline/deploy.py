@@ -37,6 +37,7 @@ from rlpipe.version import __version__
 EXPORTABLE_KINDS = (
     "tanh_gaussian",
     "deterministic",
+    "normal",
     "categorical",
     "actor_critic",
     "greedy_q",
