@@ -91,9 +91,8 @@ class NormalActor(nn.Module):
     """CORL's and d3rlpy's IQL policy: a ~ N(tanh(mu(s)), sigma), sigma one learned vector.
 
     Its log-likelihood of a dataset action is a plain Gaussian's, so an action at the bound
-    (tanh saturated in float32) costs a finite squared error; a tanh-squashed Gaussian's would
-    need atanh(1 - eps) and let those actions dominate the weighted regression. Sampled actions
-    are clipped to [-1, 1]."""
+    (tanh saturated in float32) costs a finite squared error where a tanh-squashed Gaussian's
+    needs atanh(1 - eps). Sampled actions are clipped to [-1, 1]."""
 
     kind = "normal"
 
