@@ -12,6 +12,8 @@ and averaging gradients (gloo over loopback), not a speed-up: each rank does hal
 small network, and the all-reduce is paid every optimiser step.
 
     .venv/bin/python bench/data_parallel.py returns --store DIR --dataset pendulum-mixed --seeds 0-4
+    .venv/bin/python bench/data_parallel.py returns --store benchmarks/d4rl-cpu/datasets \
+        --dataset hopper-medium --algos bc --updates 10000 --seeds 0-4     # a Hopper dataset
     .venv/bin/python bench/data_parallel.py speed
     .venv/bin/python bench/data_parallel.py speed --quick     # a few updates: checks it runs
 """
@@ -62,13 +64,14 @@ def seeds_of(text: str) -> list[int]:
 
 
 def returns(args: argparse.Namespace) -> dict:
+    budget = {algo: args.updates or BUDGETS[algo] for algo in args.algos.split(",")}
     rows, runs = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for algo in args.algos.split(","):
             for nproc in (1, 2):
                 values = []
                 for seed in seeds_of(args.seeds):
-                    m = train(algo, args.store, args.dataset, Path(tmp) / f"{algo}-{nproc}-{seed}", BUDGETS[algo], seed, nproc, 100)
+                    m = train(algo, args.store, args.dataset, Path(tmp) / f"{algo}-{nproc}-{seed}", budget[algo], seed, nproc, 100)
                     values.append(m["heldout_return_mean"])
                     runs.append(
                         {
@@ -76,12 +79,14 @@ def returns(args: argparse.Namespace) -> dict:
                             "nproc": nproc,
                             "seed": seed,
                             "heldout_return_mean": m["heldout_return_mean"],
+                            "heldout_length_mean": m["heldout_length_mean"],
+                            "wall_seconds": m["wall_seconds"],
                             "peak_rss_mib": m["peak_rss_mib"],
                         }
                     )
                     print(f"{algo} nproc={nproc} seed={seed}: held-out {m['heldout_return_mean']:.1f}", flush=True)
                 mean, se = mean_se(values)
-                rows.append([algo, nproc, BUDGETS[algo], f"{mean:.1f} ± {se:.1f}", ", ".join(f"{v:.1f}" for v in values)])
+                rows.append([algo, nproc, budget[algo], f"{mean:.1f} ± {se:.1f}", ", ".join(f"{v:.1f}" for v in values)])
     print(table(["algorithm", "processes", "updates", "held-out return", "per seed"], rows))
     for algo in args.algos.split(","):
         one = [r["heldout_return_mean"] for r in runs if r["algo"] == algo and r["nproc"] == 1]
@@ -91,11 +96,11 @@ def returns(args: argparse.Namespace) -> dict:
         print(
             f"{algo}: 2 processes - 1 process = {gap:+.1f}: {gap / se1:+.2f} standard errors of one process, {gap / math.hypot(se1, se2):+.2f} of the gap"
         )
-    return {"dataset": args.dataset, "seeds": args.seeds, "runs": runs}
+    return {"dataset": args.dataset, "seeds": args.seeds, "updates": budget, "runs": runs}
 
 
 def speed(args: argparse.Namespace) -> dict:
-    updates = 50 if args.quick else args.updates
+    updates = 50 if args.quick else args.updates or 3000
     rows, results = [], []
     with tempfile.TemporaryDirectory() as tmp:
         store = Path(tmp) / "datasets"
@@ -121,7 +126,7 @@ def main() -> None:
     parser.add_argument("--store", type=Path, help="returns: the store holding --dataset")
     parser.add_argument("--dataset", default="pendulum-mixed")
     parser.add_argument("--seeds", default="0-4")
-    parser.add_argument("--updates", type=int, default=3000, help="speed: updates per run")
+    parser.add_argument("--updates", type=int, help="updates per run (speed: 3000; returns: the learning tests' budgets)")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()

@@ -125,7 +125,7 @@ def train(
 
     An offline run with ``nproc=N`` > 1 trains as N processes on this machine, as
     ``rlpipe train --nproc N`` does (needs ``out``: rank 0 writes the run there, and the
-    result is read back from it, its ``history`` empty); called inside a group ``torchrun``
+    result is read back from it, with rank 0's eval history); called inside a group ``torchrun``
     started, this process is one of its ranks.
     """
     from rlpipe.algos import get_algo
@@ -155,13 +155,13 @@ def train(
 
 def _train_processes(run: PreparedRun, progress: bool) -> TrainResult:
     """`train` of a data-parallel config started from Python: its ranks as processes
-    (`rlpipe.pipeline.runs.train_ranks`), the result read back from rank 0's run directory."""
+    (`rlpipe.pipeline.runs.train_ranks`), the result read back from rank 0's run directory and history."""
     from rlpipe.pipeline.runs import train_ranks
     from rlpipe.training.run import TrainResult
 
-    metrics = train_ranks(run, progress=progress)
+    metrics, history = train_ranks(run, progress=progress)
     policy = load_policy(run.run_dir)
-    return TrainResult(run.spec.name, run.config.env_id, metrics, [], policy.actor, run.run_dir, policy.checkpoint_sha256)
+    return TrainResult(run.spec.name, run.config.env_id, metrics, history, policy.actor, run.run_dir, policy.checkpoint_sha256)
 
 
 def load_policy(run_dir: PathLike, device: str = "cpu", deterministic: bool = True) -> LoadedPolicy:

@@ -181,7 +181,8 @@ def test_backend_ray_needs_several_processes(store: Path, tmp_path: Path, cli) -
 @pytest.mark.heavy
 def test_the_python_api_starts_the_processes_as_the_cli_does(store: Path, tmp_path: Path) -> None:
     """``rlpipe.train(..., nproc=2)`` outside torchrun launches the ranks: the same weights as
-    ``rlpipe train --nproc 2``, its metrics and policy read back from rank 0's run."""
+    ``rlpipe train --nproc 2``, its metrics and policy read back from rank 0's run, and rank 0's
+    eval history."""
     import rlpipe
 
     cli_run = train(store, tmp_path / "cli", "bc", "--updates", "200", "--nproc", "2")
@@ -192,6 +193,8 @@ def test_the_python_api_starts_the_processes_as_the_cli_does(store: Path, tmp_pa
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert result.run_dir == tmp_path / "api" and result.metrics["gradient_updates"] == 200
     assert result.checkpoint_sha256 == result.metrics["checkpoint_sha256"]
+    assert [point.done for point in result.history] == [100, 200]
+    assert result.history[-1].mean == result.metrics["eval_return_mean"]
     obs = torch.zeros(1, 3)
     assert torch.equal(result.policy(obs), rlpipe.load_policy(tmp_path / "cli").actor(obs))
 

@@ -134,7 +134,7 @@ def train(
     if backend != "local" and getattr(run.config, "nproc", 1) == 1:
         raise RlpipeError("--backend ray starts the processes of a run of --nproc 2 or more")
     if getattr(run.config, "nproc", 1) > 1 and launched == 1:
-        m = train_ranks(run, progress=progress, backend=backend)  # started here: rank 0 wrote the run's metrics
+        m, _ = train_ranks(run, progress=progress, backend=backend)  # started here: rank 0 wrote the run's metrics
     else:
         m = train_run(run, progress=progress).metrics
         if not m:  # a rank other than 0 of a run torchrun started: rank 0 reports

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -31,9 +32,10 @@ from rlpipe.training.config import RunConfig, typed_value
 from rlpipe.training.distributed import launch, require_data_parallel
 from rlpipe.training.loggers import check_loggers
 from rlpipe.training.offline import dataset_env_id
-from rlpipe.training.run import METRICS_FILE, TrainResult
+from rlpipe.training.run import METRICS_FILE, EvalPoint, TrainResult
 
 RANK_MODULE = "rlpipe.pipeline.rank"  # what each process of a data-parallel run runs
+HISTORY_FILE = "history.json"  # rank 0's eval history, beside (not in) the run directory
 
 # Offline algorithms that need the dataset's env even to train (data with no env: rlpipe.training.validation).
 NEEDS_ENVIRONMENT = {"mopo": "its model's rollouts end by the env's termination rule"}
@@ -179,36 +181,55 @@ def prepare_from_config(algo: str, config: Mapping[str, Any], run_dir: str | os.
     return prepare_run(algo, env_id=env_id, dataset=dataset, store=store, settings=typed, run_dir=run_dir)
 
 
-def train_ranks(run: PreparedRun, *, progress: bool = True, backend: str = "local") -> dict[str, Any]:
+def train_ranks(run: PreparedRun, *, progress: bool = True, backend: str = "local") -> tuple[dict[str, Any], list[EvalPoint]]:
     """Train a prepared data-parallel run (``config.nproc`` > 1) as that many processes: on this
     machine under torch's elastic launcher (``backend="local"``,
     `rlpipe.training.distributed.launch`), or as Ray Train workers (``"ray"``: a local Ray, or
     ``$RAY_ADDRESS``'s cluster, whose nodes see the store and the run directory at the same
-    paths). Every rank runs the same `train_run`; returns rank 0's ``metrics.json``."""
+    paths). Every rank runs the same `train_run`; returns rank 0's ``metrics.json`` and eval
+    history."""
     nproc = getattr(run.config, "nproc", 1)
     require_data_parallel(run.spec.name, run.config)
     # Absolute paths: a Ray worker runs in a directory of its own.
     config = {**asdict(run.config), "store": str(store_root(getattr(run.config, "store", None)).resolve())}
     run_dir = run.run_dir.resolve()
     if backend == "ray":
-        _train_on_ray(run.spec.name, config, run_dir, nproc)
+        history = _train_on_ray(run.spec.name, config, run_dir, nproc)
     elif backend == "local":
         if nproc > max_torch_threads():
             raise RlpipeError(f"nproc={nproc}: at most {max_torch_threads()} processes on this machine's {os.cpu_count()} cores")
-        launch(nproc, RANK_MODULE, [run.spec.name, str(run_dir), json.dumps(config), str(progress)])
+        with tempfile.TemporaryDirectory(prefix="rlpipe-ranks-") as records:
+            history_file = Path(records) / HISTORY_FILE
+            launch(nproc, RANK_MODULE, [run.spec.name, str(run_dir), json.dumps(config), str(progress), str(history_file)])
+            history = read_history(history_file)
     else:
         raise RlpipeError(f"--backend {backend!r}: expected local or ray")
-    return cast("dict[str, Any]", json.loads((run_dir / METRICS_FILE).read_text()))
+    return cast("dict[str, Any]", json.loads((run_dir / METRICS_FILE).read_text())), history
+
+
+def write_history(history: list[EvalPoint], path: str | Path) -> None:
+    """Rank 0's eval history as JSON, for `train_ranks` to hand to its caller."""
+    Path(path).write_text(json.dumps([asdict(point) for point in history]))
+
+
+def read_history(path: Path) -> list[EvalPoint]:
+    """The eval history `write_history` wrote."""
+    return [EvalPoint(**point) for point in json.loads(path.read_text())]
 
 
 def _ray_rank(loop: dict[str, str]) -> None:
     """One Ray Train worker of `train_ranks`: Ray made the process group; the run joins it."""
-    train_run(prepare_from_config(loop["algo"], json.loads(loop["config"]), loop["run_dir"]), progress=False)
+    result = train_run(prepare_from_config(loop["algo"], json.loads(loop["config"]), loop["run_dir"]), progress=False)
+    from ray.train import get_context
+
+    if get_context().get_world_rank() == 0:
+        write_history(result.history, loop["history_file"])
 
 
-def _train_on_ray(algo: str, config: dict[str, Any], run_dir: Path, nproc: int) -> None:
+def _train_on_ray(algo: str, config: dict[str, Any], run_dir: Path, nproc: int) -> list[EvalPoint]:
     """`train_ranks` on Ray Train: ``nproc`` workers of a TorchTrainer (one CPU each, or a GPU
-    each for a CUDA run), its own records in a hidden sibling of the run directory, removed after."""
+    each for a CUDA run), its own records and rank 0's eval history in a hidden sibling of the
+    run directory, removed after. Returns that history."""
     ensure_ray(nproc)
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
@@ -217,14 +238,22 @@ def _train_on_ray(algo: str, config: dict[str, Any], run_dir: Path, nproc: int) 
     records = run_dir.parent / f".ray-{run_dir.name}"
     trainer = TorchTrainer(
         _ray_rank,
-        train_loop_config={"algo": algo, "config": json.dumps(config), "run_dir": str(run_dir)},
+        train_loop_config={
+            "algo": algo,
+            "config": json.dumps(config),
+            "run_dir": str(run_dir),
+            "history_file": str(records / HISTORY_FILE),
+        },
         scaling_config=ScalingConfig(num_workers=nproc, use_gpu=cuda),
         run_config=RunConfig(name=run_dir.name, storage_path=str(records)),
     )
+    records.mkdir(parents=True, exist_ok=True)
     try:
         trainer.fit()
     except Exception as exc:  # Ray Train's failure wraps the worker's error, whatever it was
         raise RlpipeError(f"the Ray Train run failed: {_last_line(exc)}") from None
+    else:
+        return read_history(records / HISTORY_FILE)
     finally:
         shutil.rmtree(records, ignore_errors=True)
 
