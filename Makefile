@@ -38,18 +38,18 @@ lock:
 
 # dvc.yaml from dvc.template.yaml: each stage depends on the rlpipe files its command imports.
 deps: $(STAMP)
-	$(PY) -m rlpipe.pipeline.stage_deps --write
+	$(PY) -m rlpipe.commands.stage_deps --write
 
 # Stage commands call `rlpipe`, so the venv's bin goes first on PATH.
 repro: $(STAMP)
-	$(PY) -m rlpipe.pipeline.stage_deps  # a stale dvc.yaml would skip stages an edit touched
+	$(PY) -m rlpipe.commands.stage_deps  # a stale dvc.yaml would skip stages an edit touched
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/dvc repro
 
-# The D4RL-style MuJoCo datasets and offline runs (docs/d4rl.md): benchmarks/d4rl at the papers'
-# size (days of CPU), or with PROFILE=cpu benchmarks/d4rl-cpu, Hopper at a budget 2 cores finish.
-D4RL_DIR := benchmarks/d4rl$(if $(filter cpu,$(PROFILE)),-cpu,)
+# The D4RL-style MuJoCo datasets and offline runs (docs/d4rl.md): suites/d4rl at the papers'
+# size (days of CPU), or with PROFILE=cpu suites/d4rl-cpu, Hopper at a budget 2 cores finish.
+D4RL_DIR := suites/d4rl$(if $(filter cpu,$(PROFILE)),-cpu,)
 d4rl: $(STAMP)
-	$(PY) -m rlpipe.pipeline.stage_deps  # a stale dvc.yaml would skip stages an edit touched
+	$(PY) -m rlpipe.commands.stage_deps  # a stale dvc.yaml would skip stages an edit touched
 	cd $(D4RL_DIR) && PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(CURDIR)/$(VENV)/bin/dvc repro
 
 # The report's browser test opens report pages in Debian's chromium, installed here where apt-get can.

@@ -153,7 +153,7 @@ def pinned_setup(core: int, *packages: str) -> str:
 def random_dataset(store: Path, env_id: str, name: str, steps: int) -> None:
     """A random-policy dataset of at least `steps` transitions (whole episodes, 8 envs,
     seed 0, Arrow only) named `name` in `store`: the data the speed checks train on."""
-    from rlpipe.pipeline.collect import collect_dataset
+    from rlpipe.commands.collect import collect_dataset
 
     collect_dataset(env_id, steps=steps, num_envs=8, seed=0, name=name, fmt="arrow", store=store, progress=False)
 

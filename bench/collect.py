@@ -97,7 +97,7 @@ def raw_vector(num_envs: int) -> Callable[[int, Path, int], int]:
 
 
 def rlpipe_library(num_envs: int) -> Callable[[int, Path, int], int]:
-    from rlpipe.pipeline.collect import collect_dataset
+    from rlpipe.commands.collect import collect_dataset
 
     def run(steps: int, workdir: Path, seed: int) -> int:
         collected = collect_dataset(

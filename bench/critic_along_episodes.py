@@ -6,8 +6,8 @@ actually followed (in the critic's reward units: IQL's ``scale_rewards`` applied
 that overestimates where the policy is about to fail is extrapolating; one that foresees the
 failure but undervalues the states before it has not converged.
 
-    .venv/bin/python bench/critic_along_episodes.py 'benchmarks/d4rl-cpu/sweeps/td3bc/runs/dataset=hopper-medium/seed-*' \
-        --store benchmarks/d4rl-cpu/datasets --episodes 5 --out bench/results/critic-along-episodes.json
+    .venv/bin/python bench/critic_along_episodes.py 'suites/d4rl-cpu/sweeps/td3bc/runs/dataset=hopper-medium/seed-*' \
+        --store suites/d4rl-cpu/datasets --episodes 5 --out bench/results/critic-along-episodes.json
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from safetensors.torch import load_file
 
 import rlpipe
 from rlpipe.envs.spaces import ActionScaler
-from rlpipe.models.networks import EnsembleQ, ObsNormalizer
+from rlpipe.nets.networks import EnsembleQ, ObsNormalizer
 
 POINTS = {"start": 0.0, "quarter": 0.25, "half": 0.5, "three quarters": 0.75}  # fractions of an episode
 BEFORE_END = (50, 10, 1)  # steps before the episode's last

@@ -1,6 +1,6 @@
 """The D4RL CPU profile's datasets, rlpipe vs d3rlpy: update speed side by side, and d3rlpy's scores on the same data.
 
-The datasets are benchmarks/d4rl-cpu's (`make d4rl PROFILE=cpu` builds them), exported with
+The datasets are suites/d4rl-cpu's (`make d4rl PROFILE=cpu` builds them), exported with
 `rlpipe datasets export --to minari` and read by d3rlpy from that export
 (bench/peers/d3rlpy_d4rl.py, in d3rlpy's own virtualenv: see bench/offline.py). Both sides:
 256x256 networks, batch 256, one torch thread, seed 0; d3rlpy at its reproduction settings
@@ -37,7 +37,7 @@ import yaml
 from _common import least_busy_core, limit_threads, pinned, pinned_setup, table, today
 from offline import PEER_PYTHON, ROOT, captured_update, ensure_peer_venv
 
-PROFILE = ROOT / "benchmarks" / "d4rl-cpu"
+PROFILE = ROOT / "suites" / "d4rl-cpu"
 PEER_SCRIPT = ROOT / "bench" / "peers" / "d3rlpy_d4rl.py"
 SPEED_DATASET = "hopper-medium"
 
@@ -75,7 +75,7 @@ def time_rlpipe(algo: str, store: Path, updates: int, settings: dict[str, Any]) 
 
 def ours(scores: dict[str, Any], algo: str, dataset: str) -> tuple[str, str, str]:
     """rlpipe's seed-0 score and wall seconds, and mean ± s.e. over seeds, from the profile's scoreboard."""
-    from rlpipe.pipeline.scoreboard import mean_and_error, run_score
+    from rlpipe.commands.scoreboard import mean_and_error, run_score
 
     runs = [run for run in scores["runs"] if run["algo"] == algo and run["dataset"] == dataset]
     if not runs:

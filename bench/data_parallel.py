@@ -12,7 +12,7 @@ and averaging gradients (gloo over loopback), not a speed-up: each rank does hal
 small network, and the all-reduce is paid every optimiser step.
 
     .venv/bin/python bench/data_parallel.py returns --store DIR --dataset pendulum-mixed --seeds 0-4
-    .venv/bin/python bench/data_parallel.py returns --store benchmarks/d4rl-cpu/datasets \
+    .venv/bin/python bench/data_parallel.py returns --store suites/d4rl-cpu/datasets \
         --dataset hopper-medium --algos bc --updates 10000 --seeds 0-4     # a Hopper dataset
     .venv/bin/python bench/data_parallel.py speed
     .venv/bin/python bench/data_parallel.py speed --quick     # a few updates: checks it runs

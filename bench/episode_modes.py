@@ -6,7 +6,7 @@ gamma. When the short episodes (those that end by falling) earn as much early on
 ones, a critic at gamma 0.99 values their first states about equally, and a policy learned
 from it may take the early-falling behaviour (docs/d4rl.md).
 
-    .venv/bin/python bench/episode_modes.py hopper-medium --store benchmarks/d4rl-cpu/datasets \
+    .venv/bin/python bench/episode_modes.py hopper-medium --store suites/d4rl-cpu/datasets \
         --out bench/results/episode-modes-hopper-medium.json
 """
 

@@ -1,6 +1,6 @@
 """The peers' own readers on rlpipe's exports: every column equal, byte for byte.
 
-Four random-policy datasets (seed 0) are collected (`rlpipe.pipeline.collect.collect_dataset`,
+Four random-policy datasets (seed 0) are collected (`rlpipe.commands.collect.collect_dataset`,
 as tests/test_exports.py does), exported with `rlpipe datasets export`, and read back by each
 peer's own reader, in a virtualenv of its own (never rlpipe's .venv; each checks that it
 cannot import rlpipe):
@@ -280,8 +280,8 @@ def collect(store: Path, scale: float) -> dict[str, dict[str, Any]]:
     """The four random-policy datasets in `store`; what each holds."""
     sys.path.insert(0, str(ROOT))
     import tests.image_env  # noqa: F401  (registers TinyFrames-v0)
+    from rlpipe.commands.collect import collect_dataset
     from rlpipe.datasets.loader import load_dataset
-    from rlpipe.pipeline.collect import collect_dataset
 
     described = {}
     for name, env_id, episodes in DATASETS:

@@ -39,10 +39,10 @@ def rate(sampler, batch: int, calls: int, repeats: int) -> float:
 
 def build_store(store: Path, steps: int) -> None:
     """Datasets `bool` (collected) and `uint8` (its frames as uint8) in `store`, unless there."""
+    from rlpipe.commands.collect import collect_dataset
     from rlpipe.datasets.loader import load_shards
     from rlpipe.datasets.store import open_dataset
     from rlpipe.datasets.writer import write_rows
-    from rlpipe.pipeline.collect import collect_dataset
 
     if (store / "uint8").is_dir():
         return

@@ -57,7 +57,7 @@ FIELDS = ("obs", "next_obs", "action", "reward", "terminated", "truncated", "epi
 
 
 def build(store: Path, steps: int, num_envs: int) -> dict:
-    from rlpipe.pipeline.collect import collect_dataset
+    from rlpipe.commands.collect import collect_dataset
 
     start = time.perf_counter()
     meta = collect_dataset(

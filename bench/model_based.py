@@ -38,8 +38,8 @@ from _common import limit_threads, machine_description, median, table, today
 from gymnasium import spaces
 
 from rlpipe.algos import get_algo
-from rlpipe.models.dynamics import GaussianEnsemble
-from rlpipe.models.env_fns import never_terminates, pendulum_reward
+from rlpipe.nets.dynamics import GaussianEnsemble
+from rlpipe.nets.env_fns import never_terminates, pendulum_reward
 from rlpipe.training.planning import CEMPlanner, CEMSettings, ModelEnv
 
 # name, members, elites, hidden, CEM settings

@@ -16,9 +16,9 @@ from pathlib import Path
 import _common  # noqa: F401  (thread limits before numpy/torch)
 from _common import limit_threads, machine_description, table, today
 
+from rlpipe.commands.collect import collect_dataset
 from rlpipe.datasets.her import relabel_dataset
 from rlpipe.datasets.store import open_dataset
-from rlpipe.pipeline.collect import collect_dataset
 
 
 def main() -> None:

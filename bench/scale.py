@@ -2,7 +2,7 @@
 processes and Ray tasks, and Ray's overhead per task.
 
 CartPole-v1, uniform random actions, 16 envs per task, `--steps` transitions split into
-tasks of 10,000 steps (rlpipe.pipeline.tasks). Rates are stored transitions per second of
+tasks of 10,000 steps (rlpipe.commands.tasks). Rates are stored transitions per second of
 wall time for the whole `collect_dataset` call (task start-up, the driver adopting shards,
 metadata, rename); the Ray rows exclude `ray.init` (one local Ray, started first). The Ray
 overhead per task is the wall time of `--noop` empty tasks divided by their number.
@@ -23,8 +23,8 @@ from pathlib import Path
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
-from rlpipe.pipeline.cluster import ensure_ray
-from rlpipe.pipeline.collect import collect_dataset
+from rlpipe.commands.cluster import ensure_ray
+from rlpipe.commands.collect import collect_dataset
 
 
 def rate(steps: int, backend: str, workers: int, root: Path) -> float:

@@ -36,10 +36,10 @@ def build_dataset(store: Path, expert_steps: int) -> str:
     """pendulum-mixed as the pipeline collects it, then imported with no environment."""
     import numpy as np
 
+    from rlpipe.commands.collect import collect_dataset
     from rlpipe.datasets.d4rl import d4rl_arrays
     from rlpipe.datasets.imports import import_file
     from rlpipe.datasets.loader import load_dataset
-    from rlpipe.pipeline.collect import collect_dataset
 
     collect_dataset(
         ENV,
@@ -63,8 +63,8 @@ def one_run(algo: str, seed: int, store: Path, out: Path, episodes: int, quick: 
     import torch
 
     from rlpipe.algos import get_algo
+    from rlpipe.commands.runs import prepare_run, train_run
     from rlpipe.datasets.store import open_dataset
-    from rlpipe.pipeline.runs import prepare_run, train_run
     from rlpipe.training.env import ActionScaler
     from rlpipe.training.evaluation import evaluate, policy_fn
 

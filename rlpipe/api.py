@@ -33,8 +33,8 @@ from rlpipe.limits import MAX_ENV_STEPS, MAX_EPISODES, check_count, check_seed
 
 if TYPE_CHECKING:
     from rlpipe.algos.policy import LoadedPolicy
-    from rlpipe.pipeline.collect import CollectedDataset
-    from rlpipe.pipeline.runs import PreparedRun
+    from rlpipe.commands.collect import CollectedDataset
+    from rlpipe.commands.runs import PreparedRun
     from rlpipe.training.config import RunConfig
     from rlpipe.training.evaluation import EvalResult
     from rlpipe.training.run import TrainResult
@@ -66,12 +66,14 @@ def collect(
     ``episodes`` or ``steps`` (whole episodes either way) except with ``from_training``. The
     default ``name`` is ``<env>-random``, ``<env>-expert`` or ``<env>-mixed``; an existing
     dataset of that name is replaced only with ``force``. ``options`` are the remaining fields
-    of the request, `rlpipe.pipeline.collect.CollectRequest`, and of its roll-out (``num_envs``,
+    of the request, `rlpipe.commands.collect.CollectRequest`, and of its roll-out (``num_envs``,
     ``fmt``, ``stochastic``, ``workers``, ``info_keys``, ...). Returns the dataset's path and metadata.
     """
-    from rlpipe.pipeline.collect import CollectRequest, collect_dataset
+    from rlpipe.commands.collect import CollectRequest, collect_dataset
 
     _check_text("env_id", env_id)
+    _check_text("name", name, optional=True)
+    _check_path("store", store)
     if not from_training and (episodes is None) == (steps is None):
         raise ArgumentError("give exactly one of episodes= and steps=")
     for argument, count in (("episodes", episodes), ("steps", steps), ("expert_steps", expert_steps)):
@@ -129,10 +131,11 @@ def train(
     started, this process is one of its ranks.
     """
     from rlpipe.algos import get_algo
-    from rlpipe.pipeline.runs import PreparedRun as Prepared
+    from rlpipe.commands.runs import PreparedRun as Prepared
     from rlpipe.training.distributed import launched_size
 
     _check_text("algo", algo)
+    _check_path("out", out)
     spec = get_algo(algo)
     opened = None  # the dataset a config made here opened and checked: the run reuses it
     if config is None:
@@ -155,8 +158,8 @@ def train(
 
 def _train_processes(run: PreparedRun, progress: bool) -> TrainResult:
     """`train` of a data-parallel config started from Python: its ranks as processes
-    (`rlpipe.pipeline.runs.train_ranks`), the result read back from rank 0's run directory and history."""
-    from rlpipe.pipeline.runs import train_ranks
+    (`rlpipe.commands.runs.train_ranks`), the result read back from rank 0's run directory and history."""
+    from rlpipe.commands.runs import train_ranks
     from rlpipe.training.run import TrainResult
 
     metrics, history = train_ranks(run, progress=progress)
@@ -170,6 +173,7 @@ def load_policy(run_dir: PathLike, device: str = "cpu", deterministic: bool = Tr
     unpickled and the weights' hash is checked; ``.env_id`` names the env it acts in."""
     from rlpipe.algos import load_policy as load
 
+    _check_path("run_dir", run_dir, optional=False)
     return load(Path(run_dir), device=device, deterministic=deterministic)
 
 
@@ -201,12 +205,16 @@ def sampler(
     same batches either way. With
     ``frame_stack`` k > 1, obs and next_obs are ``[B, k, *frame]``: each row's episode's last
     k frames, the first frame repeated before the episode's start."""
+    from rlpipe.datasets.frames import MAX_FRAME_STACK
     from rlpipe.datasets.mapped import MappedTransitions
     from rlpipe.training.env import resolve_device
     from rlpipe.training.offline import sample_from_maps
     from rlpipe.training.sampler import MappedSampler, TransitionSampler
 
+    _check_text("dataset", dataset)
+    _check_path("store", store)
     check_seed(seed)
+    check_count(frame_stack, "frame_stack", MAX_FRAME_STACK)
     resolve_device(device)  # "tpu", or "cuda" without a GPU: one line before the dataset is read
     info = open_dataset(dataset, store)
     if sample_from_maps(info):
@@ -215,13 +223,14 @@ def sampler(
 
 
 def _prepare(algo: str, env: str | None, dataset: str | None, store: PathLike | None, settings: dict[str, Any]) -> PreparedRun:
-    """`rlpipe.pipeline.runs.prepare_run` of `make_config`'s arguments, their types checked."""
+    """`rlpipe.commands.runs.prepare_run` of `make_config`'s arguments, their types checked."""
     from rlpipe.algos import get_algo
-    from rlpipe.pipeline.runs import prepare_run
+    from rlpipe.commands.runs import prepare_run
 
     _check_text("algo", algo)
     _check_text("env", env, optional=True)
     _check_text("dataset", dataset, optional=True)
+    _check_path("store", store)
     online = get_algo(algo).online
     if online and env is None:
         raise ArgumentError(f"{algo} trains in an environment: give env= (a Gymnasium env id, e.g. 'CartPole-v1')")
@@ -229,6 +238,12 @@ def _prepare(algo: str, env: str | None, dataset: str | None, store: PathLike | 
         raise ArgumentError(f"{algo} is an offline algorithm: give dataset= (rlpipe.list_datasets() names them)")
     # run_dir given so that no default run directory is named: where a run goes is train's `out`
     return prepare_run(algo, env_id=env, dataset=dataset, store=store, settings=_typed(algo, settings), run_dir=".")
+
+
+def _check_path(argument: str, value: object, optional: bool = True) -> None:
+    """A TypeError naming ``argument`` unless ``value`` is a path (a string or ``os.PathLike``; or None when ``optional``)."""
+    if not (isinstance(value, str | os.PathLike) or (optional and value is None)):
+        raise ArgumentTypeError(f"{argument}={value!r}: expected a path (str or os.PathLike){' or None' if optional else ''}")
 
 
 def _check_text(argument: str, value: object, optional: bool = False) -> None:

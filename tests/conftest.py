@@ -105,7 +105,7 @@ def offline_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     and `pendulum-expert` (20 episodes of that run's final policy; `pendulum-expert-sampled`:
     the same with its sampled actions)."""
     from rlpipe.algos import get_algo
-    from rlpipe.pipeline.collect import collect_dataset
+    from rlpipe.commands.collect import collect_dataset
 
     root = tmp_path_factory.mktemp("offline")
     store, models = root / "datasets", root / "models"

@@ -12,7 +12,7 @@ import torch
 from gymnasium import spaces
 
 from rlpipe.training.evaluation import EvalResult
-from rlpipe.training.families import FamilyPlugin, RowSink, SavedActor
+from rlpipe.training.multiagent import FamilyPlugin, RowSink, SavedActor
 
 AGENTS = 2
 OBSERVATION_SPACE = spaces.Box(0.0, 1.0, (2,), np.float32)

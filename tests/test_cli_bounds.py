@@ -82,6 +82,7 @@ def command(args: list[str], world: Path, out: Path) -> list[str]:
         (["sweep", "ppo", *CARTPOLE, "--seeds", BIG], "--seeds=1180591620717411303424: expected an integer from 0 to 4294967295"),
         (["sweep", "ppo", *CARTPOLE, "--seeds", f"0,{2**32}"], "expected an integer from 0 to 4294967295"),
         (["sweep", "ppo", *CARTPOLE, "--seeds", "0-99999999999999"], "at most 1000 seeds per setting"),  # was a MemoryError
+        (["sweep", "ppo", *CARTPOLE, "--seeds", f"0-{2**63}"], "at most 1000 seeds per setting"),  # was an OverflowError
         (["sweep", "ppo", *CARTPOLE, "--seeds", "3-1"], "expected distinct seeds"),
         # Env counts: at least 1, at most MAX_NUM_ENVS (10^11 asked for 373 GiB before the first step).
         (["collect", *CARTPOLE, "--episodes", "2", "--num-envs", "99999999999"], "--num-envs must be auto or an integer from 1 to 4096"),
@@ -335,12 +336,12 @@ def test_report_refuses_bad_output_and_store_options(cli, world: Path, tmp_path:
 def test_an_allocation_beyond_the_machine_is_one_line(cli, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, failure: Exception) -> None:
     """The sizes users give most are bounded up front; any other allocation that fails (a
     size setting beyond this machine) still ends in one line and exit 2, not a traceback."""
-    import rlpipe.pipeline.collect
+    import rlpipe.commands.collect
 
     def collect_dataset(*args, **kwargs):
         raise failure
 
-    monkeypatch.setattr(rlpipe.pipeline.collect, "collect_dataset", collect_dataset)
+    monkeypatch.setattr(rlpipe.commands.collect, "collect_dataset", collect_dataset)
     result = cli("collect", *CARTPOLE, "--episodes", "2", "--store", tmp_path / "store")
     assert result.code == 2 and result.err.count("\n") == 1, result.err
     assert result.err == f"error: out of memory: {failure}; lower the sizes given\n"
@@ -349,26 +350,26 @@ def test_an_allocation_beyond_the_machine_is_one_line(cli, monkeypatch: pytest.M
 def test_an_allocation_failure_with_cpp_frames_is_still_one_line(cli, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """torch's allocator error carries its C++ frames on further lines (--set rollout_batch=10**12
     printed them all): only its first line is the message."""
-    import rlpipe.pipeline.collect
+    import rlpipe.commands.collect
 
     first = "DefaultCPUAllocator: can't allocate memory: you tried to allocate 300000000000000 bytes."
 
     def collect_dataset(*args, **kwargs):
         raise RuntimeError(f"{first}\nException raised from allocate_cpu at alloc_cpu.cpp:117\nframe #0: <unknown function>")
 
-    monkeypatch.setattr(rlpipe.pipeline.collect, "collect_dataset", collect_dataset)
+    monkeypatch.setattr(rlpipe.commands.collect, "collect_dataset", collect_dataset)
     result = cli("collect", *CARTPOLE, "--episodes", "2", "--store", tmp_path / "store")
     assert result.code == 2 and result.err == f"error: out of memory: {first}; lower the sizes given\n", result.err
 
 
 def test_another_runtime_error_is_not_called_out_of_memory(cli, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Control: a bug stays a traceback (the one-line form is for allocation failures only)."""
-    import rlpipe.pipeline.collect
+    import rlpipe.commands.collect
 
     def collect_dataset(*args, **kwargs):
         raise RuntimeError("shape mismatch")
 
-    monkeypatch.setattr(rlpipe.pipeline.collect, "collect_dataset", collect_dataset)
+    monkeypatch.setattr(rlpipe.commands.collect, "collect_dataset", collect_dataset)
     with pytest.raises(RuntimeError, match="shape mismatch"):
         cli("collect", *CARTPOLE, "--episodes", "2", "--store", tmp_path / "store")
 
@@ -389,9 +390,9 @@ def test_an_empty_argument_is_refused_not_read_as_the_current_directory(cli, tmp
 
 
 def test_an_empty_store_or_report_directory_is_refused_from_python(tmp_path: Path) -> None:
+    from rlpipe.commands.report import output_directory
     from rlpipe.datasets.store import store_root
     from rlpipe.errors import RlpipeError
-    from rlpipe.pipeline.report import output_directory
 
     for call in (lambda: store_root(""), lambda: output_directory("")):
         with pytest.raises(RlpipeError, match="empty path"):

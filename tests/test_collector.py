@@ -9,12 +9,12 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
+from rlpipe.commands.collect import collect_dataset as pipeline_collect
 from rlpipe.datasets.collector import EpisodeAssembler, RandomPolicy, collect
 from rlpipe.datasets.loader import load_dataset
 from rlpipe.datasets.schema import concat_columnar
 from rlpipe.datasets.store import open_dataset
 from rlpipe.envs.stepper import StepBatch, VecStepper
-from rlpipe.pipeline.collect import collect_dataset as pipeline_collect
 
 
 def collect_dataset(store: Path, env_id: str, name: str, fmt: str = "both", **kwargs) -> Path:
@@ -263,7 +263,7 @@ def test_one_env_path_equals_a_one_env_vector_env(env_id: str, budget: dict) -> 
 
 
 def test_auto_num_envs_batches_native_vector_envs_only() -> None:
-    from rlpipe.pipeline.collect import AUTO_MAX_ENVS, auto_num_envs
+    from rlpipe.commands.collect import AUTO_MAX_ENVS, auto_num_envs
 
     assert auto_num_envs("CartPole-v1", None, 1_000_000, batched_policy=False) == AUTO_MAX_ENVS
     assert auto_num_envs("CartPole-v1", None, 10_000, batched_policy=False) == 5  # 2,000 steps per env at least

@@ -1,4 +1,4 @@
-"""The D4RL-style pipeline (benchmarks/d4rl, and its CPU profile benchmarks/d4rl-cpu): its
+"""The D4RL-style pipeline (suites/d4rl, and its CPU profile suites/d4rl-cpu): its
 stages' wiring, `dvc repro` end to end with the smoke profile in a copy of the repo, a MuJoCo
 dataset read back by Minari with D4RL's reference returns, and the CPU profile's committed
 scoreboard."""
@@ -14,15 +14,15 @@ import numpy as np
 import pytest
 import yaml
 
+from rlpipe.commands.stage_deps import WRITE_COMMAND, expected_dvc_yaml
 from rlpipe.datasets.loader import load_dataset
 from rlpipe.datasets.store import list_datasets
 from rlpipe.datasets.validate import validate_dataset
-from rlpipe.pipeline.stage_deps import WRITE_COMMAND, expected_dvc_yaml
 from tests.test_pipeline import dvc_repro_in_copy, key_paths
 
 REPO = Path(__file__).resolve().parents[1]
-PIPELINE = REPO / "benchmarks" / "d4rl"
-CPU_PROFILE = REPO / "benchmarks" / "d4rl-cpu"
+PIPELINE = REPO / "suites" / "d4rl"
+CPU_PROFILE = REPO / "suites" / "d4rl-cpu"
 KINDS = ("random", "medium", "medium-replay", "expert", "medium-expert")
 HOPPER_REFERENCE = (-20.272305, 3234.3)  # D4RL's random and expert returns for Hopper
 
@@ -36,7 +36,7 @@ def test_every_stage_depends_on_the_code_it_runs_only(pipeline: Path) -> None:
     where = pipeline.relative_to(REPO).as_posix()
     assert (pipeline / "dvc.yaml").read_text() == expected_dvc_yaml(REPO, where), f"{where}/dvc.yaml is stale: run `{WRITE_COMMAND}`"
     deps = {name: set(stage.get("do", stage)["deps"]) for name, stage in stages(pipeline).items()}
-    assert all("../../rlpipe/files.py" in files and "../../rlpipe/cli/main.py" in files for files in deps.values())
+    assert all("../../rlpipe/storage/files.py" in files and "../../rlpipe/cli/main.py" in files for files in deps.values())
     # an edit to CQL reruns CQL's runs and Cal-QL's (which imports it) only; the SAC behind the
     # data is in the collections' code
     cql_users = {name for name, files in deps.items() if "../../rlpipe/algos/cql.py" in files}
@@ -65,15 +65,15 @@ def test_smoke_profile_mirrors_params() -> None:
 
 def test_root_pipeline_does_not_run_it() -> None:
     root = (REPO / "dvc.yaml").read_text() + (REPO / "Makefile").read_text().split("\nrepro:")[1].split("\n\n")[0]
-    assert "benchmarks" not in root
+    assert "suites/" not in root
 
 
 @pytest.mark.slow
 @pytest.mark.heavy
 def test_dvc_repro_builds_every_dataset_and_run(tmp_path: Path) -> None:
     """Every stage with the smoke profile: about 170 CPU-s (16 rlpipe processes)."""
-    pipeline = tmp_path / "repo" / "benchmarks" / "d4rl"
-    dvc, env = dvc_repro_in_copy(tmp_path / "repo", "benchmarks/d4rl", REPO / "tests" / "d4rl_smoke_params.yaml")
+    pipeline = tmp_path / "repo" / "suites" / "d4rl"
+    dvc, env = dvc_repro_in_copy(tmp_path / "repo", "suites/d4rl", REPO / "tests" / "d4rl_smoke_params.yaml")
     status = subprocess.run([*dvc, "status", "--json"], cwd=pipeline, env=env, capture_output=True, text=True, check=True)
     assert json.loads(status.stdout) == {}  # every stage ran and is up to date
 

@@ -24,7 +24,7 @@ from rlpipe.datasets.summary import summary_tables
 from rlpipe.datasets.validate import validate_dataset
 from rlpipe.datasets.writer import write_rows
 from rlpipe.errors import RlpipeError
-from rlpipe.files import loads_json
+from rlpipe.storage.files import loads_json
 from tests.test_dataset_store import BOX, synthetic_rows
 from tests.test_store_safety import one_line_exit_2
 
@@ -307,7 +307,7 @@ def test_hdf5_copy_that_differs_from_the_arrow_data_fails_validate_and_export(
 
 @pytest.mark.parametrize("text", ['{"a": NaN}', '{"a": Infinity}', '{"a": -Infinity}', '{"a": 1e400}'])
 def test_json_with_non_finite_numbers_is_refused_where_metadata_and_checkpoints_are_read(store: Path, tmp_path: Path, text: str) -> None:
-    from rlpipe.models.checkpoint import FORMAT_VERSION, read_meta
+    from rlpipe.nets.checkpoint import FORMAT_VERSION, read_meta
 
     with pytest.raises(ValueError):
         loads_json(text)

@@ -185,7 +185,7 @@ def _rewrite_last_shard(path: Path, edit) -> None:
     consistent-looking but wrong dataset would (metadata's counts are left as they were)."""
     import pyarrow as pa
 
-    from rlpipe.files import sha256_file
+    from rlpipe.storage.files import sha256_file
 
     shard = sorted((path / "steps").iterdir())[-1]
     table = edit(pa.ipc.open_file(str(shard)).read_all())
@@ -309,8 +309,8 @@ def test_split_failing_between_the_sides_publishes_both_or_neither(
 ) -> None:
     """An exception injected before the commit leaves neither side (and no work files); one
     between the two sides' renames is after the commit: both are published."""
-    from rlpipe.datasets import atomic
     from rlpipe.datasets.ops import split_dataset
+    from rlpipe.storage import atomic
 
     real = atomic.fault_point
 

@@ -170,6 +170,9 @@ def test_newer_format_version_is_refused(store: Path) -> None:
         ({"producer": {"seed": "0"}}, "'producer.seed' is not int or null"),
         ({"producer": {"num_envs": True}}, "'producer.num_envs' is not int"),
         ({"producer": {"params": []}}, "'producer.params' is not dict"),
+        ({"ref_min_score": "x", "ref_max_score": 500.0}, "'ref_min_score' is not a finite number or null"),  # was eval's traceback
+        ({"ref_max_score": [1]}, "'ref_max_score' is not a finite number or null"),
+        ({"ref_max_score": True}, "'ref_max_score' is not a finite number or null"),
     ],
 )
 def test_metadata_the_format_forbids_is_refused(store: Path, change: dict, message: str) -> None:

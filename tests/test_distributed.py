@@ -27,7 +27,7 @@ QUICK = ["--set", "eval_every=100", "--set", "eval_episodes=1", "--set", "heldou
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """`pend`: 20 episodes of random Pendulum actions (4000 transitions)."""
-    from rlpipe.pipeline.collect import collect_dataset
+    from rlpipe.commands.collect import collect_dataset
 
     root = tmp_path_factory.mktemp("ddp") / "datasets"
     collect_dataset("Pendulum-v1", steps=4000, name="pend", store=root, progress=False)
@@ -111,7 +111,7 @@ def test_what_cannot_be_split_is_refused_in_one_line(store: Path, tmp_path: Path
 
 
 def _kill_rank(rank: int, timeout: float = 120.0) -> None:
-    """SIGKILL the process a launcher started as ``rank`` of a `rlpipe.pipeline.rank` run."""
+    """SIGKILL the process a launcher started as ``rank`` of a `rlpipe.commands.rank` run."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for pid in os.listdir("/proc"):
@@ -120,7 +120,7 @@ def _kill_rank(rank: int, timeout: float = 120.0) -> None:
                 environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
             except (OSError, ValueError):
                 continue
-            if b"rlpipe.pipeline.rank" in cmdline and f"RANK={rank}".encode() in environ:
+            if b"rlpipe.commands.rank" in cmdline and f"RANK={rank}".encode() in environ:
                 os.kill(int(pid), signal.SIGKILL)
                 return
         time.sleep(0.1)

@@ -29,7 +29,7 @@ def test_docs_site_builds_strictly(tmp_path: Path) -> None:
 
 
 def test_results_page_is_generated_from_the_committed_metrics(tmp_path: Path) -> None:
-    from rlpipe.pipeline.report import write_report
+    from rlpipe.commands.report import write_report
 
     if not list((REPO / "models").glob("*/metrics.json")):
         pytest.skip("no pipeline metrics are committed: run make repro, then make results")

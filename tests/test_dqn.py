@@ -15,7 +15,7 @@ import torch
 from rlpipe.algos import dqn, get_algo, load_policy
 from rlpipe.algos.dqn import Config, epsilon, greedy_next, td_target
 from rlpipe.datasets.loader import load_dataset
-from rlpipe.models.networks import GreedyQPolicy
+from rlpipe.nets.networks import GreedyQPolicy
 from rlpipe.training import Batch, evaluate
 from rlpipe.training.losses import quantile_huber_loss
 from rlpipe.training.offpolicy import run_replay_buffer, setup, train_off_policy

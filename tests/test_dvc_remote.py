@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from rlpipe.commands.collect import collect_dataset
 from rlpipe.datasets.store import open_dataset
 from rlpipe.datasets.validate import validate_dataset
-from rlpipe.pipeline.collect import collect_dataset
 
 GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
 

@@ -9,8 +9,8 @@ from gymnasium import spaces
 
 from rlpipe.envs.spaces import IMAGE, is_image_space, require_spaces
 from rlpipe.errors import RlpipeError
-from rlpipe.models.encoders import ObsEncoder
-from rlpipe.models.networks import GreedyQPolicy, build_policy
+from rlpipe.nets.encoders import ObsEncoder
+from rlpipe.nets.networks import GreedyQPolicy, build_policy
 from rlpipe.training.env import BOX, DISCRETE, encoder_spec
 
 MINATAR = spaces.Box(0, 1, (10, 10, 4), dtype=bool)

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 import rlpipe
+from rlpipe.commands.report import read_diagnostics
 from rlpipe.datasets.d4rl import d4rl_arrays
 from rlpipe.datasets.loader import TransitionArrays, load_dataset
 from rlpipe.errors import RlpipeError
-from rlpipe.pipeline.report import read_diagnostics
 from rlpipe.training.validation import Snapshots, ValidationSet, split_episodes
 from tests.test_collector import collect_dataset
 
@@ -124,6 +124,25 @@ def test_the_run_keeps_the_selected_checkpoint(cli, store: Path, tmp_path: Path,
     assert result.code == 0, result.err
     assert {"curves-controller-updates-action-error.png", "fqe-controller.png"} <= {p.name for p in (tmp_path / "report").iterdir()}
     assert "select_by fqe" in (tmp_path / "report" / "index.html").read_text()
+
+
+@pytest.mark.slow
+def test_a_killed_run_resumes_with_every_copy_it_took(cli, store: Path, tmp_path: Path, logs, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGKILLed after its third copy and resumed, a run selects among all five copies and ends
+    as an uninterrupted one does; control: resumed without the saved copies, it cannot."""
+    from tests.test_resume import _final, _killed_and_resumed
+
+    import_logs(cli, store, logs["controller"], "controller")
+    args = ["bc", "--dataset", "controller", "--store", str(store), *BRIEF, "--select-by", "fqe", "--checkpoint-every", "300"]
+    whole = tmp_path / "whole"
+    assert cli("train", *args, "--out", whole).code == 0
+    _killed_and_resumed(cli, "bc", args, tmp_path / "killed", kill_at=1000)
+    assert _final(tmp_path / "killed") == _final(whole)
+    assert [row["updates"] for row in _final(whole)[0]["checkpoints"]] == [300, 600, 900, 1200, 1500]
+    # control: the copy of the state _killed_and_resumed kept, resumed without its snapshots
+    monkeypatch.setattr(Snapshots, "load_state_dict", lambda self, state: None)
+    assert cli("train", "bc", "--resume", tmp_path / "copy", "--no-progress").code == 0
+    assert [row["updates"] for row in _final(tmp_path / "copy")[0]["checkpoints"]] == [1200, 1500]
 
 
 def data_space():

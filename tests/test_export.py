@@ -26,7 +26,7 @@ RUNS = {  # name -> training command: squashed Gaussian, deterministic, PPO with
 @pytest.fixture(scope="module")
 def export_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Random-policy collections of Pendulum (5 episodes) and CartPole (60), named by their env."""
-    from rlpipe.pipeline.collect import collect_dataset
+    from rlpipe.commands.collect import collect_dataset
 
     store = tmp_path_factory.mktemp("export-data")
     for env_id, episodes in (("Pendulum-v1", 5), ("CartPole-v1", 60)):

@@ -1,6 +1,6 @@
 """Every file output a user names (`ope fqe --out`, `collect --metrics`, `export --onnx`,
-`report --markdown`, `eval --video`) goes through one helper pair, `rlpipe.files.check_output_file`
-and `rlpipe.files.atomic_output`: a regular file is replaced atomically, a character device or a
+`report --markdown`, `eval --video`) goes through one helper pair, `rlpipe.storage.files.check_output_file`
+and `rlpipe.storage.files.atomic_output`: a regular file is replaced atomically, a character device or a
 FIFO is written through and stays what it was (as root, `--out /dev/null` used to replace
 /dev/null with a regular file), and a directory, a socket, a missing parent or a /proc path is
 one line on stderr and exit 2, before any work, leaving nothing behind.
@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from rlpipe.errors import OutputError, RlpipeError
-from rlpipe.files import atomic_output, atomic_write_text, check_output_dir, check_output_file
+from rlpipe.storage.files import atomic_output, atomic_write_text, check_output_dir, check_output_file
 from tests.test_collector import collect_dataset, train_tiny_ppo
 
 LONG = "a" * 300  # past the file system's 255 bytes

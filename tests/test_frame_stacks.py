@@ -14,6 +14,7 @@ from gymnasium.wrappers import FrameStackObservation
 
 import tests.image_env  # noqa: F401  (registers TinyFrames-v0)
 from rlpipe.algos import load_policy
+from rlpipe.commands.ope import FQEConfig, fitted_q_evaluation
 from rlpipe.datasets.collector import collect as rollout
 from rlpipe.datasets.frames import chain_starts, stack_depths, stack_rows
 from rlpipe.datasets.loader import load_shards
@@ -22,9 +23,8 @@ from rlpipe.datasets.store import open_dataset
 from rlpipe.datasets.writer import write_rows
 from rlpipe.envs.spaces import ActionScaler, space_to_json
 from rlpipe.errors import RlpipeError
-from rlpipe.models.checkpoint import save_checkpoint
-from rlpipe.models.networks import GreedyQPolicy
-from rlpipe.pipeline.ope import FQEConfig, fitted_q_evaluation
+from rlpipe.nets.checkpoint import save_checkpoint
+from rlpipe.nets.networks import GreedyQPolicy
 from rlpipe.training.env import encoder_spec
 from rlpipe.training.evaluation import FrameStacks, evaluate, policy_fn
 from rlpipe.training.sampler import MappedSampler, SeedSampler, TransitionSampler
@@ -253,7 +253,7 @@ def test_fqe_gives_a_stacked_policy_the_datasets_stacks(store: Path, tmp_path: P
 def velocity_hidden_replay(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A DQN run's whole CartPole replay (tuned settings, stopped at 475), then the same
     transitions with the velocities dropped: data of `rlpipe/CartPoleNoVel-v1`."""
-    from rlpipe.pipeline.collect import collect_dataset
+    from rlpipe.commands.collect import collect_dataset
     from rlpipe.training.env import env_spaces
 
     root = tmp_path_factory.mktemp("novel")

@@ -17,13 +17,13 @@ import pyarrow as pa
 import pytest
 
 import rlpipe.datasets.loader as loader
-from rlpipe.datasets.atomic import LOCK_DIR, LOOSE_LOCK_PREFIX, ROOT_MARKER, StagedDirectory, confined_path, is_root
+from rlpipe.commands.sweep import sweep_dir
 from rlpipe.datasets.loader import VERIFIED_DIR, load_dataset
 from rlpipe.datasets.store import is_dataset_dir
 from rlpipe.datasets.writer import write_rows
 from rlpipe.errors import RlpipeError
-from rlpipe.files import user_cache_dir, user_key
-from rlpipe.pipeline.sweep import sweep_dir
+from rlpipe.storage.atomic import LOCK_DIR, LOOSE_LOCK_PREFIX, ROOT_MARKER, StagedDirectory, confined_path, is_root
+from rlpipe.storage.files import user_cache_dir, user_key
 from tests.test_dataset_store import BOX, synthetic_rows
 
 ACT = gym.spaces.Discrete(2)
@@ -250,7 +250,7 @@ def test_names_with_control_characters_or_empty_are_refused_everywhere(
 
 
 def test_one_name_pattern_with_its_controls(store: Path, tmp_path: Path, cli) -> None:
-    from rlpipe.names import check_distinct, check_name, name_problem
+    from rlpipe.storage.names import check_distinct, check_name, name_problem
 
     for good in ("a", "A9", "x" * 128, "cartpole-random.v1_2"):
         assert check_name(good, "dataset name") == good

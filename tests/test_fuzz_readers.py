@@ -24,7 +24,7 @@ from rlpipe.datasets.summary import summary_tables
 from rlpipe.datasets.validate import validate_dataset
 from rlpipe.datasets.writer import write_rows
 from rlpipe.errors import RlpipeError
-from rlpipe.files import sha256_file
+from rlpipe.storage.files import sha256_file
 from tests.test_dataset_store import synthetic_rows
 
 FUZZ = settings(

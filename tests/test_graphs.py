@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from rlpipe.datasets.loader import load_dataset
-from rlpipe.models.networks import ObsNormalizer
+from rlpipe.nets.networks import ObsNormalizer
 from rlpipe.training.buffer import Batch
 from rlpipe.training.graphs import WARMUP_ROUNDS, UpdateStepper, graphs_enabled
 from rlpipe.training.optim import adam

@@ -16,7 +16,7 @@ from rlpipe.algos.her import HerReplayBuffer
 from rlpipe.datasets.her import goal_functions, relabel_dataset
 from rlpipe.datasets.store import open_dataset
 from rlpipe.envs.goals import flat_observation_space, flatten_obs
-from rlpipe.models.networks import DeterministicActor
+from rlpipe.nets.networks import DeterministicActor
 from rlpipe.training import ActionScaler, StepBatch, evaluate, policy_fn
 from rlpipe.training.offline import load_offline
 from tests.test_collector import collect_dataset

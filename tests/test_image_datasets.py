@@ -26,7 +26,7 @@ from rlpipe.datasets.store import DatasetInfo, open_dataset
 from rlpipe.datasets.validate import validate_dataset
 from rlpipe.datasets.writer import write_rows
 from rlpipe.errors import RlpipeError
-from rlpipe.files import sha256_file
+from rlpipe.storage.files import sha256_file
 from rlpipe.training.sampler import MappedSampler, TransitionSampler
 
 COLUMNS = ("obs", "action", "reward", "next_obs", "terminated", "truncated", "episode_id", "step")

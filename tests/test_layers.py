@@ -8,22 +8,21 @@ import sys
 from pathlib import Path
 
 import rlpipe
-from rlpipe.pipeline.stage_deps import module_paths, scan_imports
+from rlpipe.commands.stage_deps import module_paths, scan_imports
 
 PACKAGE = Path(rlpipe.__file__).parent
 # Lower rank = lower layer. Peers (same rank, different package) must not import each other.
 RANKS = {
     "errors": 0,
     "version": 0,
-    "files": 1,
+    "storage": 1,
     "limits": 1,
-    "names": 1,
     "envs": 2,
-    "models": 2,
+    "nets": 2,
     "datasets": 3,
     "training": 4,
     "algos": 5,
-    "pipeline": 6,
+    "commands": 6,
     "api": 7,
     "cli": 7,
     "__main__": 8,
@@ -96,7 +95,7 @@ def torch_modules_after(code: str) -> list[str]:
 
 def test_data_layer_and_random_collection_import_no_torch() -> None:
     modules = sorted(m for m in module_names() if layer(m) in ("datasets", "envs", "errors", "files"))
-    modules.append("rlpipe.pipeline.collect")
+    modules.append("rlpipe.commands.collect")
     assert torch_modules_after("".join(f"import {m}\n" for m in modules)) == [], "importing the data layer imported torch"
 
 

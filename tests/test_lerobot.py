@@ -37,7 +37,7 @@ from rlpipe.datasets import exports, imports
 from rlpipe.datasets.imports import ZERO_REWARD
 from rlpipe.datasets.loader import TransitionArrays, load_dataset
 from rlpipe.datasets.store import open_dataset
-from rlpipe.files import sha256_file
+from rlpipe.storage.files import sha256_file
 from tests.test_exports import export_ok, fails, sources  # noqa: F401  (sources: the exports' random-policy store, a fixture)
 from tests.test_imports import FIELDS, import_fails, import_ok, without_next_obs
 

@@ -128,7 +128,7 @@ def test_several_loggers_record_the_same_curve(cli, tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def pendulum_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from rlpipe.pipeline.collect import collect_dataset
+    from rlpipe.commands.collect import collect_dataset
 
     store = tmp_path_factory.mktemp("diagnostics")
     collect_dataset("Pendulum-v1", episodes=3, name="pendulum", store=store, progress=False)

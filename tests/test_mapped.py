@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import torch
 
+from rlpipe.commands.collect import collect_dataset
 from rlpipe.datasets.loader import load_shards
 from rlpipe.datasets.mapped import MappedTransitions
 from rlpipe.datasets.store import open_dataset
 from rlpipe.datasets.writer import write_rows
 from rlpipe.envs.spaces import ActionScaler
-from rlpipe.pipeline.collect import collect_dataset
 from rlpipe.training.sampler import MappedSampler, TransitionSampler
 
 

@@ -16,7 +16,7 @@ from rlpipe.algos import get_algo
 from rlpipe.datasets.loader import load_dataset
 from rlpipe.datasets.store import open_dataset
 from rlpipe.datasets.validate import validate_dataset
-from rlpipe.models.env_fns import termination_fn
+from rlpipe.nets.env_fns import termination_fn
 from tests.conftest import store_contents
 
 

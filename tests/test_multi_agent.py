@@ -160,7 +160,7 @@ def test_actor_loss_reaches_only_its_own_actor_through_the_gumbel_softmax() -> N
 
 def test_obs_deltas_carry_the_velocity_that_mpe_observations_lack() -> None:
     from rlpipe.envs.multiagent import make_parallel_env
-    from rlpipe.training.families.mpe import with_obs_delta
+    from rlpipe.training.multiagent.mpe import with_obs_delta
 
     env = make_parallel_env("simple_adversary_v3")
     obs, _ = env.reset(seed=0)
@@ -180,7 +180,7 @@ def test_obs_deltas_carry_the_velocity_that_mpe_observations_lack() -> None:
 
 def test_agent_policy_feeds_the_observation_change_and_evaluation_resets_it() -> None:
     from rlpipe.algos.maddpg import AgentActors
-    from rlpipe.training.families.mpe import AgentPolicy, evaluate_sides
+    from rlpipe.training.multiagent.mpe import AgentPolicy, evaluate_sides
 
     actors = AgentActors(["a"], [2], [3], (4,), obs_deltas=True)
     assert actors.nets[0][0].in_features == 4
@@ -223,7 +223,7 @@ def test_ippo_ends_an_agents_episode_at_its_death() -> None:
 
 def test_ippo_win_bonus_shapes_its_rows_reward_and_not_the_envs(monkeypatch: pytest.MonkeyPatch) -> None:
     from rlpipe.envs.combat import NOOP, CombatVectorEnv
-    from rlpipe.training.families.combat import CombatRows
+    from rlpipe.training.multiagent.combat import CombatRows
 
     envs = CombatVectorEnv(1)
     rows = CombatRows(envs, agent_ids=False, seed=0, win_bonus=10.0)
@@ -239,7 +239,7 @@ def _death_then_win(monkeypatch: pytest.MonkeyPatch, **options: bool) -> tuple[l
     """Agent 0 is shot dead, then agent 1 kills the last bot: the two rows' steps and their
     GAE advantages (values 0, gamma = lambda = 1: each step's return-to-go)."""
     from rlpipe.envs.combat import NOOP, CombatVectorEnv
-    from rlpipe.training.families.combat import CombatRows
+    from rlpipe.training.multiagent.combat import CombatRows
     from rlpipe.training.onpolicy import compute_gae
 
     envs = CombatVectorEnv(1)
@@ -277,7 +277,7 @@ def test_ppo_loss_trains_only_the_value_on_rows_that_do_not_act() -> None:
     from types import SimpleNamespace
 
     from rlpipe.algos.ppo import clipped_loss
-    from rlpipe.models.networks import ActorCritic
+    from rlpipe.nets.networks import ActorCritic
     from rlpipe.training.onpolicy import PPOBatch
 
     torch.manual_seed(0)
@@ -302,8 +302,8 @@ def test_ppo_loss_trains_only_the_value_on_rows_that_do_not_act() -> None:
 def test_ippo_central_critic_values_teammates_observations_the_policy_only_its_own() -> None:
     from rlpipe.algos.ippo import CentralCriticActorCritic
     from rlpipe.envs.combat import CombatVectorEnv
-    from rlpipe.models.networks import ActorCritic
-    from rlpipe.training.families.combat import CombatRows
+    from rlpipe.nets.networks import ActorCritic
+    from rlpipe.training.multiagent.combat import CombatRows
 
     rows = CombatRows(CombatVectorEnv(8), agent_ids=True, seed=0, teammates_obs=True)
     assert rows.obs.shape == (16, 152 + 150)
@@ -396,7 +396,7 @@ def test_combat_rows_end_an_agents_episode_at_its_death_and_skip_it_afterwards()
     """IPPO's rows (one per game x agent) for the shared on-policy storage: an agent's death
     is a termination of its row, and a dead agent's later steps are not trained on."""
     from rlpipe.envs.combat import CombatVectorEnv
-    from rlpipe.training.families.combat import CombatRows
+    from rlpipe.training.multiagent.combat import CombatRows
 
     rows = CombatRows(CombatVectorEnv(8), agent_ids=True, seed=0)
     assert rows.obs.shape == (16, 150 + 2) and (rows.obs[:, -2:] == np.tile(np.eye(2), (8, 1))).all()
@@ -508,7 +508,7 @@ def test_ippo_attack_mask_is_exactly_the_attacks_that_can_hit() -> None:
     (target alive in the 3x3 neighbourhood, attacker alive and ready) in random games, and
     gives the useless attacks zero probability; the unmasked policy (control) does not."""
     from rlpipe.envs.combat import N_MOVES, CombatVectorEnv
-    from rlpipe.training.families.combat import CombatActorCritic
+    from rlpipe.training.multiagent.combat import CombatActorCritic
 
     envs = CombatVectorEnv(64)
     obs, _ = envs.reset(seed=0)
@@ -553,7 +553,7 @@ def test_ippo_attack_mask_survives_the_checkpoint(cli, tmp_path: Path) -> None:
         "mask_attacks=true",
     )
     assert result.code == 0, result.err
-    from rlpipe.pipeline.experts import load_saved_actor
+    from rlpipe.commands.experts import load_saved_actor
 
     actor = load_saved_actor(tmp_path / "run").actor
     assert actor.mask_attacks and actor(torch.zeros(1, 152))[0][0, 5:].max() < -1e8  # a dead agent cannot attack
@@ -624,7 +624,7 @@ def test_twin_critics_regress_both_copies_on_the_smaller_target() -> None:
 
 def test_policy_ensemble_draws_one_member_per_agent_and_episode_from_a_seeded_stream() -> None:
     from rlpipe.algos.maddpg import AgentActors
-    from rlpipe.training.families.mpe import AgentPolicy
+    from rlpipe.training.multiagent.mpe import AgentPolicy
 
     torch.manual_seed(0)
     actors = AgentActors(["a", "b"], [2, 2], [3, 3], (4,), ensemble=3)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from rlpipe.algos import get_algo
-from rlpipe.pipeline.evaluate import evaluate_saved_run
+from rlpipe.commands.evaluate import evaluate_saved_run
 
 
 def _ippo(seed: int, learn: bool = True) -> dict:

@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from rlpipe.models.networks import (
+from rlpipe.nets.networks import (
     ActorCritic,
     DeterministicActor,
     EnsembleQ,
@@ -119,7 +119,7 @@ def test_obs_normalizer_is_identity_until_updated_and_survives_loading() -> None
 
 
 def test_build_policy_rebuilds_every_actor_kind() -> None:
-    import rlpipe.training.families.combat  # noqa: F401  (registers combat_actor_critic)
+    import rlpipe.training.multiagent.combat  # noqa: F401  (registers combat_actor_critic)
 
     for kind, spec in [
         ("tanh_gaussian", {"obs_dim": 3, "act_dim": 1, "hidden": [8], "normalize_obs": False}),
@@ -157,7 +157,7 @@ def test_a_checkpoints_policy_class_registers_with_its_algorithms_module() -> No
 
     code = (
         "from rlpipe.errors import RlpipeError\n"
-        "from rlpipe.models.networks import build_policy\n"
+        "from rlpipe.nets.networks import build_policy\n"
         "from rlpipe.algos.registry import import_algorithm\n"
         "spec = dict(obs_dim=3, act_dim=1, hidden=[8], vae_hidden=[8], latent_dim=2, max_shift=0.05, n_candidates=4)\n"
         "try:\n    build_policy('bcq', spec)\nexcept RlpipeError as exc:\n    print(exc)\n"
@@ -168,7 +168,7 @@ def test_a_checkpoints_policy_class_registers_with_its_algorithms_module() -> No
     assert out == ["unknown policy kind 'bcq'", "rlpipe.algos.bcq"]
 
     from rlpipe.errors import RlpipeError
-    from rlpipe.models.networks import register_policy_class
+    from rlpipe.nets.networks import register_policy_class
 
     class Impostor(nn.Module):
         kind = "categorical"
@@ -183,9 +183,9 @@ def small_policies() -> list[nn.Module]:
     from rlpipe.algos.dt import DecisionTransformer
     from rlpipe.algos.iql import NormalActor
     from rlpipe.algos.maddpg import AgentActors
-    from rlpipe.models.networks import CategoricalActor, GreedyQPolicy
-    from rlpipe.models.recurrent import RecurrentActorCritic, RecurrentCategoricalActor
-    from rlpipe.training.families.combat import CombatActorCritic
+    from rlpipe.nets.networks import CategoricalActor, GreedyQPolicy
+    from rlpipe.nets.recurrent import RecurrentActorCritic, RecurrentCategoricalActor
+    from rlpipe.training.multiagent.combat import CombatActorCritic
 
     return [
         TanhGaussianActor(3, 1, (8,)),
@@ -229,7 +229,7 @@ def test_build_policy_refuses_a_spec_value_of_any_other_type_in_one_line() -> No
     RlpipeError in one line, for every kind: a wrong type is named before the class sees it
     (an activation of 7 was a KeyError, a BCQ threshold of null a TypeError when acting)."""
     from rlpipe.errors import RlpipeError
-    from rlpipe.models.networks import _POLICY_CLASSES
+    from rlpipe.nets.networks import _POLICY_CLASSES
 
     policies = small_policies()
     assert sorted(policy.kind for policy in policies) == sorted(_POLICY_CLASSES)
@@ -284,3 +284,16 @@ def test_actor_critic_members_are_separate_networks() -> None:
     head, value = ac(torch.randn(5, 4))
     value.sum().backward()  # the value loss must not move the policy member
     assert all(layer.weight.grad[0].abs().sum() == 0 for layer in ac.body.layers)
+
+
+def test_policy_shapes_are_the_built_policys_and_allocate_nothing() -> None:
+    """Every kind's shapes from the meta device equal a built copy's, and the probe draws no
+    random numbers (loading an expert before collecting must not move the collection's RNG)."""
+    from rlpipe.nets.networks import policy_shapes
+
+    policies = small_policies()
+    for policy in policies:
+        before = torch.get_rng_state()
+        shapes = policy_shapes(policy.kind, spec_of(policies, policy.kind))
+        assert torch.equal(before, torch.get_rng_state()), policy.kind
+        assert shapes == {key: tuple(value.shape) for key, value in policy.state_dict().items()}, policy.kind

@@ -1,16 +1,18 @@
 """docs/contributing.md's "add an algorithm" steps are complete: a tiny algorithm written
-here by those steps alone (one module with its Config, TUNED, ACTION_SPACES, SPEC and train,
-then registered) trains, evaluates and loads through the same code paths as a shipped one."""
+here by those steps alone (one module with its Config, TUNED, ACTION_SPACES and train, and its
+AlgoSpec row registered) trains, evaluates and loads through the same code paths as a shipped one."""
 
 from __future__ import annotations
 
 import json
+import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
 from rlpipe.algos import load_policy, registry
+from rlpipe.algos.registry import OFFLINE_OBSERVATION_KINDS, AlgoSpec, Family
 from rlpipe.errors import RlpipeError
 from tests.test_collector import collect_dataset
 
@@ -22,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlpipe.algos.registry import OFFLINE_OBSERVATION_KINDS, AlgoSpec, Family
-from rlpipe.models.networks import CategoricalActor
+from rlpipe.algos.registry import REGISTRY
+from rlpipe.nets.networks import CategoricalActor
 from rlpipe.training import Batch, OfflineConfig, TrainResult
 from rlpipe.training.config import positive
 from rlpipe.training.env import DISCRETE
@@ -31,8 +33,7 @@ from rlpipe.training.offline import Learner, load_offline, train_offline
 from rlpipe.training.optim import adam, optimizer_step
 
 ACTION_SPACES = (DISCRETE,)
-SPEC = AlgoSpec(name="tinybc", family=Family.IMITATION, online=False,
-                observation_kinds_ref=OFFLINE_OBSERVATION_KINDS, summary="tiny behaviour cloning")
+SPEC = REGISTRY["tinybc"]
 
 
 @dataclass
@@ -75,8 +76,9 @@ def test_an_algorithm_added_by_the_documented_steps_trains_evaluates_and_loads(t
     refused = cli(*train)
     assert refused.code == 2 and "unknown algorithm 'tinybc'" in refused.err and not run.exists()
 
-    (spec,) = registry.register(tiny_module)
+    (spec,) = registry.register(tiny_spec(tiny_module))
     assert spec.name == "tinybc" and spec.module == tiny_module and not spec.online
+    assert tiny_module not in sys.modules  # registering reads no code: the module loads when the run needs it
     # its own fields' constraints come from its field declarations, no global list
     bad = cli(*train, "--set", "learning_rate=-1")
     assert bad.code == 2 and bad.err.strip().endswith("setting learning_rate=-1.0: expected a positive number")
@@ -90,17 +92,24 @@ def test_an_algorithm_added_by_the_documented_steps_trains_evaluates_and_loads(t
     assert policy.env_id == "CartPole-v1"
 
 
-def test_a_declaration_the_registry_cannot_read_without_importing_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.syspath_prepend(str(tmp_path))
+def tiny_spec(module: str, name: str = "tinybc") -> AlgoSpec:
+    return AlgoSpec(
+        name=name,
+        module=module,
+        family=Family.IMITATION,
+        online=False,
+        observation_kinds_ref=OFFLINE_OBSERVATION_KINDS,
+        summary="tiny behaviour cloning",
+    )
+
+
+def test_a_name_is_registered_once_and_a_spec_names_its_module(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(registry, "REGISTRY", dict(registry.REGISTRY))
-    (tmp_path / "computed_spec.py").write_text('NAME = "x"\nSPEC = AlgoSpec(name=NAME.upper(), family=Family.OFFLINE, online=False)\n')
-    with pytest.raises(RlpipeError, match=r"^computed_spec: SPEC value NAME.upper\(\) must be a literal"):
-        registry.register("computed_spec")
-    (tmp_path / "no_spec.py").write_text("ACTION_SPACES = ()\n")
-    with pytest.raises(RlpipeError, match=r"^no_spec declares no SPEC = AlgoSpec"):
-        registry.register("no_spec")
-    # control: the same module with a literal name registers, once
-    (tmp_path / "literal_spec.py").write_text('SPEC = AlgoSpec(name="x", family=Family.OFFLINE, online=False)\n')
-    assert [spec.name for spec in registry.register("literal_spec")] == ["x"]
-    with pytest.raises(RlpipeError, match=r"^literal_spec: algorithm name x is taken$"):
-        registry.register("literal_spec")
+    with pytest.raises(RlpipeError, match=r"^algorithm name cql is taken$"):
+        registry.register(tiny_spec("tiny_algorithm", name="cql"))
+    with pytest.raises(RlpipeError, match=r"^algorithm x: its AlgoSpec names no module$"):
+        registry.register(tiny_spec("", name="x"))
+    # control: a new name with its module registers, once
+    assert [spec.name for spec in registry.register(tiny_spec("tiny_algorithm", name="x"))] == ["x"]
+    with pytest.raises(RlpipeError, match=r"^algorithm name x is taken$"):
+        registry.register(tiny_spec("tiny_algorithm", name="x"))

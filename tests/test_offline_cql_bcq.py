@@ -13,7 +13,7 @@ import torch
 from rlpipe.algos import get_algo, load_policy
 from rlpipe.algos.bcq import BCQPolicy, generator_loss
 from rlpipe.algos.cql import conservative_gap, data_and_sampled_q, proposal_samples
-from rlpipe.models.networks import EnsembleQ, TanhGaussianActor, build_policy, mlp
+from rlpipe.nets.networks import EnsembleQ, TanhGaussianActor, build_policy, mlp
 from rlpipe.training.optim import adam
 
 

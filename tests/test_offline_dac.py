@@ -12,7 +12,7 @@ from torch import nn
 
 from rlpipe.algos import gail, get_algo
 from rlpipe.errors import RlpipeError
-from rlpipe.models.checkpoint import load_checkpoint
+from rlpipe.nets.checkpoint import load_checkpoint
 from rlpipe.training import ActionScaler, Batch, evaluate, policy_fn
 from rlpipe.training.env import env_spaces
 

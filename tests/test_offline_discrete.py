@@ -20,10 +20,10 @@ from rlpipe.algos.bcq import Config as BCQConfig
 from rlpipe.algos.bcq import DiscreteBCQPolicy, discrete_bcq_loss, supported_greedy
 from rlpipe.algos.cql import Config as CQLConfig
 from rlpipe.algos.cql import dqn_loss
+from rlpipe.commands.collect import collect_dataset
 from rlpipe.datasets.writer import write_rows
 from rlpipe.envs.extras import register_optional
-from rlpipe.models.networks import CategoricalActor, GreedyQPolicy, build_policy
-from rlpipe.pipeline.collect import collect_dataset
+from rlpipe.nets.networks import CategoricalActor, GreedyQPolicy, build_policy
 from rlpipe.training import Batch
 from rlpipe.training.env import encoder_spec, env_spaces
 from rlpipe.training.losses import quantile_huber_loss

@@ -14,7 +14,7 @@ import torch
 
 from rlpipe.algos.edac import Config, build, diversity_loss, q_and_action_grads
 from rlpipe.errors import RlpipeError
-from rlpipe.models.networks import EnsembleQ
+from rlpipe.nets.networks import EnsembleQ
 
 
 def linear_critics(action_weights: list[list[float]], obs_dim: int = 3) -> EnsembleQ:
@@ -86,7 +86,7 @@ def test_edac_init_reaches_the_actor_the_critics_and_their_targets() -> None:
 def test_edac_trains_on_a_dataset_and_its_saved_policy_loads(store: Path, tmp_path: Path) -> None:
     from rlpipe.algos import get_algo
     from rlpipe.algos.registry import load_policy
-    from rlpipe.pipeline.collect import collect_dataset
+    from rlpipe.commands.collect import collect_dataset
 
     collect_dataset("Pendulum-v1", steps=400, num_envs=2, seed=0, name="pendulum-tiny", fmt="arrow", store=store, progress=False)
     spec = get_algo("edac")

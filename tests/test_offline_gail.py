@@ -10,7 +10,7 @@ import torch
 
 from rlpipe.algos import gail, get_algo
 from rlpipe.errors import RlpipeError
-from rlpipe.models.checkpoint import load_checkpoint
+from rlpipe.nets.checkpoint import load_checkpoint
 from rlpipe.training import Batch
 from rlpipe.training.optim import adam
 

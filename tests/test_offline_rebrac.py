@@ -14,7 +14,7 @@ from rlpipe.algos import get_algo
 from rlpipe.algos.rebrac import rebrac_actor_loss
 from rlpipe.datasets.loader import TransitionArrays
 from rlpipe.errors import RlpipeError
-from rlpipe.models.networks import DeterministicActor, EnsembleQ, build_policy
+from rlpipe.nets.networks import DeterministicActor, EnsembleQ, build_policy
 from rlpipe.training.sampler import TransitionSampler, next_action_rows
 
 

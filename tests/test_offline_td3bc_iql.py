@@ -91,7 +91,7 @@ def test_normal_actor_likelihood_stays_finite_at_the_action_bounds() -> None:
     float32 rounds tanh of a large pre-activation) has a finite log-likelihood, the plain
     Gaussian's; the tanh-squashed Gaussian pays atanh(1 - 1e-6) for it."""
     from rlpipe.algos.iql import NormalActor
-    from rlpipe.models.networks import TanhGaussianActor
+    from rlpipe.nets.networks import TanhGaussianActor
 
     torch.manual_seed(0)
     obs, actions = torch.randn(4, 3), torch.tensor([[1.0], [-1.0], [0.0], [0.5]])

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from rlpipe.algos import load_policy
+from rlpipe.commands.ope import FQEConfig, fitted_q_evaluation
+from rlpipe.commands.report import spearman
 from rlpipe.datasets.loader import load_dataset
-from rlpipe.pipeline.ope import FQEConfig, fitted_q_evaluation
-from rlpipe.pipeline.report import spearman
 from rlpipe.training.evaluation import evaluate
 
 # Fractions of the expert's torque: eight deterministic policies from swing-up to hanging.

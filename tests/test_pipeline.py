@@ -136,7 +136,7 @@ def test_dvc_repro_runs_every_stage(tmp_path: Path) -> None:
     page = (work / "report" / "index.html").read_text()  # FQE's estimates beside the held-out returns
     assert "<th>FQE on pendulum-mixed</th>" in page and "Spearman rank correlation" in page
 
-    # `dvc status` follows the code each stage imports (rlpipe/pipeline/stage_deps.py): every
+    # `dvc status` follows the code each stage imports (rlpipe/commands/stage_deps.py): every
     # stage runs the data layer, so an edit there marks them all; an edit to one algorithm
     # marks only the stages that run it.
     writer = work / "rlpipe" / "datasets" / "writer.py"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlpipe.models.networks import EnsembleQ, mlp
+from rlpipe.nets.networks import EnsembleQ, mlp
 from rlpipe.training.optim import adam, autocast, mixed_precision, optimizer_step
 from tests.test_envfree import import_logs, logs, train  # noqa: F401  (logs: the module fixture)
 

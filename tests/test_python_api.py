@@ -82,6 +82,12 @@ def test_train_without_out_writes_nothing_and_with_out_writes_a_run(offline_stor
         (lambda: rlpipe.train("bc"), ValueError, r"bc is an offline algorithm: give dataset= \(rlpipe.list_datasets\(\) names them\)"),
         (lambda: rlpipe.train("bc", dataset="nothing", store=offline_store), ValueError, "dataset 'nothing' not found in"),
         (lambda: rlpipe.evaluate(tmp_path / "no-run"), ValueError, "no checkpoint in"),
+        (lambda: rlpipe.make_config("bc", dataset="pendulum-mixed", store=5), TypeError, "store=5: expected a path"),
+        (lambda: rlpipe.collect("CartPole-v1", episodes=1, store=5), TypeError, "store=5: expected a path"),
+        (lambda: rlpipe.collect("CartPole-v1", episodes=1, name=5, store=tmp_path / "store"), TypeError, "name=5: expected a string"),
+        (lambda: rlpipe.load_policy(5), TypeError, "run_dir=5: expected a path"),
+        (lambda: rlpipe.train("bc", dataset="pendulum-mixed", store=offline_store, out=5), TypeError, "out=5: expected a path"),
+        (lambda: rlpipe.sampler("pendulum-mixed", store=offline_store, frame_stack=0), ValueError, "frame_stack=0: expected an integer"),
     ]:
         with pytest.raises(error, match=message):
             call()
@@ -145,7 +151,7 @@ def api_reads(source: str) -> list[int]:
 
 def test_no_rlpipe_module_reads_the_packages_api_attributes() -> None:
     """The pipeline's stage dependencies leave rlpipe.api out of what the package imports
-    (rlpipe.pipeline.stage_deps): true while no module of rlpipe reads `rlpipe.<API name>`."""
+    (rlpipe.commands.stage_deps): true while no module of rlpipe reads `rlpipe.<API name>`."""
     assert api_reads('import rlpipe\n"rlpipe.train in a string"\nrlpipe.train("cql")\n') == [3]  # control
     found = {path: api_reads(path.read_text()) for path in sorted((REPO / "rlpipe").rglob("*.py"))}
     assert not {path: lines for path, lines in found.items() if lines}

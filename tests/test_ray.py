@@ -22,8 +22,8 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="the Ray tests need the rlpipe[ray] extra: pip install -e '.[ray]'")
 
-from rlpipe.pipeline.collect import collect_dataset  # noqa: E402
-from rlpipe.pipeline.sweep import SweepSpec, Trial, run_sweep, run_trial  # noqa: E402
+from rlpipe.commands.collect import collect_dataset  # noqa: E402
+from rlpipe.commands.sweep import SweepSpec, Trial, run_sweep, run_trial  # noqa: E402
 from tests.test_sweep_tasks import kill_driver_after_its_first_task  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.xdist_group("ray")]
@@ -42,7 +42,7 @@ def _inject_faults() -> None:
     import os
     from pathlib import Path
 
-    from rlpipe.pipeline import tasks
+    from rlpipe.commands import tasks
     from rlpipe.training import resume
 
     faults = Path(os.environ[FAULTS_ENV])
@@ -200,7 +200,7 @@ def test_collection_on_a_started_cluster(tmp_path: Path) -> None:
             time.sleep(0.2)
         assert "Ray runtime started" in log.read_text(), log.read_text()[-3000:]
         script = (
-            "from rlpipe.pipeline.collect import collect_dataset; import sys; "
+            "from rlpipe.commands.collect import collect_dataset; import sys; "
             "r = collect_dataset('CartPole-v1', episodes=60, num_envs=2, seed=3, name='cartpole', store=sys.argv[1], "
             "backend='ray', workers=2, progress=False); print(r.metadata['content_hash'])"
         )

@@ -16,7 +16,7 @@ from rlpipe.envs import make_vec_env
 from rlpipe.envs.spaces import ActionScaler
 from rlpipe.envs.stepper import VecStepper
 from rlpipe.errors import RlpipeError
-from rlpipe.models.recurrent import RecurrentActorCritic, RecurrentCategoricalActor, RecurrentCore
+from rlpipe.nets.recurrent import RecurrentActorCritic, RecurrentCategoricalActor, RecurrentCore
 from rlpipe.training.evaluation import evaluate
 from rlpipe.training.onpolicy import RecurrentRolloutStorage
 from rlpipe.training.run import EVAL_SEED_OFFSET
@@ -108,9 +108,9 @@ def test_recurrent_ppo_trains_saves_loads_acts_and_exports(tmp_path: Path, cli) 
 
 
 def test_recurrent_bc_trains_on_windows_of_a_recurrent_expert(tmp_path: Path, store: Path) -> None:
+    from rlpipe.commands.collect import collect_dataset
+    from rlpipe.commands.ope import require_dataset_fits
     from rlpipe.datasets.store import open_dataset
-    from rlpipe.pipeline.collect import collect_dataset
-    from rlpipe.pipeline.ope import require_dataset_fits
 
     ppo, bc = get_algo("ppo"), get_algo("bc")
     ppo.train(ppo.make_config(NOVEL, env_steps=512, recurrent="lstm", eval_episodes=1), tmp_path / "expert", progress=False)
@@ -165,7 +165,7 @@ def test_recurrent_ppo_remembers_the_hidden_velocities(learning_seed: int, recor
 def novel_expert_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """20 episodes of CartPole without velocities from a recurrent PPO expert (seed 0, the
     tuned 30k env steps)."""
-    from rlpipe.pipeline.collect import collect_dataset
+    from rlpipe.commands.collect import collect_dataset
 
     root = tmp_path_factory.mktemp("novel-expert")
     ppo = get_algo("ppo")

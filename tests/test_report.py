@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from rlpipe.pipeline.report import CURVE_FILE, find_runs, group_runs, load_run, read_diagnostics, spearman, write_report
+from rlpipe.commands.report import CURVE_FILE, find_runs, group_runs, load_run, read_diagnostics, spearman, write_report
 
 
 def assert_not_blank(path: Path) -> None:

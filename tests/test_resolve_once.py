@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 
 import rlpipe.datasets.store as store_module
+from rlpipe.commands.collect import collect_dataset
 from rlpipe.datasets.collector import RandomPolicy, collect, resolve_env
 from rlpipe.datasets.store import open_dataset, reusing_opened
 from rlpipe.datasets.writer import DatasetWriter
 from rlpipe.errors import RlpipeError
-from rlpipe.pipeline.collect import collect_dataset
 
 
 @contextmanager

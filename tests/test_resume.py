@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from rlpipe.commands.collect import collect_dataset
 from rlpipe.envs.stepper import VecStepper
-from rlpipe.pipeline.collect import collect_dataset
 from rlpipe.training.resume import STATE_FILE, resume_dir
 
 # The CLI, made to SIGKILL itself at the first checkpoint point at or past KILL_AT units: a

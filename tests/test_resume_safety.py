@@ -98,7 +98,7 @@ def run_dir(saved: Path, tmp_path: Path) -> Path:
 
 
 def _bookkeeping(name: str) -> bool:
-    """A lock or root marker that a run directory's parent may hold (rlpipe.datasets.atomic)."""
+    """A lock or root marker that a run directory's parent may hold (rlpipe.storage.atomic)."""
     return name in (".locks", ".rlpipe-root") or name.startswith(".rlpipe-lock-")
 
 
@@ -207,7 +207,7 @@ def test_a_pickled_resume_json_is_never_unpickled(how: str, run_dir: Path, cli) 
 
 def test_a_fresh_offline_run_never_unpickles_the_state(tmp_path: Path, cli) -> None:
     """The reported case: `train bc ... --checkpoint-every 25 --out RUN` beside a planted state."""
-    from rlpipe.pipeline.collect import collect_dataset
+    from rlpipe.commands.collect import collect_dataset
 
     store, run = tmp_path / "store", tmp_path / "runs" / "run"
     collect_dataset("CartPole-v1", episodes=2, num_envs=1, name="cp", store=store, fmt="arrow", progress=False)

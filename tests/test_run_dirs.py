@@ -14,8 +14,8 @@ from pathlib import Path
 import gymnasium as gym
 import pytest
 
-from rlpipe.datasets.atomic import FAULT_ENV, FAULT_EXIT_CODE
 from rlpipe.datasets.writer import write_rows
+from rlpipe.storage.atomic import FAULT_ENV, FAULT_EXIT_CODE
 from tests.test_dataset_store import BOX, synthetic_rows
 
 ACT = gym.spaces.Discrete(2)
@@ -105,6 +105,9 @@ def trained_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (lambda m: m.pop("sha256"), "'sha256' is missing"),
         (lambda m: m["policy"].update(kind="Nope"), "unknown policy kind 'Nope'"),
         (lambda m: m["policy"]["spec"].update(wings=2), "policy spec does not fit"),
+        (lambda m: m["policy"]["spec"].update(hidden=[2**70]), "policy spec does not fit"),  # was torch's C++ stack, 12 lines
+        # refused from the spec's shapes alone, before a network of 4096x4096 layers is built
+        (lambda m: m["policy"]["spec"].update(hidden=[4096, 4096]), "does not match its policy spec: tensor '"),
         (lambda m: m.update(env_id="Pendulum-v1"), "names env 'Pendulum-v1', but its env spec is of 'CartPole-v1'"),
         (lambda m: m.update(env_id="Pendulum-v1", env_spec=gym.spec("Pendulum-v1").to_json()), "does not fit Pendulum-v1"),
         (lambda m: m.update(weights_file="../model.safetensors"), "is not a file name in the run directory"),

@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 import yaml
 
+from rlpipe.commands.collect import collect_dataset
+from rlpipe.commands.report import BLOCK_END, BLOCK_START, replace_block
+from rlpipe.commands.scoreboard import read_published, render_table, run_score
 from rlpipe.errors import RlpipeError
-from rlpipe.pipeline.collect import collect_dataset
-from rlpipe.pipeline.report import BLOCK_END, BLOCK_START, replace_block
-from rlpipe.pipeline.scoreboard import read_published, render_table, run_score
 
 REPO = Path(__file__).resolve().parents[1]
-PROFILE = REPO / "benchmarks" / "d4rl-cpu"
+PROFILE = REPO / "suites" / "d4rl-cpu"
 HOPPER = {"ref_min_score": -20.0, "ref_max_score": 980.0}  # round numbers: return r scores (r + 20) / 10
 
 
@@ -253,8 +253,8 @@ def test_rows_whose_runs_predate_their_stage_code_are_marked_stale(tmp_path: Pat
     marked, with what changed; a run of a stage whose code is as recorded is not."""
     import hashlib
 
-    from rlpipe.pipeline import stage_deps
-    from rlpipe.pipeline.scoreboard import mark_stale
+    from rlpipe.commands import stage_deps
+    from rlpipe.commands.scoreboard import mark_stale
 
     (tmp_path / "rlpipe").mkdir()
     (tmp_path / "rlpipe" / "iql.py").write_text("changed since the run\n")

@@ -17,10 +17,10 @@ import torch
 from rlpipe.algos import get_algo
 from rlpipe.algos.cql import ACTION_SPACES, batched_continuous_cql, batched_discrete_cql, continuous_cql, discrete_cql
 from rlpipe.algos.sac import make_agent, make_stacked_agent
+from rlpipe.commands.collect import collect_dataset
+from rlpipe.commands.runs import prepare_run
+from rlpipe.commands.sweep import SweepSpec, plan_trials, run_sweep, run_trial
 from rlpipe.errors import RlpipeError
-from rlpipe.pipeline.collect import collect_dataset
-from rlpipe.pipeline.runs import prepare_run
-from rlpipe.pipeline.sweep import SweepSpec, plan_trials, run_sweep, run_trial
 from rlpipe.training.buffer import Batch
 from rlpipe.training.graphs import UpdateStepper
 from rlpipe.training.offline import Learner, load_offline

@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from rlpipe.algos.registry import SPECS
-from rlpipe.pipeline.stage_deps import (
+from rlpipe.commands.stage_deps import (
     ALGO_FIELDS,
     REPO,
     TEMPLATE,
@@ -87,7 +87,7 @@ def test_every_stage_that_writes_a_dataset_or_checkpoint_depends_on_the_file_wri
         if out.startswith(("datasets/", "sweeps/", "ope/")) or out.endswith("model.safetensors")
     }
     assert len(writers) == len(stages) - 1  # all but the report
-    assert all("rlpipe/files.py" in stages[name][1] for name in writers)
+    assert all("rlpipe/storage/files.py" in stages[name][1] for name in writers)
 
 
 def test_a_stage_that_runs_no_algorithm_depends_on_no_algorithm_module() -> None:
@@ -106,7 +106,7 @@ def test_a_stage_that_runs_no_algorithm_depends_on_no_algorithm_module() -> None
     assert all(not modules & set(deps) for deps in plain.values())
     # the console script imports every command module but runs only the stage's command
     collect = set(plain["collect_random@cartpole-random"])
-    assert "rlpipe/cli/train.py" in collect and "rlpipe/pipeline/runs.py" not in collect
+    assert "rlpipe/cli/train.py" in collect and "rlpipe/commands/runs.py" not in collect
 
 
 def test_scan_sorts_imports_by_when_they_run(tmp_path: Path) -> None:
@@ -153,7 +153,7 @@ def test_the_root_pipelines_recorded_results_come_from_the_code_in_the_tree() ->
     the rlpipe code and params.yaml of this tree: an edit that changes a stage's code or
     parameters fails here until `make repro` records fresh results (or, for an edit proven not
     to change any output, `dvc commit`). The D4RL profiles' reruns take hours: their scoreboard
-    marks stale rows instead (`python -m rlpipe.pipeline.stage_deps --stale-results`)."""
+    marks stale rows instead (`python -m rlpipe.commands.stage_deps --stale-results`)."""
     stale = stale_stages(REPO)
     named = "; ".join(f"{stage}: {', '.join(changes[:3])}" for stage, changes in sorted(stale.items())[:10])
     assert not stale, f"{len(stale)} stages of dvc.lock are stale (make repro): {named}"

@@ -18,13 +18,13 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from rlpipe.datasets.atomic import FAULT_ENV, FAULT_EXIT_CODE, _journal_text, delete_directory, json_text, tree_digest
 from rlpipe.datasets.loader import load_dataset
 from rlpipe.datasets.store import list_datasets, open_dataset, store_entries
 from rlpipe.datasets.validate import validate_dataset
 from rlpipe.datasets.writer import DatasetWriter, write_rows
 from rlpipe.errors import RlpipeError
-from rlpipe.files import sha256_file, user_key
+from rlpipe.storage.atomic import FAULT_ENV, FAULT_EXIT_CODE, _journal_text, delete_directory, json_text, tree_digest
+from rlpipe.storage.files import sha256_file, user_key
 from tests.conftest import store_contents
 from tests.test_dataset_store import BOX, synthetic_rows
 
@@ -277,7 +277,7 @@ def test_split_killed_at_each_step_leaves_both_sides_or_neither(store: Path, ste
 
 SIGKILL_SPLIT = """
 import os, signal, sys
-from rlpipe.datasets import atomic
+from rlpipe.storage import atomic
 from rlpipe.cli.main import main
 real, at = atomic.fault_point, sys.argv[2]
 def kill(step):

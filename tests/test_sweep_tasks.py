@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from rlpipe.algos import get_algo
+from rlpipe.commands.collect import collect_dataset
+from rlpipe.commands.sweep import bootstrap_interval, parse_grid, parse_seeds, plan_trials, setting_name, summarize
+from rlpipe.commands.tasks import plan_tasks
 from rlpipe.datasets.store import list_datasets
 from rlpipe.errors import RlpipeError
-from rlpipe.pipeline.collect import collect_dataset
-from rlpipe.pipeline.sweep import bootstrap_interval, parse_grid, parse_seeds, plan_trials, setting_name, summarize
-from rlpipe.pipeline.tasks import plan_tasks
 
 
 def test_seeds_and_grid_are_parsed_and_typed() -> None:
@@ -75,7 +75,7 @@ def kill_driver_after_its_first_task(store: Path, backend_args: str, env: dict[s
     """Start a 200k-step collection with ``backend_args`` in a subprocess, SIGKILL it once a
     task's shard exists, and check that the store shows no dataset."""
     script = (
-        "import sys; from rlpipe.pipeline.collect import collect_dataset; "
+        "import sys; from rlpipe.commands.collect import collect_dataset; "
         f"collect_dataset('CartPole-v1', steps=200_000, num_envs=2, name='big', store=sys.argv[1], progress=False, {backend_args})"
     )
     driver = subprocess.Popen([sys.executable, "-c", script, str(store)], env=env, start_new_session=True)

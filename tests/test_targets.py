@@ -30,7 +30,7 @@ from rlpipe.algos.td3 import smoothed_next_action, td3_target, td3_update
 from rlpipe.algos.td3_bc import td3_bc_actor_loss
 from rlpipe.datasets.loader import TransitionArrays
 from rlpipe.envs.stepper import StepBatch
-from rlpipe.models.networks import DeterministicActor, EnsembleQ
+from rlpipe.nets.networks import DeterministicActor, EnsembleQ
 from rlpipe.training.buffer import Batch, ReplayBuffer
 from rlpipe.training.offpolicy import OffPolicySetup
 from rlpipe.training.sampler import TransitionSampler

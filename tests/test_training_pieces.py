@@ -14,8 +14,8 @@ from gymnasium import spaces
 from rlpipe.algos import load_policy
 from rlpipe.envs.spaces import require_spaces, space_from_json, space_to_json
 from rlpipe.errors import RlpipeError
-from rlpipe.models.checkpoint import load_checkpoint, save_checkpoint
-from rlpipe.models.networks import CategoricalActor, TanhGaussianActor
+from rlpipe.nets.checkpoint import load_checkpoint, save_checkpoint
+from rlpipe.nets.networks import CategoricalActor, TanhGaussianActor
 from rlpipe.training import ActionScaler, ReplayBuffer, VecStepper, evaluate, make_vec_env, policy_fn
 from rlpipe.training.env import resolve_device
 from rlpipe.training.noise import OUNoise

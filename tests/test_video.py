@@ -13,9 +13,9 @@ import pytest
 from PIL import Image, ImageSequence
 
 import rlpipe.envs  # noqa: F401  (registers GoalWorld-v0)
+from rlpipe.commands.video import ffmpeg_binary, video_frame
 from rlpipe.envs.goalworld import COLOURS, GoalWorldEnv
 from rlpipe.errors import RlpipeError
-from rlpipe.pipeline.video import ffmpeg_binary, video_frame
 from tests.test_report import assert_not_blank
 
 

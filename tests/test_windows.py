@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import tests.image_env  # noqa: F401  (registers TinyFrames-v0)
+from rlpipe.commands.collect import collect_dataset
 from rlpipe.datasets import frames
 from rlpipe.datasets.loader import load_shards
 from rlpipe.datasets.mapped import MappedTransitions
@@ -21,7 +22,6 @@ from rlpipe.datasets.store import open_dataset
 from rlpipe.datasets.writer import write_rows
 from rlpipe.envs.spaces import ActionScaler
 from rlpipe.errors import RlpipeError
-from rlpipe.pipeline.collect import collect_dataset
 from rlpipe.training.env import BOX
 from rlpipe.training.offline import load_offline
 from rlpipe.training.windows import WindowBatch, WindowSampler, shuffled_within_steps

@@ -22,7 +22,7 @@ python3 -m pip download -q "${WHEELS[@]}" -d "$CARRY/peer" \
   d3rlpy==2.8.1 gymnasium==1.0.0 farama-notifications==0.0.4 structlog==26.1.0 dataclasses-json==0.6.7 \
   'marshmallow>=3.18,<4' gym_notices==0.1.0
 python3 -m pip wheel -q --no-deps -w "$CARRY/peer" gym==0.26.2  # d3rlpy imports gym; 0.26.2 is a source release
-PROFILE=benchmarks/d4rl-cpu
+PROFILE=suites/d4rl-cpu
 if [ -d "$PROFILE/datasets/hopper-medium" ]; then
   .venv/bin/rlpipe datasets filter hopper-medium --name hopper-medium-arrow --max-length 1000000 --format arrow \
     --store "$PROFILE/datasets" --force > /dev/null

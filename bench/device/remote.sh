@@ -31,7 +31,7 @@ if [ -n "${TINY:-}" ]; then
   DEVICE=cpu GPU_ALL=(--device cpu --tiny) SETS=(--set updates=40 --set eval_every=20 --set heldout_eval_episodes=3)
 fi
 d4rl() {  # the profile's sweeps on $DEVICE, one after another
-  local store=$CARRY/datasets profile=benchmarks/d4rl-cpu/params.yaml key algo seeds rc start
+  local store=$CARRY/datasets profile=suites/d4rl-cpu/params.yaml key algo seeds rc start
   [ -d "$store/hopper-medium-arrow" ] || { log "d4rl: no $store/hopper-medium-arrow (bench/device/prepare.sh makes it)"; return 1; }
   mkdir -p "$OUTDIR/d4rl"
   for key in ${D4RL_ENTRIES:-bc td3bc iql cql edac rebrac-medium awac calql}; do

@@ -13,7 +13,7 @@ holds (so the saved policy applies it) and the critics share.
 The defaults are CORL's ``algorithms/offline/awac.py``, but for two departures: a
 tanh-Gaussian actor with a state-dependent std (CORL: an unsquashed Gaussian mean with
 one learnt std per action dimension, sampled actions clipped to the range; ``actor=normal``
-is that actor with a tanh on the mean, IQL's `NormalActor`), and 256x256 hidden layers
+is that actor with a tanh on the mean, `NormalActor` in rlpipe.nets.networks), and 256x256 hidden layers
 (CORL: three layers of 256).
 """
 
@@ -26,9 +26,9 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from rlpipe.algos.iql import NormalActor, awr_weights
-from rlpipe.algos.registry import OFFLINE_OBSERVATION_KINDS, AlgoSpec, Family
-from rlpipe.models.networks import EnsembleQ, TanhGaussianActor
+from rlpipe.algos.iql import awr_weights
+from rlpipe.algos.registry import REGISTRY
+from rlpipe.nets.networks import EnsembleQ, NormalActor, TanhGaussianActor
 from rlpipe.training import Batch, OfflineConfig, TrainResult
 from rlpipe.training.config import FinetuneFields, layer_sizes, positive
 from rlpipe.training.diagnostics import Diagnosed
@@ -38,13 +38,7 @@ from rlpipe.training.offline import Learner, fit_obs_normalizer, load_offline, t
 from rlpipe.training.optim import adam, optimizer_step, polyak_update, target_copy
 
 ACTION_SPACES = (BOX,)
-SPEC = AlgoSpec(
-    name="awac",
-    family=Family.OFFLINE,
-    online=False,
-    observation_kinds_ref=OFFLINE_OBSERVATION_KINDS,
-    summary="advantage-weighted actor-critic",
-)
+SPEC = REGISTRY["awac"]
 
 
 @dataclass
@@ -61,7 +55,7 @@ class Config(FinetuneFields, OfflineConfig):
     exp_adv_max: float = positive(100.0)  # clip of the weights
     normalize_obs: bool = True  # with the dataset's mean and std
     # gaussian: tanh-squashed (SAC's); normal: CORL's, whose likelihood of a saturated dataset
-    # action stays finite (IQL's NormalActor)
+    # action stays finite (NormalActor)
     actor: Literal["gaussian", "normal"] = "gaussian"
 
 

@@ -19,11 +19,11 @@ from typing import Any, Literal, cast
 import torch
 import torch.nn.functional as F
 
-from rlpipe.algos.registry import OFFLINE_IMAGE_OBSERVATION_KINDS, AlgoSpec, Family
+from rlpipe.algos.registry import REGISTRY
 from rlpipe.errors import RlpipeError
-from rlpipe.models.encoders import EncoderChoice
-from rlpipe.models.networks import CategoricalActor, DeterministicActor, TanhGaussianActor
-from rlpipe.models.recurrent import RecurrentCategoricalActor
+from rlpipe.nets.encoders import EncoderChoice
+from rlpipe.nets.networks import CategoricalActor, DeterministicActor, TanhGaussianActor
+from rlpipe.nets.recurrent import RecurrentCategoricalActor
 from rlpipe.training import Batch, OfflineConfig, TrainResult
 from rlpipe.training.config import layer_sizes, positive
 from rlpipe.training.diagnostics import Diagnosed
@@ -33,14 +33,7 @@ from rlpipe.training.optim import adam, optimizer_step
 from rlpipe.training.windows import MAX_WINDOW, WindowBatch, window_sampler
 
 ACTION_SPACES = (DISCRETE, BOX)
-SPEC = AlgoSpec(
-    name="bc",
-    family=Family.IMITATION,
-    online=False,
-    observation_kinds_ref=OFFLINE_IMAGE_OBSERVATION_KINDS,
-    resumable=True,
-    summary="behaviour cloning",
-)
+SPEC = REGISTRY["bc"]
 
 
 @dataclass

@@ -29,9 +29,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rlpipe.algos.registry import OFFLINE_IMAGE_OBSERVATION_KINDS, AlgoSpec, Family
-from rlpipe.models.encoders import EncoderChoice, build_encoder
-from rlpipe.models.networks import EnsembleQ, init_spec, mlp, register_policy_class
+from rlpipe.algos.registry import REGISTRY
+from rlpipe.nets.encoders import EncoderChoice, build_encoder
+from rlpipe.nets.networks import EnsembleQ, init_spec, mlp, register_policy_class
 from rlpipe.training import Batch, OfflineConfig, TrainResult
 from rlpipe.training.config import check_fractions, layer_sizes, positive
 from rlpipe.training.diagnostics import Diagnosed
@@ -41,13 +41,7 @@ from rlpipe.training.offline import IMAGE_OBSERVATION_KINDS, Learner, OfflineDat
 from rlpipe.training.optim import adam, frozen, optimizer_step, polyak_update, target_copy
 
 ACTION_SPACES = (BOX, DISCRETE)
-SPEC = AlgoSpec(
-    name="bcq",
-    family=Family.OFFLINE,
-    online=False,
-    observation_kinds_ref=OFFLINE_IMAGE_OBSERVATION_KINDS,
-    summary="batch-constrained Q-learning",
-)
+SPEC = REGISTRY["bcq"]
 LOG_STD_MIN, LOG_STD_MAX = -4.0, 15.0  # the encoder's log std range in the BCQ paper's code
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from rlpipe.algos import cql
-from rlpipe.algos.registry import OFFLINE_OBSERVATION_KINDS, AlgoSpec, Family
+from rlpipe.algos.registry import REGISTRY
 from rlpipe.errors import RlpipeError
 from rlpipe.training import TrainResult
 from rlpipe.training.buffer import ReturnsToGo
@@ -38,14 +38,7 @@ from rlpipe.training.env import BOX
 from rlpipe.training.offline import load_offline, train_offline
 
 ACTION_SPACES = (BOX,)
-SPEC = AlgoSpec(
-    name="calql",
-    family=Family.OFFLINE,
-    online=False,
-    batched_seeds=False,
-    observation_kinds_ref=OFFLINE_OBSERVATION_KINDS,
-    summary="calibrated CQL (Cal-QL), for offline-to-online fine-tuning",
-)
+SPEC = REGISTRY["calql"]
 
 
 @dataclass

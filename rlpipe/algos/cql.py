@@ -34,11 +34,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rlpipe.algos.registry import OFFLINE_IMAGE_OBSERVATION_KINDS, AlgoSpec, Family
+from rlpipe.algos.registry import REGISTRY
 from rlpipe.algos.sac import SoftActorCritic, StackedSoftActorCritic
 from rlpipe.errors import RlpipeError
-from rlpipe.models.encoders import EncoderChoice
-from rlpipe.models.networks import EnsembleQ, GreedyQPolicy, TanhGaussianActor
+from rlpipe.nets.encoders import EncoderChoice
+from rlpipe.nets.networks import EnsembleQ, GreedyQPolicy, TanhGaussianActor
 from rlpipe.training import Batch, OfflineConfig, TrainResult, Update
 from rlpipe.training.config import FinetuneFields, layer_sizes, positive
 from rlpipe.training.diagnostics import Diagnosed
@@ -50,14 +50,7 @@ from rlpipe.training.seeding import seed_everything
 from rlpipe.training.seedstack import SeedStack, train_offline_seeds
 
 ACTION_SPACES = (BOX, DISCRETE)
-SPEC = AlgoSpec(
-    name="cql",
-    family=Family.OFFLINE,
-    online=False,
-    observation_kinds_ref=OFFLINE_IMAGE_OBSERVATION_KINDS,
-    batched_seeds=True,
-    summary="conservative Q-learning",
-)
+SPEC = REGISTRY["cql"]
 CPU_BLOCK_ROWS = 512  # critic rows per pass on CPU (see data_and_sampled_q)
 
 

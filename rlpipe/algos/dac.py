@@ -35,7 +35,7 @@ import torch
 
 from rlpipe.algos import sac
 from rlpipe.algos.gail import Discriminator, discriminator_update
-from rlpipe.algos.registry import AlgoSpec, Family
+from rlpipe.algos.registry import REGISTRY
 from rlpipe.envs import base_env_id
 from rlpipe.errors import RlpipeError
 from rlpipe.training import Batch, DatasetFields, TrainResult
@@ -47,12 +47,7 @@ from rlpipe.training.offpolicy import Agent, setup, train_off_policy
 from rlpipe.training.optim import adam
 
 ACTION_SPACES = (BOX,)
-SPEC = AlgoSpec(
-    name="dac",
-    family=Family.IMITATION,
-    online=False,
-    summary="discriminator-actor-critic: adversarial imitation with a SAC learner (env-steps budget)",
-)
+SPEC = REGISTRY["dac"]
 
 
 @dataclass

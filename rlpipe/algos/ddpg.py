@@ -15,8 +15,8 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from rlpipe.algos.registry import AlgoSpec, Family
-from rlpipe.models.networks import DeterministicActor, EnsembleQ
+from rlpipe.algos.registry import REGISTRY
+from rlpipe.nets.networks import DeterministicActor, EnsembleQ
 from rlpipe.training import Batch, OnlineConfig, StepSink, TrainResult
 from rlpipe.training.config import buffer_capacity, layer_sizes, positive
 from rlpipe.training.diagnostics import Diagnosed
@@ -26,7 +26,7 @@ from rlpipe.training.offpolicy import Agent, OffPolicySetup, noisy_explore, setu
 from rlpipe.training.optim import adam, frozen, optimizer_step, polyak_update, target_copy
 
 ACTION_SPACES = (BOX,)
-SPEC = AlgoSpec(name="ddpg", family=Family.OFF_POLICY, online=True, records_training=True, summary="deep deterministic policy gradient")
+SPEC = REGISTRY["ddpg"]
 
 
 @dataclass

@@ -10,7 +10,7 @@ and exploration, then ``train``: the shared off-policy loop (rlpipe.training.off
 that collects transitions (optionally streaming every one of them to ``step_sink``).
 
 Observations are flat vectors or images (MinAtar's 10 x 10 x C boards, Atari frames): the
-network's encoder (rlpipe.models.encoders) is chosen from the observation space.
+network's encoder (rlpipe.nets.encoders) is chosen from the observation space.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from rlpipe.algos.registry import AlgoSpec, Family
-from rlpipe.models.encoders import EncoderChoice
-from rlpipe.models.networks import GreedyQPolicy
+from rlpipe.algos.registry import REGISTRY
+from rlpipe.nets.encoders import EncoderChoice
+from rlpipe.nets.networks import GreedyQPolicy
 from rlpipe.training import Batch, OnlineConfig, StepSink, TrainResult
 from rlpipe.training.config import buffer_capacity, check_fractions, layer_sizes, positive
 from rlpipe.training.diagnostics import Diagnosed
@@ -37,15 +37,7 @@ from rlpipe.training.optim import adam, optimizer_step, polyak_update, target_co
 
 ACTION_SPACES = (DISCRETE,)
 OBSERVATION_KINDS = (BOX, IMAGE)
-SPEC = AlgoSpec(
-    name="dqn",
-    family=Family.OFF_POLICY,
-    online=True,
-    observation_kinds_ref="rlpipe.algos.dqn:OBSERVATION_KINDS",
-    records_training=True,
-    resumable=True,
-    summary="deep Q-network: double-Q target, optional dueling head",
-)
+SPEC = REGISTRY["dqn"]
 
 
 @dataclass

@@ -21,11 +21,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from rlpipe.algos.policy import LoadedPolicy, load_checkpoint_policy
-from rlpipe.algos.registry import AlgoSpec, Family
+from rlpipe.algos.registry import REGISTRY
 from rlpipe.datasets.frames import chain_starts
 from rlpipe.datasets.mapped import MappedTransitions
 from rlpipe.errors import RlpipeError
-from rlpipe.models.networks import Float32Linear, ObsNormalizer, init_spec, register_policy_class
+from rlpipe.nets.networks import Float32Linear, ObsNormalizer, init_spec, register_policy_class
 from rlpipe.training import ActionScaler, OfflineConfig, TrainResult
 from rlpipe.training.config import positive
 from rlpipe.training.diagnostics import Diagnosed
@@ -35,13 +35,7 @@ from rlpipe.training.optim import optimizer_step
 from rlpipe.training.windows import MAX_WINDOW, WindowBatch, window_sampler
 
 ACTION_SPACES = (DISCRETE, BOX)
-SPEC = AlgoSpec(
-    name="dt",
-    family=Family.OFFLINE,
-    online=False,
-    loader_ref="rlpipe.algos.dt:load_policy",
-    summary="decision transformer (return-conditioned sequence model)",
-)
+SPEC = REGISTRY["dt"]
 
 
 @dataclass

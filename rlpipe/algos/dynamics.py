@@ -1,4 +1,4 @@
-"""Dynamics: fit a Gaussian dynamics ensemble (``rlpipe.models.dynamics``) to a stored
+"""Dynamics: fit a Gaussian dynamics ensemble (``rlpipe.nets.dynamics``) to a stored
 dataset and save it for reuse (``rlpipe train mopo --set dynamics=RUN_DIR``). ``updates``
 caps the fit's gradient updates; early stopping on the holdout split usually ends it first.
 
@@ -16,8 +16,8 @@ from typing import Any, cast
 import torch
 from gymnasium import spaces
 
-from rlpipe.algos.registry import PLANNER_LOADER, AlgoSpec, Family
-from rlpipe.models.env_fns import reward_fn, termination_fn
+from rlpipe.algos.registry import REGISTRY
+from rlpipe.nets.env_fns import reward_fn, termination_fn
 from rlpipe.training import OfflineConfig, Run, TrainResult
 from rlpipe.training.config import layer_sizes, positive
 from rlpipe.training.env import BOX, ActionScaler
@@ -26,13 +26,7 @@ from rlpipe.training.offline import dataset_metrics, load_offline
 from rlpipe.training.planning import CEMPlanner, CEMSettings, ModelEnv, planner_policy
 
 ACTION_SPACES = (BOX,)
-SPEC = AlgoSpec(
-    name="dynamics",
-    family=Family.MODEL_BASED,
-    online=False,
-    loader_ref=PLANNER_LOADER,
-    summary="fit a dynamics ensemble to a dataset (reused by mopo)",
-)
+SPEC = REGISTRY["dynamics"]
 
 
 @dataclass

@@ -5,7 +5,7 @@ diverse so a small N suffices.
 Read top to bottom: config and tuned defaults, the diversity term, the critic loss, the
 update (the critics' step, then SAC's actor, temperature and target steps,
 :class:`rlpipe.algos.sac.SoftActorCritic`, with ``n_critics`` fused critics: one batched
-network, :class:`rlpipe.models.networks.EnsembleQ`), the networks' build (optionally with the
+network, :class:`rlpipe.nets.networks.EnsembleQ`), the networks' build (optionally with the
 paper's initialisation), then ``train``: the shared offline loop. The soft target and the
 actor both use the minimum over the N critics. With ``eta = 0`` this is SAC-N, the paper's
 ensemble without the diversity term (``rlpipe train edac --set eta=0``).
@@ -20,10 +20,10 @@ from typing import Any
 
 import torch
 
-from rlpipe.algos.registry import OFFLINE_OBSERVATION_KINDS, AlgoSpec, Family
+from rlpipe.algos.registry import REGISTRY
 from rlpipe.algos.sac import SACFields, SoftActorCritic
 from rlpipe.errors import RlpipeError
-from rlpipe.models.networks import EnsembleQ, edac_init_
+from rlpipe.nets.networks import EnsembleQ, edac_init_
 from rlpipe.training import Batch, OfflineConfig, TrainResult, Update
 from rlpipe.training.config import positive
 from rlpipe.training.diagnostics import Diagnosed
@@ -31,13 +31,7 @@ from rlpipe.training.env import BOX
 from rlpipe.training.offline import Learner, load_offline, train_offline
 
 ACTION_SPACES = (BOX,)
-SPEC = AlgoSpec(
-    name="edac",
-    family=Family.OFFLINE,
-    online=False,
-    observation_kinds_ref=OFFLINE_OBSERVATION_KINDS,
-    summary="SAC with N diversified critics (SAC-N with eta=0)",
-)
+SPEC = REGISTRY["edac"]
 
 
 @dataclass

@@ -33,10 +33,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from rlpipe.algos import ppo
-from rlpipe.algos.registry import AlgoSpec, Family
+from rlpipe.algos.registry import REGISTRY
 from rlpipe.envs import base_env_id
 from rlpipe.errors import RlpipeError
-from rlpipe.models.networks import mlp
+from rlpipe.nets.networks import mlp
 from rlpipe.training import Batch, DatasetFields, TrainResult
 from rlpipe.training.config import layer_sizes, positive
 from rlpipe.training.env import BOX, DISCRETE
@@ -44,9 +44,7 @@ from rlpipe.training.offline import dataset_metrics, load_offline
 from rlpipe.training.optim import adam, optimizer_step
 
 ACTION_SPACES = (DISCRETE, BOX)
-SPEC = AlgoSpec(
-    name="gail", family=Family.IMITATION, online=False, summary="generative adversarial imitation (PPO generator, env-steps budget)"
-)
+SPEC = REGISTRY["gail"]
 
 
 @dataclass

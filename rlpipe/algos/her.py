@@ -25,7 +25,6 @@ import torch
 from gymnasium import spaces
 
 from rlpipe.algos import ddpg, sac, td3
-from rlpipe.algos.registry import AlgoSpec, Family
 from rlpipe.datasets.her import STRATEGIES, goal_functions, goal_rows
 from rlpipe.envs.goals import flatten_obs
 from rlpipe.errors import RlpipeError
@@ -35,14 +34,6 @@ from rlpipe.training.offpolicy import setup, train_off_policy
 
 ACTION_SPACES = (BOX,)
 OBSERVATION_SPACES = (GOAL,)
-_SHARED: dict[str, Any] = dict(
-    family=Family.OFF_POLICY, online=True, observation_kinds_ref="rlpipe.algos.her:OBSERVATION_SPACES", records_training=True
-)
-SPECS = (
-    AlgoSpec(name="ddpg-her", config_name="DDPGHerConfig", summary="DDPG with hindsight experience replay, on goal envs", **_SHARED),
-    AlgoSpec(name="td3-her", config_name="TD3HerConfig", summary="TD3 with hindsight experience replay, on goal envs", **_SHARED),
-    AlgoSpec(name="sac-her", config_name="SACHerConfig", summary="SAC with hindsight experience replay, on goal envs", **_SHARED),
-)
 BASES: dict[str, ModuleType] = {"ddpg": ddpg, "td3": td3, "sac": sac}
 
 

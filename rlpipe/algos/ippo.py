@@ -3,7 +3,7 @@
 Each agent acts on its own observation (optionally with its one-hot id appended); the value
 function is per agent too (no centralised critic: that is what makes it *independent*;
 ``central_critic`` swaps in a MAPPO-style one). The agents of all ``num_envs`` games form
-one batch of ``num_envs x team_size`` PPO rows (:class:`rlpipe.training.families.combat.CombatRows`):
+one batch of ``num_envs x team_size`` PPO rows (:class:`rlpipe.training.multiagent.combat.CombatRows`):
 the shared on-policy pieces (:mod:`rlpipe.training.onpolicy`: rollout storage, GAE, the
 clipped update) run on them with a per-agent episode end (the game's end, or the agent's
 death; with ``carry_dead`` only the game's end), and only living agents' actions are
@@ -21,26 +21,20 @@ import torch
 from torch import nn
 
 from rlpipe.algos.ppo import ppo_update
-from rlpipe.algos.registry import AlgoSpec, Family
+from rlpipe.algos.registry import REGISTRY
 from rlpipe.envs.combat import CombatVectorEnv
 from rlpipe.errors import RlpipeError
-from rlpipe.models.networks import mlp
+from rlpipe.nets.networks import mlp
 from rlpipe.training import OnlineConfig, Run, TrainResult, resolve_device, seed_everything
 from rlpipe.training.config import layer_sizes, positive
 from rlpipe.training.env import DISCRETE
-from rlpipe.training.families.combat import CombatActorCritic, CombatEval, CombatRows, combat_metrics, combat_rules, evaluate_combat
-from rlpipe.training.multiagent import TeamPolicy, team_policy
+from rlpipe.training.multiagent.combat import CombatActorCritic, CombatEval, CombatRows, combat_metrics, combat_rules, evaluate_combat
+from rlpipe.training.multiagent.teams import TeamPolicy, team_policy
 from rlpipe.training.onpolicy import RolloutStorage
 from rlpipe.training.optim import adam
 
 ACTION_SPACES = (DISCRETE,)
-SPEC = AlgoSpec(
-    name="ippo",
-    family=Family.MULTI_AGENT,
-    online=True,
-    multi_agent=True,
-    summary="independent PPO, one policy shared by a team (Combat-v0)",
-)
+SPEC = REGISTRY["ippo"]
 
 
 @dataclass

@@ -12,28 +12,21 @@ normaliser the policy holds (so the saved policy applies it) and the critics sha
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
 
 import torch
 from torch import nn
-from torch.distributions import Normal
 
-from rlpipe.algos.registry import OFFLINE_OBSERVATION_KINDS, AlgoSpec, Family
+from rlpipe.algos.registry import REGISTRY
 from rlpipe.errors import RlpipeError
-from rlpipe.models.networks import (
-    LOG_STD_MAX,
-    LOG_STD_MIN,
+from rlpipe.nets.networks import (
     DeterministicActor,
     EnsembleQ,
-    ObsNormalizer,
+    NormalActor,
     TanhGaussianActor,
     ValueNet,
-    init_spec,
-    mlp,
-    register_policy_class,
 )
 from rlpipe.training import Batch, OfflineConfig, TrainResult
 from rlpipe.training.config import FinetuneFields, layer_sizes, positive
@@ -44,9 +37,7 @@ from rlpipe.training.offline import Learner, fit_obs_normalizer, load_offline, r
 from rlpipe.training.optim import CosineLR, adam, optimizer_step, polyak_update, target_copy
 
 ACTION_SPACES = (BOX,)
-SPEC = AlgoSpec(
-    name="iql", family=Family.OFFLINE, online=False, observation_kinds_ref=OFFLINE_OBSERVATION_KINDS, summary="implicit Q-learning"
-)
+SPEC = REGISTRY["iql"]
 
 
 @dataclass
@@ -84,43 +75,6 @@ TUNED: dict[str, dict[str, Any]] = {
     # V rates fast-spinning states at half their true cost, and AWR learns to spin (about -700).
     "Pendulum-v1": dict(updates=20_000, hidden=(64, 64), gamma=0.9, eval_every=2_000),
 }
-
-
-@register_policy_class
-class NormalActor(nn.Module):
-    """CORL's and d3rlpy's IQL policy: a ~ N(tanh(mu(s)), sigma), sigma one learned vector.
-
-    Its log-likelihood of a dataset action is a plain Gaussian's, so an action at the bound
-    (tanh saturated in float32) costs a finite squared error where a tanh-squashed Gaussian's
-    needs atanh(1 - eps). Sampled actions are clipped to [-1, 1]."""
-
-    kind = "normal"
-
-    def __init__(self, obs_dim: int, act_dim: int, hidden: Sequence[int] = (256, 256), normalize_obs: bool = False) -> None:
-        super().__init__()
-        self.spec = init_spec(NormalActor.__init__, locals())
-        self.obs_norm = ObsNormalizer(obs_dim) if normalize_obs else nn.Identity()
-        self.net = mlp(obs_dim, act_dim, hidden)
-        self.log_std = nn.Parameter(torch.zeros(act_dim))
-
-    def _dist(self, obs: torch.Tensor) -> Normal:
-        std = self.log_std.clamp(LOG_STD_MIN, LOG_STD_MAX).exp()  # d3rlpy's bounds, as our other actors
-        return Normal(torch.tanh(self.net(self.obs_norm(obs))), std, validate_args=False)
-
-    def log_prob(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        """log pi(a|s) of dataset actions, summed over action dimensions."""
-        return self._dist(obs).log_prob(action).sum(-1)
-
-    def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """A reparameterised sample clipped to [-1, 1], and the log-probability of the sample
-        before the clip (as :class:`TanhGaussianActor.sample`'s pair; AWAC uses the action)."""
-        dist = self._dist(obs)
-        action = dist.rsample()
-        return action.clamp(-1.0, 1.0), dist.log_prob(action).sum(-1)
-
-    @torch.no_grad()
-    def act(self, obs: torch.Tensor, deterministic: bool = True) -> torch.Tensor:
-        return self._dist(obs).mean if deterministic else self.sample(obs)[0]
 
 
 def expectile_loss(diff: torch.Tensor, expectile: float) -> torch.Tensor:

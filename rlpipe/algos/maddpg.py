@@ -35,24 +35,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rlpipe.algos.registry import AlgoSpec, Family
+from rlpipe.algos.registry import REGISTRY
 from rlpipe.envs.multiagent import make_parallel_env
 from rlpipe.errors import RlpipeError
-from rlpipe.models.networks import mlp, register_policy_class
+from rlpipe.nets.networks import mlp, register_policy_class
 from rlpipe.training import OnlineConfig, Run, TrainResult, resolve_device, seed_everything
 from rlpipe.training.config import buffer_capacity, layer_sizes, positive
 from rlpipe.training.env import DISCRETE
-from rlpipe.training.families.mpe import AgentPolicy, SideEval, evaluate_sides, with_obs_delta
+from rlpipe.training.multiagent.mpe import AgentPolicy, SideEval, evaluate_sides, with_obs_delta
 from rlpipe.training.optim import adam, optimizer_step, polyak_update
 
 ACTION_SPACES = (DISCRETE,)
-SPEC = AlgoSpec(
-    name="maddpg",
-    family=Family.MULTI_AGENT,
-    online=True,
-    multi_agent=True,
-    summary="MADDPG: centralised critics, Gumbel-softmax actors (MPE)",
-)
+SPEC = REGISTRY["maddpg"]
 
 
 @dataclass

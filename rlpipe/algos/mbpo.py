@@ -18,13 +18,13 @@ from typing import Any, cast
 import torch
 from gymnasium import spaces
 
-from rlpipe.algos.registry import AlgoSpec, Family
+from rlpipe.algos.registry import REGISTRY
 from rlpipe.algos.sac import SACFields, make_agent
 from rlpipe.envs.stepper import EpisodeReturns
 from rlpipe.errors import RlpipeError
-from rlpipe.models.dynamics import FitReport
-from rlpipe.models.env_fns import reward_fn, termination_fn
-from rlpipe.models.networks import TanhGaussianActor
+from rlpipe.nets.dynamics import FitReport
+from rlpipe.nets.env_fns import reward_fn, termination_fn
+from rlpipe.nets.networks import TanhGaussianActor
 from rlpipe.training import Batch, OnlineConfig, ReplayBuffer, StepBatch, TrainResult
 from rlpipe.training.config import buffer_capacity, check_fractions, positive
 from rlpipe.training.env import BOX
@@ -42,7 +42,7 @@ from rlpipe.training.offpolicy import Agent, OffPolicySetup, setup, train_off_po
 from rlpipe.training.planning import ModelEnv
 
 ACTION_SPACES = (BOX,)
-SPEC = AlgoSpec(name="mbpo", family=Family.MODEL_BASED, online=True, summary="SAC on real and short model rollouts")
+SPEC = REGISTRY["mbpo"]
 MODEL_SEED_OFFSET = 2  # the model's fits and rollouts draw from their own stream (the buffers: seed, seed + 1)
 
 

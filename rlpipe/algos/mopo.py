@@ -18,9 +18,9 @@ from typing import Any, Literal, cast
 import torch
 from gymnasium import spaces
 
-from rlpipe.algos.registry import AlgoSpec, Family
+from rlpipe.algos.registry import REGISTRY
 from rlpipe.algos.sac import SACFields, SoftActorCritic
-from rlpipe.models.env_fns import reward_fn, termination_fn
+from rlpipe.nets.env_fns import reward_fn, termination_fn
 from rlpipe.training import Batch, OfflineConfig, ReplayBuffer, TrainResult
 from rlpipe.training.config import check_fractions, layer_sizes, positive
 from rlpipe.training.diagnostics import Diagnosed
@@ -39,7 +39,7 @@ from rlpipe.training.offline import Learner, OfflineData, load_offline, train_of
 from rlpipe.training.planning import ModelEnv
 
 ACTION_SPACES = (BOX,)
-SPEC = AlgoSpec(name="mopo", family=Family.MODEL_BASED, online=False, summary="offline MBPO with an uncertainty penalty")
+SPEC = REGISTRY["mopo"]
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """PETS: probabilistic ensembles with trajectory sampling (Chua et al. 2018).
 
-No policy network: a Gaussian dynamics ensemble (``rlpipe.models.dynamics``) is fitted to
+No policy network: a Gaussian dynamics ensemble (``rlpipe.nets.dynamics``) is fitted to
 every transition seen so far, and each action is planned by cross-entropy-method MPC in
 the model (``rlpipe.training.planning``), with the env's known termination and, by
 default, its known reward. Read top to bottom: config and tuned defaults, then ``train``:
@@ -18,9 +18,9 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from rlpipe.algos.registry import PLANNER_LOADER, AlgoSpec, Family
+from rlpipe.algos.registry import REGISTRY
 from rlpipe.envs.stepper import EpisodeReturns
-from rlpipe.models.env_fns import reward_fn, termination_fn
+from rlpipe.nets.env_fns import reward_fn, termination_fn
 from rlpipe.training import OnlineConfig, ReplayBuffer, Run, TrainResult, VecStepper
 from rlpipe.training.config import positive
 from rlpipe.training.env import BOX, ActionScaler
@@ -36,13 +36,7 @@ from rlpipe.training.offpolicy import setup
 from rlpipe.training.planning import CEMPlanner, CEMSettings, ModelEnv, planner_policy
 
 ACTION_SPACES = (BOX,)
-SPEC = AlgoSpec(
-    name="pets",
-    family=Family.MODEL_BASED,
-    online=True,
-    loader_ref=PLANNER_LOADER,
-    summary="dynamics ensemble + CEM planning (no policy network)",
-)
+SPEC = REGISTRY["pets"]
 EVAL_GENERATOR_OFFSET = 1  # the evaluation planner draws from its own generator
 
 

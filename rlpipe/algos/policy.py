@@ -14,7 +14,7 @@ from gymnasium import spaces
 from rlpipe.errors import ArgumentError, RlpipeError
 
 if TYPE_CHECKING:
-    from rlpipe.models.checkpoint import Checkpoint
+    from rlpipe.nets.checkpoint import Checkpoint
 
 
 @dataclass
@@ -84,7 +84,7 @@ def load_checkpoint_policy(
     """
     from rlpipe.envs import recorded_env_id
     from rlpipe.envs.spaces import require_policy_fits_env
-    from rlpipe.models.checkpoint import load_checkpoint
+    from rlpipe.nets.checkpoint import load_checkpoint
     from rlpipe.training.env import ActionScaler, resolve_device, space_from_json
     from rlpipe.training.evaluation import policy_fn
 
@@ -106,11 +106,20 @@ def load_checkpoint_policy(
 def rebuild_actor(ckpt: Checkpoint, run_dir: str | Path, device: torch.device) -> torch.nn.Module:
     """A checkpoint's policy network with its weights, in eval mode. Its class must be
     registered: the loaders run after :func:`rlpipe.algos.registry.import_algorithm`."""
-    from rlpipe.models.networks import build_policy
+    from rlpipe.nets.networks import build_policy, policy_shapes
 
-    actor = build_policy(ckpt.meta["policy"]["kind"], ckpt.meta["policy"]["spec"]).to(device)
+    kind, spec, weights = ckpt.meta["policy"]["kind"], ckpt.meta["policy"]["spec"], ckpt.state_dict("policy")
+    needed, saved = policy_shapes(kind, spec), {key: tuple(value.shape) for key, value in weights.items()}
+    if needed != saved:
+        differ = sorted(set(needed) ^ set(saved)) or sorted(key for key in needed if needed[key] != saved[key])
+        key = differ[0]
+        raise RlpipeError(
+            f"checkpoint in {run_dir} does not match its policy spec: tensor {key!r} is {list(saved[key]) if key in saved else 'missing'}"
+            f" in the weights, {list(needed[key]) if key in needed else 'not a tensor'} in the spec"
+        )
+    actor = build_policy(kind, spec).to(device)
     try:
-        actor.load_state_dict(ckpt.state_dict("policy"))
+        actor.load_state_dict(weights)
     except RuntimeError as exc:
         raise RlpipeError(f"checkpoint in {run_dir} does not match its policy spec: {str(exc).splitlines()[0]}") from None
     return actor.eval()
@@ -120,7 +129,7 @@ def refuse_planner_policy(run_dir: str | Path, device: str = "cpu", deterministi
     """The loader of planner runs (PETS, the dynamics trainer): their checkpoint holds a
     dynamics model, their actions come from planning with it, so there is no policy network
     to load; always an RlpipeError saying so."""
-    from rlpipe.models.checkpoint import read_meta
+    from rlpipe.nets.checkpoint import read_meta
 
     meta = read_meta(run_dir)
     raise RlpipeError(

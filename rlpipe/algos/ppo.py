@@ -24,10 +24,10 @@ import torch.nn.functional as F
 from gymnasium import spaces
 from torch import nn
 
-from rlpipe.algos.registry import AlgoSpec, Family
+from rlpipe.algos.registry import REGISTRY
 from rlpipe.errors import RlpipeError
-from rlpipe.models.networks import ActorCritic, ObsNormalizer
-from rlpipe.models.recurrent import RecurrentActorCritic
+from rlpipe.nets.networks import ActorCritic, ObsNormalizer
+from rlpipe.nets.recurrent import RecurrentActorCritic
 from rlpipe.training import (
     ActionScaler,
     OnlineConfig,
@@ -49,7 +49,7 @@ from rlpipe.training.optim import adam, autocast, optimizer_step
 from rlpipe.training.resume import Checkpointer
 
 ACTION_SPACES = (DISCRETE, BOX)
-SPEC = AlgoSpec(name="ppo", family=Family.ON_POLICY, online=True, records_training=True, resumable=True, summary="clipped PPO with GAE")
+SPEC = REGISTRY["ppo"]
 
 
 @dataclass

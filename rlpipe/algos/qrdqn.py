@@ -17,22 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from rlpipe.algos import dqn
-from rlpipe.algos.registry import AlgoSpec, Family
+from rlpipe.algos.registry import REGISTRY
 from rlpipe.training import StepSink, TrainResult
 from rlpipe.training.config import positive
 from rlpipe.training.losses import quantile_huber_loss
 from rlpipe.training.offpolicy import setup, train_off_policy
 
 ACTION_SPACES = dqn.ACTION_SPACES
-SPEC = AlgoSpec(
-    name="qrdqn",
-    family=Family.OFF_POLICY,
-    online=True,
-    observation_kinds_ref="rlpipe.algos.dqn:OBSERVATION_KINDS",
-    records_training=True,
-    resumable=True,
-    summary="quantile-regression DQN",
-)
+SPEC = REGISTRY["qrdqn"]
 
 
 @dataclass

@@ -17,23 +17,17 @@ from typing import Any
 
 import torch
 
-from rlpipe.algos.registry import OFFLINE_OBSERVATION_KINDS, AlgoSpec, Family
+from rlpipe.algos.registry import REGISTRY
 from rlpipe.algos.td3 import td3_td_errors, td3_update
 from rlpipe.errors import RlpipeError
-from rlpipe.models.networks import DeterministicActor, EnsembleQ, edac_init_
+from rlpipe.nets.networks import DeterministicActor, EnsembleQ, edac_init_
 from rlpipe.training import Batch, OfflineConfig, TrainResult
 from rlpipe.training.config import layer_sizes, positive
 from rlpipe.training.env import BOX
 from rlpipe.training.offline import Learner, fit_obs_normalizer, load_offline, train_offline
 
 ACTION_SPACES = (BOX,)
-SPEC = AlgoSpec(
-    name="rebrac",
-    family=Family.OFFLINE,
-    online=False,
-    observation_kinds_ref=OFFLINE_OBSERVATION_KINDS,
-    summary="TD3+BC with behaviour penalties in actor and critic, LayerNorm critics",
-)
+SPEC = REGISTRY["rebrac"]
 
 
 @dataclass

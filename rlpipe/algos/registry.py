@@ -4,27 +4,25 @@ The CLI, the pipeline and policy loading read what an algorithm can do from here
 or offline, the action and observation kinds it accepts, single- or multi-agent, whether
 it can stream its training transitions) instead of from the module. Adding an algorithm
 is one module in ``rlpipe/algos/`` (a ``Config`` extending :class:`OnlineConfig` or
-:class:`OfflineConfig`, a ``TUNED`` table, a ``train``, its ``ACTION_SPACES`` and its
-``SPEC = AlgoSpec(...)``) plus its name in :data:`ALGORITHM_MODULES`.
+:class:`OfflineConfig`, a ``TUNED`` table, a ``train`` and its ``ACTION_SPACES``) plus its
+``AlgoSpec`` row in :data:`SPECS`; the module reads its own row back (``SPEC = REGISTRY[NAME]``).
 
-Importing this module does not import torch: the specs are read from the modules' source
-(:func:`declared_specs`), and a module is imported the first time a spec's config class,
-tuned values, ``train``, space kinds or policy loader are read. So ``rlpipe --help`` and
+Importing this module does not import torch: :data:`SPECS` is a static table, and a module is
+imported the first time a spec's config class, tuned values, ``train``, space kinds or policy
+loader are read. So ``rlpipe --help`` and
 the collect/dataset commands, which only list the registry, start without torch.
 """
 
 from __future__ import annotations
 
-import ast
 import importlib
 import importlib.util
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rlpipe.envs.spaces import BOX, require_spaces
 from rlpipe.errors import ArgumentError, RlpipeError
@@ -81,7 +79,7 @@ class AlgoSpec:
     name: str
     family: Family
     online: bool  # learns by acting in ``--env``; False: learns from ``--dataset`` (its env from the metadata)
-    module: str = ""  # filled by the registry: the declaring module (config class, TUNED, train, ACTION_SPACES)
+    module: str  # the module of its config class, TUNED, train and ACTION_SPACES
     config_name: str = "Config"  # the config class's name in ``module``
     observation_kinds_ref: str = ""  # "module:NAME" of the accepted observation kinds (BOX, GOAL, IMAGE); "": BOX only
     multi_agent: bool = False  # trains on the multi-agent env ids of its TUNED table (rlpipe.envs.multiagent)
@@ -144,118 +142,239 @@ class AlgoSpec:
         require_spaces(self.name, where, observation_space, action_space, self.action_kinds, self.observation_kinds)
 
 
-# The modules that declare algorithms, in ``rlpipe train --help`` order.
-ALGORITHM_MODULES: tuple[str, ...] = tuple(
-    f"rlpipe.algos.{name}"
-    for name in (
-        "ppo",
-        "sac",
-        "ddpg",
-        "td3",
-        "her",
-        "dqn",
-        "qrdqn",
-        "bc",
-        "gail",
-        "dac",
-        "cql",
-        "calql",
-        "bcq",
-        "td3_bc",
-        "iql",
-        "awac",
-        "rebrac",
-        "dt",
-        "edac",
-        "ippo",
-        "maddpg",
-        "pets",
-        "mbpo",
-        "dynamics",
-        "mopo",
-    )
+# Every algorithm rlpipe ships, in ``rlpipe train --help`` order: plain data, so that reading it
+# imports neither torch nor the algorithm modules (the CLI's start-up and ``make deps`` read it).
+SPECS: tuple[AlgoSpec, ...] = (
+    AlgoSpec(
+        name="ppo",
+        module="rlpipe.algos.ppo",
+        family=Family.ON_POLICY,
+        online=True,
+        records_training=True,
+        resumable=True,
+        summary="clipped PPO with GAE",
+    ),
+    AlgoSpec(
+        name="sac",
+        module="rlpipe.algos.sac",
+        family=Family.OFF_POLICY,
+        online=True,
+        records_training=True,
+        batched_seeds=True,
+        resumable=True,
+        summary="soft actor-critic",
+    ),
+    AlgoSpec(
+        name="ddpg",
+        module="rlpipe.algos.ddpg",
+        family=Family.OFF_POLICY,
+        online=True,
+        records_training=True,
+        summary="deep deterministic policy gradient",
+    ),
+    AlgoSpec(
+        name="td3", module="rlpipe.algos.td3", family=Family.OFF_POLICY, online=True, records_training=True, summary="twin delayed DDPG"
+    ),
+    AlgoSpec(
+        name="ddpg-her",
+        module="rlpipe.algos.her",
+        family=Family.OFF_POLICY,
+        online=True,
+        config_name="DDPGHerConfig",
+        observation_kinds_ref="rlpipe.algos.her:OBSERVATION_SPACES",
+        records_training=True,
+        summary="DDPG with hindsight experience replay, on goal envs",
+    ),
+    AlgoSpec(
+        name="td3-her",
+        module="rlpipe.algos.her",
+        family=Family.OFF_POLICY,
+        online=True,
+        config_name="TD3HerConfig",
+        observation_kinds_ref="rlpipe.algos.her:OBSERVATION_SPACES",
+        records_training=True,
+        summary="TD3 with hindsight experience replay, on goal envs",
+    ),
+    AlgoSpec(
+        name="sac-her",
+        module="rlpipe.algos.her",
+        family=Family.OFF_POLICY,
+        online=True,
+        config_name="SACHerConfig",
+        observation_kinds_ref="rlpipe.algos.her:OBSERVATION_SPACES",
+        records_training=True,
+        summary="SAC with hindsight experience replay, on goal envs",
+    ),
+    AlgoSpec(
+        name="dqn",
+        module="rlpipe.algos.dqn",
+        family=Family.OFF_POLICY,
+        online=True,
+        observation_kinds_ref="rlpipe.algos.dqn:OBSERVATION_KINDS",
+        records_training=True,
+        resumable=True,
+        summary="deep Q-network: double-Q target, optional dueling head",
+    ),
+    AlgoSpec(
+        name="qrdqn",
+        module="rlpipe.algos.qrdqn",
+        family=Family.OFF_POLICY,
+        online=True,
+        observation_kinds_ref="rlpipe.algos.dqn:OBSERVATION_KINDS",
+        records_training=True,
+        resumable=True,
+        summary="quantile-regression DQN",
+    ),
+    AlgoSpec(
+        name="bc",
+        module="rlpipe.algos.bc",
+        family=Family.IMITATION,
+        online=False,
+        observation_kinds_ref=OFFLINE_IMAGE_OBSERVATION_KINDS,
+        resumable=True,
+        summary="behaviour cloning",
+    ),
+    AlgoSpec(
+        name="gail",
+        module="rlpipe.algos.gail",
+        family=Family.IMITATION,
+        online=False,
+        summary="generative adversarial imitation (PPO generator, env-steps budget)",
+    ),
+    AlgoSpec(
+        name="dac",
+        module="rlpipe.algos.dac",
+        family=Family.IMITATION,
+        online=False,
+        summary="discriminator-actor-critic: adversarial imitation with a SAC learner (env-steps budget)",
+    ),
+    AlgoSpec(
+        name="cql",
+        module="rlpipe.algos.cql",
+        family=Family.OFFLINE,
+        online=False,
+        observation_kinds_ref=OFFLINE_IMAGE_OBSERVATION_KINDS,
+        batched_seeds=True,
+        summary="conservative Q-learning",
+    ),
+    AlgoSpec(
+        name="calql",
+        module="rlpipe.algos.calql",
+        family=Family.OFFLINE,
+        online=False,
+        observation_kinds_ref=OFFLINE_OBSERVATION_KINDS,
+        summary="calibrated CQL (Cal-QL), for offline-to-online fine-tuning",
+    ),
+    AlgoSpec(
+        name="bcq",
+        module="rlpipe.algos.bcq",
+        family=Family.OFFLINE,
+        online=False,
+        observation_kinds_ref=OFFLINE_IMAGE_OBSERVATION_KINDS,
+        summary="batch-constrained Q-learning",
+    ),
+    AlgoSpec(
+        name="td3bc",
+        module="rlpipe.algos.td3_bc",
+        family=Family.OFFLINE,
+        online=False,
+        observation_kinds_ref=OFFLINE_OBSERVATION_KINDS,
+        summary="TD3 with a behaviour-cloning term",
+    ),
+    AlgoSpec(
+        name="iql",
+        module="rlpipe.algos.iql",
+        family=Family.OFFLINE,
+        online=False,
+        observation_kinds_ref=OFFLINE_OBSERVATION_KINDS,
+        summary="implicit Q-learning",
+    ),
+    AlgoSpec(
+        name="awac",
+        module="rlpipe.algos.awac",
+        family=Family.OFFLINE,
+        online=False,
+        observation_kinds_ref=OFFLINE_OBSERVATION_KINDS,
+        summary="advantage-weighted actor-critic",
+    ),
+    AlgoSpec(
+        name="rebrac",
+        module="rlpipe.algos.rebrac",
+        family=Family.OFFLINE,
+        online=False,
+        observation_kinds_ref=OFFLINE_OBSERVATION_KINDS,
+        summary="TD3+BC with behaviour penalties in actor and critic, LayerNorm critics",
+    ),
+    AlgoSpec(
+        name="dt",
+        module="rlpipe.algos.dt",
+        family=Family.OFFLINE,
+        online=False,
+        loader_ref="rlpipe.algos.dt:load_policy",
+        summary="decision transformer (return-conditioned sequence model)",
+    ),
+    AlgoSpec(
+        name="edac",
+        module="rlpipe.algos.edac",
+        family=Family.OFFLINE,
+        online=False,
+        observation_kinds_ref=OFFLINE_OBSERVATION_KINDS,
+        summary="SAC with N diversified critics (SAC-N with eta=0)",
+    ),
+    AlgoSpec(
+        name="ippo",
+        module="rlpipe.algos.ippo",
+        family=Family.MULTI_AGENT,
+        online=True,
+        multi_agent=True,
+        summary="independent PPO, one policy shared by a team (Combat-v0)",
+    ),
+    AlgoSpec(
+        name="maddpg",
+        module="rlpipe.algos.maddpg",
+        family=Family.MULTI_AGENT,
+        online=True,
+        multi_agent=True,
+        summary="MADDPG: centralised critics, Gumbel-softmax actors (MPE)",
+    ),
+    AlgoSpec(
+        name="pets",
+        module="rlpipe.algos.pets",
+        family=Family.MODEL_BASED,
+        online=True,
+        loader_ref=PLANNER_LOADER,
+        summary="dynamics ensemble + CEM planning (no policy network)",
+    ),
+    AlgoSpec(
+        name="mbpo", module="rlpipe.algos.mbpo", family=Family.MODEL_BASED, online=True, summary="SAC on real and short model rollouts"
+    ),
+    AlgoSpec(
+        name="dynamics",
+        module="rlpipe.algos.dynamics",
+        family=Family.MODEL_BASED,
+        online=False,
+        loader_ref=PLANNER_LOADER,
+        summary="fit a dynamics ensemble to a dataset (reused by mopo)",
+    ),
+    AlgoSpec(
+        name="mopo", module="rlpipe.algos.mopo", family=Family.MODEL_BASED, online=False, summary="offline MBPO with an uncertainty penalty"
+    ),
 )
-# Names a declaration may use besides literals and ``Family.X``.
-_DECLARATION_NAMES: dict[str, str] = {
-    "OFFLINE_OBSERVATION_KINDS": OFFLINE_OBSERVATION_KINDS,
-    "OFFLINE_IMAGE_OBSERVATION_KINDS": OFFLINE_IMAGE_OBSERVATION_KINDS,
-    "CHECKPOINT_LOADER": CHECKPOINT_LOADER,
-    "PLANNER_LOADER": PLANNER_LOADER,
-}
-
-
-def declared_specs(module: str) -> tuple[AlgoSpec, ...]:
-    """The specs ``module`` declares before its first class or function, ``SPEC = AlgoSpec(...)`` (or a tuple
-    ``SPECS = (AlgoSpec(...), ...)``), read from its source without importing it (so no torch):
-    each keyword a literal, ``Family.X`` or one of this module's reference constants, and
-    ``**NAME`` the keywords of a top-level ``NAME = dict(...)`` (what several specs share)."""
-    found = importlib.util.find_spec(module)
-    if found is None or not found.origin:
-        raise RlpipeError(f"algorithm module {module} not found")
-    # The declarations precede the module's first class or function: only that head is parsed.
-    head = re.split(r"^(?=@|class |def |async def )", Path(found.origin).read_text(encoding="utf-8"), maxsplit=1, flags=re.M)[0]
-    try:
-        tree = ast.parse(head, found.origin)
-    except SyntaxError as exc:
-        raise RlpipeError(f"cannot read the SPEC of {module}: {exc}") from None
-    assigned = cast(  # annotated names without a value are left out
-        "dict[str, ast.expr]",
-        {
-            ast.unparse(node.targets[0] if isinstance(node, ast.Assign) else node.target): node.value
-            for node in tree.body
-            if (isinstance(node, ast.Assign) and len(node.targets) == 1) or (isinstance(node, ast.AnnAssign) and node.value is not None)
-        },
-    )
-    for name in ("SPEC", "SPECS"):
-        if name in assigned:
-            value = assigned[name]
-            return tuple(_spec_of(call, module, assigned) for call in (value.elts if isinstance(value, ast.Tuple) else [value]))
-    raise RlpipeError(f"{module} declares no SPEC = AlgoSpec(...) before its first class or function")
-
-
-def _keywords(call: ast.expr, func: str, module: str, assigned: Mapping[str, ast.expr]) -> list[ast.keyword]:
-    """The keywords of ``func(keyword=value, ..., **NAME)``, NAME's ``dict(...)`` expanded."""
-    if not (isinstance(call, ast.Call) and ast.unparse(call.func) == func and not call.args):
-        raise RlpipeError(f"{module}: SPEC must be AlgoSpec(keyword=value, ...), got {ast.unparse(call)}")
-    expanded = []
-    for keyword in call.keywords:
-        if keyword.arg is None:
-            expanded += _keywords(assigned.get(ast.unparse(keyword.value), keyword.value), "dict", module, assigned)
-        else:
-            expanded.append(keyword)
-    return expanded
-
-
-def _spec_of(call: ast.expr, module: str, assigned: Mapping[str, ast.expr]) -> AlgoSpec:
-    keywords = _keywords(call, "AlgoSpec", module, assigned)
-    return AlgoSpec(module=module, **{str(keyword.arg): _declared_value(keyword.value, module) for keyword in keywords})
-
-
-def _declared_value(node: ast.expr, module: str) -> Any:
-    if isinstance(node, ast.Constant):
-        return node.value
-    text = ast.unparse(node)
-    if text.startswith("Family.") and text.removeprefix("Family.") in Family.__members__:
-        return Family[text.removeprefix("Family.")]
-    if text in _DECLARATION_NAMES:
-        return _DECLARATION_NAMES[text]
-    raise RlpipeError(f"{module}: SPEC value {text} must be a literal, Family.X or one of {', '.join(_DECLARATION_NAMES)}")
-
-
-SPECS: tuple[AlgoSpec, ...] = tuple(spec for module in ALGORITHM_MODULES for spec in declared_specs(module))
 REGISTRY: dict[str, AlgoSpec] = {spec.name: spec for spec in SPECS}
 ONLINE: tuple[str, ...] = tuple(spec.name for spec in SPECS if spec.online)
 OFFLINE: tuple[str, ...] = tuple(spec.name for spec in SPECS if not spec.online)
 RESUMABLE: tuple[str, ...] = tuple(spec.name for spec in SPECS if spec.resumable)
 
 
-def register(module: str) -> tuple[AlgoSpec, ...]:
-    """Add the algorithms ``module`` declares (as :data:`ALGORITHM_MODULES` entries do) to
-    :data:`REGISTRY`, for ``get_algo`` and ``rlpipe train``: an algorithm kept outside rlpipe."""
-    specs = declared_specs(module)
+def register(*specs: AlgoSpec) -> tuple[AlgoSpec, ...]:
+    """Add algorithms kept outside rlpipe to :data:`REGISTRY`, for ``get_algo`` and ``rlpipe
+    train``: each spec names its ``module`` (config class, TUNED, train, ACTION_SPACES)."""
+    missing = [spec.name for spec in specs if not spec.module]
+    if missing:
+        raise RlpipeError(f"algorithm {', '.join(missing)}: its AlgoSpec names no module")
     taken = [spec.name for spec in specs if spec.name in REGISTRY]
     if taken:
-        raise RlpipeError(f"{module}: algorithm name {', '.join(taken)} is taken")
+        raise RlpipeError(f"algorithm name {', '.join(taken)} is taken")
     REGISTRY.update((spec.name, spec) for spec in specs)
     return specs
 
@@ -285,7 +404,7 @@ def load_policy(run_dir: str | Path, device: str = "cpu", deterministic: bool = 
     bounds / Discrete indices); ``.env_id`` and ``.checkpoint_sha256`` identify it.
     """
     from rlpipe.envs.multiagent import is_multi_agent
-    from rlpipe.models.checkpoint import read_meta
+    from rlpipe.nets.checkpoint import read_meta
 
     meta = read_meta(run_dir)
     spec = import_algorithm(meta.get("algo", ""))
@@ -295,7 +414,6 @@ def load_policy(run_dir: str | Path, device: str = "cpu", deterministic: bool = 
 
 
 __all__ = [
-    "ALGORITHM_MODULES",
     "AlgoSpec",
     "Family",
     "OFFLINE",
@@ -303,7 +421,6 @@ __all__ = [
     "REGISTRY",
     "RESUMABLE",
     "SPECS",
-    "declared_specs",
     "get_algo",
     "import_algorithm",
     "load_policy",

@@ -22,8 +22,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from rlpipe.algos.registry import AlgoSpec, Family
-from rlpipe.models.networks import EnsembleQ, TanhGaussianActor
+from rlpipe.algos.registry import REGISTRY
+from rlpipe.nets.networks import EnsembleQ, TanhGaussianActor
 from rlpipe.training import Batch, OnlineConfig, StepSink, TrainResult, Update
 from rlpipe.training.config import buffer_capacity, layer_sizes, positive
 from rlpipe.training.diagnostics import Diagnosed
@@ -35,15 +35,7 @@ from rlpipe.training.seeding import seed_everything
 from rlpipe.training.seedstack import SeedStack, train_off_policy_seeds
 
 ACTION_SPACES = (BOX,)
-SPEC = AlgoSpec(
-    name="sac",
-    family=Family.OFF_POLICY,
-    online=True,
-    records_training=True,
-    batched_seeds=True,
-    resumable=True,
-    summary="soft actor-critic",
-)
+SPEC = REGISTRY["sac"]
 
 
 @dataclass

@@ -18,8 +18,8 @@ import torch
 from torch import nn
 
 from rlpipe.algos import ddpg
-from rlpipe.algos.registry import AlgoSpec, Family
-from rlpipe.models.networks import DeterministicActor, EnsembleQ
+from rlpipe.algos.registry import REGISTRY
+from rlpipe.nets.networks import DeterministicActor, EnsembleQ
 from rlpipe.training import Batch, StepSink, TrainResult, Update
 from rlpipe.training.config import positive
 from rlpipe.training.diagnostics import Diagnosed
@@ -30,7 +30,7 @@ from rlpipe.training.offpolicy import Agent, OffPolicySetup, noisy_explore, setu
 from rlpipe.training.optim import adam, frozen, optimizer_step, polyak_update, target_copy
 
 ACTION_SPACES = (BOX,)
-SPEC = AlgoSpec(name="td3", family=Family.OFF_POLICY, online=True, records_training=True, summary="twin delayed DDPG")
+SPEC = REGISTRY["td3"]
 
 
 @dataclass

@@ -15,22 +15,16 @@ from typing import Any
 
 import torch
 
-from rlpipe.algos.registry import OFFLINE_OBSERVATION_KINDS, AlgoSpec, Family
+from rlpipe.algos.registry import REGISTRY
 from rlpipe.algos.td3 import td3_td_errors, td3_update
-from rlpipe.models.networks import DeterministicActor, EnsembleQ
+from rlpipe.nets.networks import DeterministicActor, EnsembleQ
 from rlpipe.training import Batch, OfflineConfig, TrainResult
 from rlpipe.training.config import layer_sizes, positive
 from rlpipe.training.env import BOX
 from rlpipe.training.offline import Learner, fit_obs_normalizer, load_offline, train_offline
 
 ACTION_SPACES = (BOX,)
-SPEC = AlgoSpec(
-    name="td3bc",
-    family=Family.OFFLINE,
-    online=False,
-    observation_kinds_ref=OFFLINE_OBSERVATION_KINDS,
-    summary="TD3 with a behaviour-cloning term",
-)
+SPEC = REGISTRY["td3bc"]
 
 
 @dataclass

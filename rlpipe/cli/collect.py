@@ -8,10 +8,10 @@ from typing import Any
 import typer
 
 from rlpipe.cli.app import TRUST_ENV_SPEC_OPTION, app, seed_option
-from rlpipe.datasets.atomic import json_text
 from rlpipe.errors import RlpipeError
-from rlpipe.files import atomic_write_text, check_output_file
 from rlpipe.limits import MAX_NUM_ENVS
+from rlpipe.storage.atomic import json_text
+from rlpipe.storage.files import atomic_write_text, check_output_file
 
 
 @app.command("collect")
@@ -82,7 +82,7 @@ def collect_command(
 
     The dataset is Arrow shards and metadata.json, with Minari's HDF5 layout on request (--format).
     """
-    from rlpipe.pipeline.collect import CollectRequest, Rollout, collect_dataset
+    from rlpipe.commands.collect import CollectRequest, Rollout, collect_dataset
 
     if metrics is not None:
         check_output_file(metrics, "--metrics", make_parents=True)  # before anything is collected
@@ -121,7 +121,7 @@ def _expert_settings(expert: str | None, pairs: list[str]) -> dict[str, Any]:
     if expert is None:
         raise RlpipeError("--expert-set needs --expert (the algorithm whose training it sets)")
     from rlpipe.algos import get_algo
-    from rlpipe.pipeline.experts import check_expert
+    from rlpipe.commands.experts import check_expert
     from rlpipe.training.config import parse_settings
 
     check_expert(expert)

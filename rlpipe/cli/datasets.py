@@ -271,8 +271,8 @@ def _episode_ids(text: str) -> list[int]:
     """`--episodes 3,5,8` or `--episodes @ids.txt` (whitespace- or comma-separated ids): ids
     that fit the int64 episode_id column; an @FILE is a regular file of at most
     MAX_ARGUMENT_FILE_BYTES, read no further (never a device or a FIFO)."""
-    from rlpipe.files import read_limited
     from rlpipe.limits import MAX_ARGUMENT_FILE_BYTES
+    from rlpipe.storage.files import read_limited
 
     if text.startswith("@"):
         source = text[1:]

@@ -29,7 +29,7 @@ def export(
 
     Observation normalisation and action scaling are included; the file's metadata holds the spaces and the checkpoint's sha256.
     """
-    from rlpipe.pipeline.deploy import export_policy
+    from rlpipe.commands.deploy import export_policy
 
     metadata = export_policy(run_dir, onnx=onnx, torchscript=torchscript, program=program, force=force)  # all files or none
     for path in (onnx, torchscript, program):

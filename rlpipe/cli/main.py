@@ -10,8 +10,8 @@ import typer
 
 from rlpipe.cli import collect, datasets, export, ope, relabel, report, scoreboard, sweep, train  # noqa: F401  (each adds its commands to `app`)
 from rlpipe.cli.app import app
-from rlpipe.datasets.atomic import handle_termination, interrupt_signal
 from rlpipe.errors import RlpipeError
+from rlpipe.storage.atomic import handle_termination, interrupt_signal
 
 
 def main() -> None:

@@ -35,10 +35,10 @@ def fqe_command(
     from dataclasses import asdict
 
     from rlpipe.algos import load_policy
+    from rlpipe.commands.ope import FQEConfig, fitted_q_evaluation, require_dataset_fits
     from rlpipe.datasets.loader import load_shards
     from rlpipe.datasets.store import open_dataset
-    from rlpipe.files import atomic_write_text, check_output_file
-    from rlpipe.pipeline.ope import FQEConfig, fitted_q_evaluation, require_dataset_fits
+    from rlpipe.storage.files import atomic_write_text, check_output_file
 
     if out is not None:
         check_output_file(out, "--out", make_parents=True)  # before the fit: a refused --out costs nothing and leaves nothing

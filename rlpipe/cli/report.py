@@ -28,9 +28,9 @@ def report_command(
 
     The seeds of one setting are drawn as their mean with a min-max band; OUT/index.html holds the comparison table.
     """
+    from rlpipe.commands.report import write_report
     from rlpipe.datasets.store import store_root
-    from rlpipe.files import check_output_dir, check_output_file
-    from rlpipe.pipeline.report import write_report
+    from rlpipe.storage.files import check_output_dir, check_output_file
 
     # The options' own problems first, before any run is read or anything is written.
     check_output_dir(out, "--out")
@@ -53,7 +53,7 @@ def _check_ope_file(path: Path) -> None:
     standard error or null and its config's gamma. Read as a regular file of bounded size;
     NaN, infinity, numbers beyond float range and nesting too deep are refused, so nothing is
     read as zero estimates or shown as NaN."""
-    from rlpipe.files import loads_json, read_limited
+    from rlpipe.storage.files import loads_json, read_limited
 
     try:
         value = loads_json(read_limited(path, follow_links=True))

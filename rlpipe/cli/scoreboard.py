@@ -39,7 +39,7 @@ def scoreboard_command(
 
     Per dataset and algorithm, with each dataset's own episodes and the normalised score vs updates.
     """
-    from rlpipe.pipeline.scoreboard import write_scoreboard
+    from rlpipe.commands.scoreboard import write_scoreboard
 
     data, dropped = write_scoreboard(list(runs or []), datasets, out, published, markdown, keep_from, stale_from)
     changed = f"; {dropped} kept runs dropped: their dataset changed" if dropped else ""

@@ -45,8 +45,8 @@ def sweep(
     Writes sweeps/NAME/summary.json and prints each setting's mean ± std and a 95% bootstrap interval.
     """
     from rlpipe.algos import get_algo
-    from rlpipe.pipeline.runs import read_settings
-    from rlpipe.pipeline.sweep import DATASET_AXIS, SweepSpec, parse_grid, parse_seeds, run_sweep, sweep_dir
+    from rlpipe.commands.runs import read_settings
+    from rlpipe.commands.sweep import DATASET_AXIS, SweepSpec, parse_grid, parse_seeds, run_sweep, sweep_dir
 
     out = sweep_dir(root, name, algo, env or dataset)
     config_class = get_algo(algo).config_class

@@ -1,4 +1,4 @@
-"""`rlpipe train` and `rlpipe eval`: parse, call rlpipe.pipeline.runs / rlpipe.pipeline.evaluate, print."""
+"""`rlpipe train` and `rlpipe eval`: parse, call rlpipe.commands.runs / rlpipe.commands.evaluate, print."""
 
 from __future__ import annotations
 
@@ -93,7 +93,7 @@ def train(
     The run directory gets a safe checkpoint, metrics.json and the eval curve (DVCLive's, or --logger's).
     """
     from rlpipe.algos import OFFLINE, get_algo
-    from rlpipe.pipeline.runs import merge_settings, prepare_resume, prepare_run, read_settings, train_ranks, train_run
+    from rlpipe.commands.runs import merge_settings, prepare_resume, prepare_run, read_settings, train_ranks, train_run
     from rlpipe.training.config import FinetuneFields, OfflineConfig, parse_settings
     from rlpipe.training.distributed import launched_size
 
@@ -194,7 +194,7 @@ def eval_(
 
     Multi-agent runs report their win rate or each side's returns; --video also records episodes.
     """
-    from rlpipe.pipeline.evaluate import evaluate_saved_run
+    from rlpipe.commands.evaluate import evaluate_saved_run
 
     result = evaluate_saved_run(run_dir, episodes, seed, not stochastic, device, adversary_run, video, video_episodes)
     typer.echo(json.dumps(result.report) if as_json else result.summary)

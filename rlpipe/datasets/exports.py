@@ -6,7 +6,7 @@ The reverse of `rlpipe.datasets.imports`; Minari's layout is `rlpipe.datasets.mi
 The file is written from the verified shards one at a time (the loader's `ShardVerifier`:
 every check loading runs), so memory holds one shard (at most the writer's 256 MiB, images
 decoded) and one row group, whatever the dataset's size. It goes to a temporary file beside
-the output, renamed over it once complete (`rlpipe.files.atomic_output`): a failure, a
+the output, renamed over it once complete (`rlpipe.storage.files.atomic_output`): a failure, a
 corrupted shard included, leaves no file behind.
 
 What each format carries:
@@ -63,13 +63,13 @@ import gymnasium as gym
 import numpy as np
 import pyarrow as pa
 
-from rlpipe.datasets.atomic import StagedDirectory
 from rlpipe.datasets.d4rl import d4rl_arrays
 from rlpipe.datasets.loader import ShardVerifier, TransitionArrays
 from rlpipe.datasets.schema import SPACE_COLUMNS, Columnar, leaf_shape, map_columnar, step_schema, to_arrow
 from rlpipe.datasets.store import DatasetInfo
 from rlpipe.errors import RlpipeError
-from rlpipe.files import atomic_output, check_output_dir, check_output_file
+from rlpipe.storage.atomic import StagedDirectory
+from rlpipe.storage.files import atomic_output, check_output_dir, check_output_file
 
 EXPORT_FORMATS = ("minari", "parquet", "d4rl", "npz", "ogbench", "lerobot")
 FILE_FORMATS = EXPORT_FORMATS[1:]  # written to --out (lerobot: a directory); minari goes to Minari's dataset root

@@ -25,7 +25,7 @@ from rlpipe.datasets.loader import read_shard
 from rlpipe.datasets.schema import Columnar, map_columnar
 from rlpipe.datasets.store import MINARI_DIR, MINARI_HDF5_FILE, MINARI_METADATA_FILE, DatasetInfo
 from rlpipe.errors import RlpipeError
-from rlpipe.files import loads_json
+from rlpipe.storage.files import loads_json
 
 # Minari's optional dataset metadata, kept under the same names in our metadata.json and
 # copied both ways by import and export (Minari's meanings: see minari.create_dataset_from_buffers).

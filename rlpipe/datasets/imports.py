@@ -68,7 +68,7 @@ from rlpipe.datasets.schema import ALLOW_NONFINITE_ENV, non_finite_allowed
 from rlpipe.datasets.store import check_name
 from rlpipe.datasets.writer import DatasetWriter
 from rlpipe.errors import RlpipeError
-from rlpipe.files import loads_json, read_limited, sha256_file
+from rlpipe.storage.files import loads_json, read_limited, sha256_file
 
 SOURCE_FORMATS = ("minari", "parquet", "csv", "arrow", "npz", "d4rl", "ogbench", "lerobot")
 TABLE_FORMATS = ("parquet", "csv", "arrow", "lerobot")  # array formats ignore keys they do not map (D4RL's infos/, OGBench's qpos)

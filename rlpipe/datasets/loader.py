@@ -3,7 +3,7 @@ Torch-free; the torch sampler over these arrays is `rlpipe.training.sampler.Tran
 
 Loading verifies what it reads: each shard's sha256 against metadata.json (computed once
 and cached in `<store>/.verified/<name>.json` by inode, size, mtime and ctime, so a changed
-file is hashed again; the cache is signed with the user's key, `rlpipe.files.user_key`,
+file is hashed again; the cache is signed with the user's key, `rlpipe.storage.files.user_key`,
 since anyone who can write the store can write it too), then the checks of `rlpipe.datasets.checks` (schema, nulls, the rows'
 invariant, finite floats unless the user opts in, actions in the space, chained next_obs,
 the counts of metadata), the same code `datasets validate` runs. Compressed image columns
@@ -31,7 +31,7 @@ from rlpipe.datasets.schema import INFO_COLUMNS, Columnar, concat_columnar, from
 from rlpipe.datasets.store import METADATA_FILE, DatasetInfo, open_dataset
 from rlpipe.envs.spaces import space_from_json
 from rlpipe.errors import RlpipeError
-from rlpipe.files import MAX_JSON_BYTES, atomic_write_text, read_limited, sha256_file, user_key
+from rlpipe.storage.files import MAX_JSON_BYTES, atomic_write_text, read_limited, sha256_file, user_key
 
 
 @dataclass

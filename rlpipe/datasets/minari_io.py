@@ -3,7 +3,7 @@
 Export validates the dataset, then copies our Minari-layout HDF5 (`data/`) into Minari's
 dataset root (a copy: a tool writing to the export must not change the store), or, for an
 Arrow-only dataset, writes that layout there from the shards, streamed; either is published
-like a dataset (`rlpipe.datasets.atomic`), so any Minari tool can read it. Import reads a
+like a dataset (`rlpipe.storage.atomic`), so any Minari tool can read it. Import reads a
 local Minari dataset (HDF5 or Arrow backend; spaces other than Box, Discrete, MultiDiscrete,
 MultiBinary and Dict, such as Tuple and Text, are refused) through Minari's own API and
 writes it in our format, a batch of episodes at a time, keeping its env spec, optional
@@ -23,7 +23,6 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from rlpipe.datasets.atomic import StagedDirectory
 from rlpipe.datasets.hdf5 import MINARI_METADATA_KEYS, check_minari_id, default_minari_id, minari_metadata, write_minari_layout
 from rlpipe.datasets.loader import info_space_of
 from rlpipe.datasets.schema import Columnar, concat_columnar, info_value_space, map_columnar
@@ -31,7 +30,8 @@ from rlpipe.datasets.store import MINARI_DIR, MINARI_HDF5_FILE, MINARI_METADATA_
 from rlpipe.datasets.validate import require_valid
 from rlpipe.datasets.writer import write_rows
 from rlpipe.errors import RlpipeError
-from rlpipe.files import check_output_dir, loads_json
+from rlpipe.storage.atomic import StagedDirectory
+from rlpipe.storage.files import check_output_dir, loads_json
 
 
 def minari_root() -> Path:

@@ -38,7 +38,7 @@ from rlpipe.datasets.schema import Columnar, map_columnar
 from rlpipe.datasets.store import DatasetInfo, check_name, open_dataset, store_root
 from rlpipe.datasets.writer import DatasetWriter, publish_together
 from rlpipe.errors import RlpipeError
-from rlpipe.names import check_distinct
+from rlpipe.storage.names import check_distinct
 
 OPERATIONS = ("merge", "filter", "split", "sample")
 

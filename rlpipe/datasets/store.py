@@ -4,7 +4,7 @@ A dataset is a directory `<store>/<name>/` holding `metadata.json`, `steps/*.arr
 optionally, Minari's HDF5 layout under `data/` (so `minari.load_dataset(name)` reads it when
 `MINARI_DATASETS_PATH` points at the store). A directory without `metadata.json` is not a
 dataset: writers build in a hidden temporary directory and rename it into place when done
-(`rlpipe.datasets.atomic`). Opening a dataset checks its metadata (keys, types, paths, the
+(`rlpipe.storage.atomic`). Opening a dataset checks its metadata (keys, types, paths, the
 name) and its file layout (no missing, resized or stray files); the loader then checks the
 bytes it reads against the recorded sha256 (`rlpipe.datasets.loader`).
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 from collections.abc import Iterator
@@ -25,12 +26,11 @@ from typing import Any, TypeGuard, cast
 import gymnasium as gym
 import numpy as np
 
-from rlpipe import names
-from rlpipe.datasets import atomic
 from rlpipe.datasets.schema import FORMAT_NAME, FORMAT_VERSION, step_schema
 from rlpipe.envs.spaces import space_from_json
 from rlpipe.errors import ArgumentError, RlpipeError
-from rlpipe.files import check_output_dir, loads_json, read_limited, sha256_file
+from rlpipe.storage import atomic, names
+from rlpipe.storage.files import check_output_dir, loads_json, read_limited, sha256_file
 
 METADATA_FILE = "metadata.json"
 STEPS_DIR = "steps"
@@ -53,7 +53,7 @@ def store_root(store: str | os.PathLike | None = None) -> Path:
 
 
 def check_name(name: str) -> str:
-    """Return `name` if it is a valid dataset name (`rlpipe.names`: the one pattern of
+    """Return `name` if it is a valid dataset name (`rlpipe.storage.names`: the one pattern of
     dataset, run and sweep names), else raise."""
     return names.check_name(name, "dataset name")
 
@@ -226,6 +226,10 @@ def _statistics_problem(metadata: dict[str, Any], dir_name: str) -> str | None:
             return f"{key!r} is missing or not a dict"
         if not all(_is_number(metadata[key].get(stat)) for stat in ("mean", "std", "min", "max")):
             return f"{key!r} needs numbers mean, std, min and max"
+    for key in ("ref_min_score", "ref_max_score"):  # what normalised scores divide by (rlpipe.datasets.scores)
+        score = metadata.get(key)
+        if not _is_number(score) or (score is not None and not math.isfinite(score)):
+            return f"{key!r} is not a finite number or null"
     return None
 
 

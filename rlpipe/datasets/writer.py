@@ -6,7 +6,7 @@ each shard memory-maps into contiguous arrays. Everything is written into a hidd
 directory that is renamed into place only after metadata.json (with the content hash) is
 complete: a killed or failed run never leaves a dataset that looks complete. The name is
 locked while the writer lives, and `--force` replaces the old dataset so that a crash at any
-moment leaves the old or the new one (`rlpipe.datasets.atomic`).
+moment leaves the old or the new one (`rlpipe.storage.atomic`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import pyarrow as pa
 from minari.serialization import serialize_space
 
 from rlpipe.datasets import hdf5
-from rlpipe.datasets.atomic import StagedDirectory, commit_group, json_text
 from rlpipe.datasets.codec import FRAME_CODEC, chained_rows, compressible, encode_frames
 from rlpipe.datasets.schema import (
     FORMAT_NAME,
@@ -47,6 +46,7 @@ from rlpipe.datasets.store import (
     store_root,
 )
 from rlpipe.errors import RlpipeError
+from rlpipe.storage.atomic import StagedDirectory, commit_group, json_text
 from rlpipe.version import __version__
 
 FORMATS = ("arrow", "hdf5", "both")
@@ -321,7 +321,7 @@ def _stats(values: np.ndarray) -> dict[str, float | None]:
 
 def publish_together(writers: Sequence[DatasetWriter]) -> list[Path]:
     """Publish prepared writers (`DatasetWriter.prepare`) of one store as a group: a crash at
-    any moment leaves all of them published or none (`rlpipe.datasets.atomic.commit_group`)."""
+    any moment leaves all of them published or none (`rlpipe.storage.atomic.commit_group`)."""
     paths = commit_group([writer._staging for writer in writers])
     for writer in writers:
         writer._closed = True

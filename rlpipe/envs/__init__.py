@@ -22,7 +22,7 @@ from gymnasium.envs.registration import EnvSpec, load_env_creator
 from rlpipe.envs import masked as _masked  # noqa: F401  (registers rlpipe/CartPoleNoVel-v1, rlpipe/PendulumNoVel-v1)
 from rlpipe.envs.extras import missing_dependency_message, register_optional
 from rlpipe.errors import ArgumentError, RlpipeError
-from rlpipe.files import loads_json
+from rlpipe.storage.files import loads_json
 
 if "GoalWorld-v0" not in gym.registry:
     gym.register(

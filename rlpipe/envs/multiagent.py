@@ -4,7 +4,7 @@ construction with one-line errors.
 An env family is a plug-in: its :class:`EnvFamily` entry in :data:`FAMILIES` names the env
 ids it serves and its plug-in module, which holds everything family-specific that training,
 evaluation and collection need (rows, evaluation, policy heads, dataset hooks: see
-:mod:`rlpipe.training.families`). Generic code asks :func:`env_family` and names no env
+:mod:`rlpipe.training.multiagent`). Generic code asks :func:`env_family` and names no env
 id. ``Combat-v0`` is rlpipe's rewrite of ma-gym's Combat (:mod:`rlpipe.envs.combat`); the
 MPE tasks come from ``mpe2`` with discrete actions (the reference text's setting).
 """
@@ -29,19 +29,19 @@ class EnvFamily:
 
     name: str
     envs: Mapping[str, tuple[str, Mapping[str, Any]]]  # env id -> (PettingZoo module, default keyword arguments)
-    plugin: str  # the module whose ``PLUGIN`` (a ``rlpipe.training.families.FamilyPlugin``) serves these envs
+    plugin: str  # the module whose ``PLUGIN`` (a ``rlpipe.training.multiagent.FamilyPlugin``) serves these envs
 
 
 # One entry per family: adding a family is its plug-in module plus one entry here.
 FAMILIES: tuple[EnvFamily, ...] = (
-    EnvFamily(name="combat", envs={"Combat-v0": ("rlpipe.envs.combat", {})}, plugin="rlpipe.training.families.combat"),
+    EnvFamily(name="combat", envs={"Combat-v0": ("rlpipe.envs.combat", {})}, plugin="rlpipe.training.multiagent.combat"),
     EnvFamily(
         name="mpe",
         envs={
             "simple_adversary_v3": ("mpe2.simple_adversary_v3", {"N": 2, "max_cycles": 25, "continuous_actions": False}),
             "simple_spread_v3": ("mpe2.simple_spread_v3", {"N": 3, "max_cycles": 25, "continuous_actions": False}),
         },
-        plugin="rlpipe.training.families.mpe",
+        plugin="rlpipe.training.multiagent.mpe",
     ),
 )
 MULTI_AGENT_ENVS: dict[str, tuple[str, Mapping[str, Any]]] = {env_id: entry for family in FAMILIES for env_id, entry in family.envs.items()}

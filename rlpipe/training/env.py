@@ -29,7 +29,7 @@ from rlpipe.envs.spaces import (
     space_to_json,
 )
 from rlpipe.errors import ArgumentError, RlpipeError
-from rlpipe.models.encoders import ARCHITECTURES, FLAT, MINATAR, NATURE, NATURE_MIN_SIZE, channels_last
+from rlpipe.nets.encoders import ARCHITECTURES, FLAT, MINATAR, NATURE, NATURE_MIN_SIZE, channels_last
 from rlpipe.training.config import check_device
 
 __all__ = [

@@ -15,7 +15,7 @@ from rlpipe.envs.goals import flatten_obs, is_goal_space
 from rlpipe.envs.spaces import ActionScaler
 from rlpipe.envs.stepper import VecStepper
 from rlpipe.limits import MAX_EPISODES, check_count
-from rlpipe.models.recurrent import RecurrentPolicy
+from rlpipe.nets.recurrent import RecurrentPolicy
 
 PolicyFn = Callable[[np.ndarray], np.ndarray]
 """A batch of observations -> a batch of env actions (already scaled to the env's bounds)."""
@@ -44,7 +44,7 @@ class RewardConditionedPolicy(Protocol):
 
 
 class Acting(Protocol):
-    """An actor network's acting interface (`rlpipe.models.networks`): a batch of observations
+    """An actor network's acting interface (`rlpipe.nets.networks`): a batch of observations
     -> a batch of actions in the policy's range."""
 
     def act(self, obs: torch.Tensor, deterministic: bool) -> torch.Tensor: ...

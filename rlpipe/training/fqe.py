@@ -31,7 +31,7 @@ from rlpipe.envs.goals import flatten_obs
 from rlpipe.envs.spaces import ActionScaler
 from rlpipe.errors import RlpipeError
 from rlpipe.limits import MAX_UPDATES
-from rlpipe.models.networks import EnsembleMLP
+from rlpipe.nets.networks import EnsembleMLP
 
 
 class ActingPolicy(Protocol):

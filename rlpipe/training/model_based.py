@@ -15,8 +15,8 @@ import torch
 
 from rlpipe.datasets.mapped import MappedTransitions
 from rlpipe.errors import RlpipeError
-from rlpipe.models.checkpoint import load_checkpoint
-from rlpipe.models.dynamics import FitReport, GaussianEnsemble, fit_ensemble, transitions_to_xy
+from rlpipe.nets.checkpoint import load_checkpoint
+from rlpipe.nets.dynamics import FitReport, GaussianEnsemble, fit_ensemble, transitions_to_xy
 from rlpipe.training.buffer import Batch, ReplayBuffer, join_batches
 from rlpipe.training.config import layer_sizes, positive
 from rlpipe.training.env import ActionScaler
@@ -32,10 +32,10 @@ class ModelFields:
     """The dynamics ensemble and its fit, in a run's config (PETS, MBPO, MOPO, dynamics).
 
     ``reward``: "known" plans/rolls out with the env's reward function
-    (:mod:`rlpipe.models.env_fns`), "learned" with the model's predicted reward, "auto" with
+    (:mod:`rlpipe.nets.env_fns`), "learned" with the model's predicted reward, "auto" with
     the known one where the env has it. The fit runs to early stopping unless
     ``model_max_epochs`` caps it; its weight decay is the references' (see
-    :mod:`rlpipe.models.dynamics`).
+    :mod:`rlpipe.nets.dynamics`).
     """
 
     reward: Literal["auto", "known", "learned"] = "auto"

@@ -30,18 +30,18 @@ from rlpipe.envs.goals import flat_observation_space, flatten_obs, is_goal_space
 from rlpipe.envs.spaces import is_image_space
 from rlpipe.envs.stepper import VecStepper
 from rlpipe.errors import RlpipeError
-from rlpipe.models.networks import ObsNormalizer
-from rlpipe.models.recurrent import RecurrentPolicy
+from rlpipe.nets.networks import ObsNormalizer
+from rlpipe.nets.recurrent import RecurrentPolicy
 from rlpipe.training import distributed
 from rlpipe.training.buffer import Batch, ReplayBuffer, ReturnsToGo, Update, join_batches
 from rlpipe.training.config import FinetuneFields, OfflineConfig
 from rlpipe.training.diagnostics import Diagnosed
 from rlpipe.training.env import BOX, GOAL, IMAGE, ActionScaler, action_dim, env_spaces, make_vec_env, require_spaces, resolve_device
 from rlpipe.training.evaluation import Acting, PolicyFn, policy_fn
-from rlpipe.training.families import dataset_evaluator
 from rlpipe.training.fqe import FQEConfig, fitted_q_evaluation
 from rlpipe.training.graphs import UpdateStepper, graphs_enabled
 from rlpipe.training.losses import TDErrors
+from rlpipe.training.multiagent import dataset_evaluator
 from rlpipe.training.optim import mixed_precision
 from rlpipe.training.resume import Checkpointer
 from rlpipe.training.run import Run, TrainResult
@@ -414,8 +414,6 @@ def require_validatable(algo: str, config: OfflineConfig, data: OfflineData, act
     for name in ("stop_at_return", "finetune_env_steps"):  # a return measured by playing, an env to act in
         if getattr(config, name, None):
             raise RlpipeError(f"{where}: {name} needs one")
-    if config.checkpoint_every is not None:
-        raise RlpipeError(f"{where}: checkpoint_every does not save its checkpoints' copies for selection yet")
 
 
 def _take_snapshot(snapshots: Snapshots | None, run: Run, updates: int) -> None:
@@ -544,7 +542,9 @@ def train_offline(
     if config.checkpoint_every is not None and optimizers is None:
         run.close()
         raise RlpipeError(f"{algo} does not support --checkpoint-every yet")
-    checkpoints = Checkpointer(run, {**modules, **(optimizers or {}), "sampler": sampler}, out_dir)
+    # On data with no environment the copies kept for selection are part of the state.
+    resumed = {**modules, **(optimizers or {}), "sampler": sampler, **({"snapshots": snapshots} if snapshots is not None else {})}
+    checkpoints = Checkpointer(run, resumed, out_dir)
     eval_policy = learner.policy_of(actor, ActionScaler(data.action_space), data.device, learner.deterministic_eval)
     step = UpdateStepper(
         update,

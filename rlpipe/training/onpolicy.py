@@ -23,8 +23,8 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from rlpipe.models.networks import ActorCritic
-from rlpipe.models.recurrent import RecurrentActorCritic
+from rlpipe.nets.networks import ActorCritic
+from rlpipe.nets.recurrent import RecurrentActorCritic
 from rlpipe.training.config import Precision
 
 

@@ -28,7 +28,7 @@ def adam(params: Iterable[torch.Tensor], lr: float, eps: float = 1e-8) -> torch.
 def autocast(precision: Precision, device: torch.device) -> AbstractContextManager[Any]:
     """The arithmetic of ``precision`` on ``device`` for the code it encloses: nothing for fp32;
     for bf16 ``torch.autocast`` (matrix products in bfloat16, weights and optimiser state in
-    float32; output layers stay float32: :class:`rlpipe.models.networks.Float32Linear`). No
+    float32; output layers stay float32: :class:`rlpipe.nets.networks.Float32Linear`). No
     cast cache: an update steps its optimisers between forward passes, and a cached bfloat16
     copy of a weight would outlive the step."""
     if precision == "fp32":

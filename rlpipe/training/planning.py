@@ -19,8 +19,8 @@ import torch
 from gymnasium import spaces
 
 from rlpipe.errors import RlpipeError
-from rlpipe.models.dynamics import GaussianEnsemble, Layers
-from rlpipe.models.env_fns import EnvFn
+from rlpipe.nets.dynamics import GaussianEnsemble, Layers
+from rlpipe.nets.env_fns import EnvFn
 from rlpipe.training.config import positive
 from rlpipe.training.env import ActionScaler
 from rlpipe.training.evaluation import PolicyFn

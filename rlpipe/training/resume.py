@@ -37,7 +37,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from rlpipe.errors import RlpipeError
-from rlpipe.files import atomic_output, atomic_write_text
+from rlpipe.storage.files import atomic_output, atomic_write_text
 from rlpipe.training import distributed
 from rlpipe.training.run import Run
 

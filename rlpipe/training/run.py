@@ -2,7 +2,7 @@
 ``config.loggers`` names, DVCLive by default: :mod:`rlpipe.training.loggers`), progress bar,
 checkpoint and ``metrics.json``. Algorithms call :class:`Run` from their ``train``.
 
-A run directory is written like a dataset (:mod:`rlpipe.datasets.atomic`): under a lock, into
+A run directory is written like a dataset (:mod:`rlpipe.storage.atomic`): under a lock, into
 a hidden temporary directory beside it, published by renames when the checkpoint and
 metrics are complete. A crashed or failed run leaves the previous run as it was, never a mix
 of an old checkpoint and a new partial curve.
@@ -26,11 +26,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from torch import nn
 
-from rlpipe.datasets.atomic import StagedDirectory, json_text
 from rlpipe.envs import env_spec_json
 from rlpipe.errors import RlpipeError
-from rlpipe.files import check_output_dir
-from rlpipe.models.checkpoint import META_FILE, save_checkpoint
+from rlpipe.nets.checkpoint import META_FILE, save_checkpoint
+from rlpipe.storage.atomic import StagedDirectory, json_text
+from rlpipe.storage.files import check_output_dir
 from rlpipe.training.config import OfflineConfig, OnlineConfig
 from rlpipe.training.diagnostics import Diagnostics
 from rlpipe.training.env import space_to_json
@@ -73,6 +73,16 @@ class EvalPoint:
     validation_td_error: float | None = None  # and the critics' TD error there (value methods)
     # mean episode length: on envs that end on failure (Hopper's fall) it tells an early fall from a slow gait
     length_mean: float | None = None
+
+
+def history_rows(history: list[EvalPoint]) -> list[dict[str, Any]]:
+    """An eval history as JSON rows (a resumable checkpoint's, a rank's hand-over)."""
+    return [asdict(point) for point in history]
+
+
+def history_from_rows(rows: list[dict[str, Any]]) -> list[EvalPoint]:
+    """The eval history :func:`history_rows` wrote."""
+    return [EvalPoint(**row) for row in rows]
 
 
 @dataclass
@@ -306,11 +316,11 @@ class Run:
 
     def state(self) -> dict[str, Any]:
         """The eval history and schedule, for a resumable checkpoint (rlpipe.training.resume)."""
-        return {"history": [asdict(point) for point in self.history], "next_eval": self.next_eval}
+        return {"history": history_rows(self.history), "next_eval": self.next_eval}
 
     def restore(self, state: dict[str, Any]) -> None:
         """Continue from :meth:`state`: the history (logged again to the curve's sinks) and schedule."""
-        self.history = [EvalPoint(**point) for point in state["history"]]
+        self.history = history_from_rows(state["history"])
         self.next_eval = state["next_eval"]
         for point in self.history:
             for sink in self.sinks:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from functools import cached_property, partial
 from typing import Any
 
@@ -188,6 +188,14 @@ class Snapshots:
     def keep(self, chosen: Snapshot) -> None:
         """Load the chosen weights into the run's actor (what the run saves)."""
         self.actor.load_state_dict(chosen.state)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The copies taken so far and their scores, for a resumable run (rlpipe.training.resume)."""
+        return {"taken": [asdict(snapshot) for snapshot in self.taken]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from :meth:`state_dict`: a resumed run selects among every copy its first part took."""
+        self.taken = [Snapshot(**row) for row in state["taken"]]
 
 
 __all__ = ["Snapshot", "SnapshotPolicy", "Snapshots", "ValidationSet", "split_episodes"]
