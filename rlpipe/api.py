@@ -253,12 +253,18 @@ def _check_text(argument: str, value: object, optional: bool = False) -> None:
 
 
 def _typed(algo: str, settings: dict[str, Any]) -> dict[str, Any]:
-    """``settings`` checked against ``algo``'s config fields (unknown names, wrong types: RlpipeError)."""
+    """``settings`` checked against ``algo``'s config fields (an unknown name or a wrong type: an
+    `ArgumentError`, a ValueError naming the setting)."""
     from rlpipe.algos import get_algo
     from rlpipe.training.config import typed_value
 
     config_class = get_algo(algo).config_class
-    return {key: typed_value(config_class, key, value) for key, value in settings.items()}
+    try:
+        return {key: typed_value(config_class, key, value) for key, value in settings.items()}
+    except ArgumentError:
+        raise
+    except RlpipeError as exc:
+        raise ArgumentError(str(exc)) from None
 
 
 __all__ = [

@@ -15,9 +15,9 @@ from gymnasium import spaces
 from rlpipe.algos import get_algo
 from rlpipe.envs.spaces import space_to_json
 from rlpipe.errors import RlpipeError
-from rlpipe.models.checkpoint import save_checkpoint
-from rlpipe.models.dynamics import GaussianEnsemble, fit_ensemble
-from rlpipe.models.env_fns import never_terminates, reward_fn, termination_fn
+from rlpipe.nets.checkpoint import save_checkpoint
+from rlpipe.nets.dynamics import GaussianEnsemble, fit_ensemble
+from rlpipe.nets.env_fns import never_terminates, reward_fn, termination_fn
 from rlpipe.training.buffer import Batch
 from rlpipe.training.env import ActionScaler
 from rlpipe.training.evaluation import evaluate
@@ -41,6 +41,7 @@ MOPO_NARROW_TEST = dict(eval_episodes=10, heldout_eval_episodes=0)
 MOPO_NARROW_VARIANTS: dict[str, dict[str, float]] = {"mopo": {}, "penalty 0": {"penalty": 0.0}}
 MOPO_NARROW_CONTROL_BELOW = -1000.0
 MOPO_NARROW_MARGIN = 200.0
+MOPO_NARROW_SEEDS = 5
 
 
 def linear_system(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -352,26 +353,30 @@ def test_mopo_learns_pendulum_from_a_mixed_dataset_and_reuses_a_dynamics_run(
 @pytest.mark.heavy
 def test_mopo_penalty_is_what_learns_from_sampled_expert_data(offline_store: Path, learning_seed: int, record_property) -> None:
     """MOPO at its Pendulum defaults on 20 episodes of a SAC expert's sampled actions (narrow
-    data), against the control without its distinctive part: the same run with penalty 0."""
+    data), against the control without its distinctive part: the same run with penalty 0, over
+    five seeds from $RLPIPE_TEST_SEED (0: seeds 0-4; 5: the held-out 5-9). A mean, not a bar
+    per seed: MOPO does not learn at every seed (4 and 9 on this code, docs/claims.md)."""
     mopo = get_algo("mopo")
-    returns = {}
-    for variant, settings in MOPO_NARROW_VARIANTS.items():
-        config = mopo.make_config(
-            "Pendulum-v1", dataset="pendulum-expert-sampled", store=str(offline_store), seed=learning_seed, **MOPO_NARROW_TEST, **settings
-        )
-        returns[variant] = round(mopo.train(config, progress=False).metrics["eval_return_mean"], 1)
+    returns: dict[str, list[float]] = {variant: [] for variant in MOPO_NARROW_VARIANTS}
+    for seed in range(learning_seed, learning_seed + MOPO_NARROW_SEEDS):
+        for variant, settings in MOPO_NARROW_VARIANTS.items():
+            config = mopo.make_config(
+                "Pendulum-v1", dataset="pendulum-expert-sampled", store=str(offline_store), seed=seed, **MOPO_NARROW_TEST, **settings
+            )
+            returns[variant].append(round(mopo.train(config, progress=False).metrics["eval_return_mean"], 1))
     record_property("returns", returns)
-    # 10 eval episodes, ~97 CPU-s for both runs. On the current model fit, seeds 0, 4, 5, 6, 7, 8,
-    # 9: MOPO -234.9, -1429.6, -244.6, -118.3, -118.0, -119.5, -1461.0; penalty 0 -1557.1, -1554.0,
-    # -1557.8, -1562.8, -1244.2, -1523.3, -1502.5. MOPO did not learn at seeds 4 and 9, so this
-    # per-seed bar fails there (docs/claims.md); zero torque scores about -1240 on held-out episodes.
-    assert returns["penalty 0"] < MOPO_NARROW_CONTROL_BELOW, returns
-    assert returns["mopo"] >= returns["penalty 0"] + MOPO_NARROW_MARGIN, returns
+    # 10 eval episodes, ~15 CPU-min for the five seeds (docs/claims.md). Seeds 0-4: MOPO -234.9,
+    # -253.5, -566.1, -1307.4, -1429.6, penalty 0 -1557.1, -1098.7, -1525.8, -989.7, -1554.0 (means
+    # -758.3 / -1345.1); seeds 5-9: MOPO -244.6, -118.3, -118.0, -119.5, -1461.0, penalty 0 -1557.8,
+    # -1562.8, -1244.2, -1523.3, -1502.5 (means -412.3 / -1478.1).
+    means = {variant: float(np.mean(values)) for variant, values in returns.items()}
+    assert means["penalty 0"] < MOPO_NARROW_CONTROL_BELOW, returns
+    assert means["mopo"] >= means["penalty 0"] + MOPO_NARROW_MARGIN, returns
 
 
 def store_for_sweeps(root: Path) -> Path:
     """The offline tests' `pendulum-mixed` (a 10k-step SAC run's every transition) under ``root``."""
-    from rlpipe.pipeline.collect import collect_dataset
+    from rlpipe.commands.collect import collect_dataset
 
     if not (root / "datasets" / "pendulum-mixed").exists():
         collect_dataset(
