@@ -334,14 +334,22 @@ def check_values(config: RunConfig) -> None:
 def config_for_env(cls: type[C], tuned: Mapping[str, Mapping[str, Any]], env_id: str, **overrides: Any) -> C:
     """Build ``cls(env_id=..)`` from the per-env tuned table, then non-None ``overrides``.
 
-    Unknown keys are an RlpipeError naming the field (typos must not be silently ignored).
+    Unknown keys and values a field refuses are an `ArgumentError` (an RlpipeError, and a
+    ValueError to Python callers) naming the field: typos must not be silently ignored.
     """
     names = {f.name for f in fields(cls)}
     values = {**tuned.get(base_env_id(env_id), {}), **{k: v for k, v in overrides.items() if v is not None}}
     unknown = sorted(set(values) - names)
     if unknown:
-        raise RlpipeError(f"unknown {cls.__module__.rsplit('.', 1)[-1]} option(s): {', '.join(unknown)}")
-    return cls(env_id=env_id, **values)
+        raise ArgumentError(f"unknown {cls.__module__.rsplit('.', 1)[-1]} option(s): {', '.join(unknown)}")
+    try:
+        return cls(env_id=env_id, **values)
+    except ArgumentError:
+        raise
+    except RlpipeError as exc:  # a field's own range check (__post_init__)
+        if type(exc) is not RlpipeError:  # a subclass says more (an output's kind): keep it
+            raise
+        raise ArgumentError(str(exc)) from None
 
 
 __all__ = [
