@@ -132,6 +132,7 @@ def train(
     """
     from rlpipe.algos import get_algo
     from rlpipe.commands.runs import PreparedRun as Prepared
+    from rlpipe.training.config import refused_settings
     from rlpipe.training.distributed import launched_size
 
     _check_text("algo", algo)
@@ -146,7 +147,8 @@ def train(
             raise RlpipeError("give either a config or env/dataset/store, not both: the config names its env or dataset")
         if not isinstance(config, spec.config_class):
             raise RlpipeError(f"{algo} trains with a {spec.config_class.__name__} of {spec.module}, not a {type(config).__name__}")
-        config = replace(config, **_typed(algo, settings))
+        with refused_settings():
+            config = replace(config, **_typed(algo, settings))
     nproc = getattr(config, "nproc", 1)
     if nproc > 1 and launched_size() == 1:
         if out is None:
@@ -259,12 +261,7 @@ def _typed(algo: str, settings: dict[str, Any]) -> dict[str, Any]:
     from rlpipe.training.config import typed_value
 
     config_class = get_algo(algo).config_class
-    try:
-        return {key: typed_value(config_class, key, value) for key, value in settings.items()}
-    except ArgumentError:
-        raise
-    except RlpipeError as exc:
-        raise ArgumentError(str(exc)) from None
+    return {key: typed_value(config_class, key, value) for key, value in settings.items()}
 
 
 __all__ = [

@@ -90,6 +90,7 @@ def test_train_without_out_writes_nothing_and_with_out_writes_a_run(offline_stor
         (lambda: rlpipe.sampler("pendulum-mixed", store=offline_store, frame_stack=0), ValueError, "frame_stack=0: expected an integer"),
         (lambda: rlpipe.make_config("bc", dataset="pendulum-mixed", store=offline_store, bogus=1), ValueError, "bogus"),
         (lambda: rlpipe.make_config("bc", dataset="pendulum-mixed", store=offline_store, batch_size=2**63), ValueError, "batch_size"),
+        (lambda: rlpipe.train("bc", config, batch_size=2**63), ValueError, "batch_size"),
         (lambda: rlpipe.make_config("bc", dataset="pendulum-mixed", store=offline_store, learning_rate="x"), ValueError, "learning_rate"),
     ]:
         with pytest.raises(error, match=message):

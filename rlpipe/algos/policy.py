@@ -111,8 +111,7 @@ def rebuild_actor(ckpt: Checkpoint, run_dir: str | Path, device: torch.device) -
     kind, spec, weights = ckpt.meta["policy"]["kind"], ckpt.meta["policy"]["spec"], ckpt.state_dict("policy")
     needed, saved = policy_shapes(kind, spec), {key: tuple(value.shape) for key, value in weights.items()}
     if needed != saved:
-        differ = sorted(set(needed) ^ set(saved)) or sorted(key for key in needed if needed[key] != saved[key])
-        key = differ[0]
+        key = min(key for key in needed.keys() | saved.keys() if needed.get(key) != saved.get(key))
         raise RlpipeError(
             f"checkpoint in {run_dir} does not match its policy spec: tensor {key!r} is {list(saved[key]) if key in saved else 'missing'}"
             f" in the weights, {list(needed[key]) if key in needed else 'not a tensor'} in the spec"

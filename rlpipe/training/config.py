@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import math
 import types
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
@@ -268,16 +269,30 @@ def field_types(cls: type) -> dict[str, Any]:
 
 def typed_value(cls: type, key: str, value: Any) -> Any:
     """``value`` for field ``key`` of config class ``cls``, checked against its declared type;
-    an unknown key or a value of the wrong type is an RlpipeError naming both."""
+    an unknown key or a value of the wrong type is an `ArgumentError` (an RlpipeError, and a
+    ValueError to Python callers) naming both."""
     types_ = field_types(cls)
     if key in NOT_SETTABLE and key in types_:
-        raise RlpipeError(f"setting {key}: not a setting, use {NOT_SETTABLE[key]}")
+        raise ArgumentError(f"setting {key}: not a setting, use {NOT_SETTABLE[key]}")
     if key not in types_:
-        raise RlpipeError(f"unknown setting {key!r}; known: {', '.join(sorted(set(types_) - set(NOT_SETTABLE)))}")
+        raise ArgumentError(f"unknown setting {key!r}; known: {', '.join(sorted(set(types_) - set(NOT_SETTABLE)))}")
     try:
         return _coerce(value, types_[key])
     except (ValueError, TypeError):
-        raise RlpipeError(f"setting {key}={value!r}: expected {_type_name(types_[key])}") from None
+        raise ArgumentError(f"setting {key}={value!r}: expected {_type_name(types_[key])}") from None
+
+
+@contextmanager
+def refused_settings() -> Iterator[None]:
+    """Build or replace a config inside this block: what its own checks (``__post_init__``)
+    refuse, plain RlpipeErrors, leaves as an `ArgumentError` (a ValueError to Python callers)
+    with the same words; a subclass (an output's kind) leaves as it is."""
+    try:
+        yield
+    except RlpipeError as exc:
+        if type(exc) is not RlpipeError:
+            raise
+        raise ArgumentError(str(exc)) from None
 
 
 def parse_settings(pairs: list[str], cls: type) -> dict[str, Any]:
@@ -342,14 +357,8 @@ def config_for_env(cls: type[C], tuned: Mapping[str, Mapping[str, Any]], env_id:
     unknown = sorted(set(values) - names)
     if unknown:
         raise ArgumentError(f"unknown {cls.__module__.rsplit('.', 1)[-1]} option(s): {', '.join(unknown)}")
-    try:
+    with refused_settings():
         return cls(env_id=env_id, **values)
-    except ArgumentError:
-        raise
-    except RlpipeError as exc:  # a field's own range check (__post_init__)
-        if type(exc) is not RlpipeError:  # a subclass says more (an output's kind): keep it
-            raise
-        raise ArgumentError(str(exc)) from None
 
 
 __all__ = [

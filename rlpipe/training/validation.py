@@ -28,7 +28,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, fields, replace
 from functools import cached_property, partial
 from typing import Any
 
@@ -191,7 +191,8 @@ class Snapshots:
 
     def state_dict(self) -> dict[str, Any]:
         """The copies taken so far and their scores, for a resumable run (rlpipe.training.resume)."""
-        return {"taken": [asdict(snapshot) for snapshot in self.taken]}
+        # the fields as they are: dataclasses.asdict would deep-copy every kept copy's weights
+        return {"taken": [{f.name: getattr(snapshot, f.name) for f in fields(snapshot)} for snapshot in self.taken]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from :meth:`state_dict`: a resumed run selects among every copy its first part took."""
